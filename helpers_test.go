@@ -1,0 +1,119 @@
+package redsem
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/redsem/redsem/internal/redistest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// backend is a Redis to run a behaviour test against: miniredis in process,
+// or a real redis-server the test starts on a free port.
+type backend struct {
+	name string
+	pool *redis.Pool
+	addr string
+	mini *miniredis.Miniredis
+	srv  *redistest.Server
+}
+
+// eachBackend runs f against miniredis and against a real redis-server.
+func eachBackend(t *testing.T, f func(t *testing.T, b *backend)) {
+	t.Run("miniredis", func(t *testing.T) {
+		t.Parallel()
+		m := miniredis.RunT(t)
+		f(t, &backend{name: "miniredis", mini: m, addr: m.Addr(), pool: newPool(t, m.Addr())})
+	})
+	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
+		s := redistest.Start(t)
+		f(t, &backend{name: "redis", srv: s, addr: s.Addr, pool: s.Pool(t)})
+	})
+}
+
+// realRedis starts a real redis-server for tests that need one.
+func realRedis(t *testing.T, args ...string) *backend {
+	s := redistest.Start(t, args...)
+	return &backend{name: "redis", srv: s, addr: s.Addr, pool: s.Pool(t)}
+}
+
+func newPool(t testing.TB, addr string) *redis.Pool {
+	p := &redis.Pool{
+		MaxIdle: 64,
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialContext(ctx, "tcp", addr)
+		},
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// do runs one command on its own connection.
+func (b *backend) do(t testing.TB, cmd string, args ...interface{}) interface{} {
+	t.Helper()
+	c, err := redis.Dial("tcp", b.addr)
+	require.NoError(t, err)
+	defer c.Close()
+	v, err := c.Do(cmd, args...)
+	require.NoError(t, err, "%s %v", cmd, args)
+	return v
+}
+
+func (b *backend) llen(t testing.TB, key string) int {
+	n, err := redis.Int(b.do(t, "LLEN", key), nil)
+	require.NoError(t, err)
+	return n
+}
+
+func (b *backend) zcard(t testing.TB, key string) int {
+	n, err := redis.Int(b.do(t, "ZCARD", key), nil)
+	require.NoError(t, err)
+	return n
+}
+
+// keyCount counts the keys in the database.
+func (b *backend) keyCount(t testing.TB) int {
+	n, err := redis.Int(b.do(t, "DBSIZE"), nil)
+	require.NoError(t, err)
+	return n
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newSem(t testing.TB, b *backend, name string, size int, opts ...Option) *Semaphore {
+	t.Helper()
+	s, err := NewSemaphore(b.pool, name, size, opts...)
+	require.NoError(t, err)
+	return s
+}
+
+// requireInventory checks that the semaphore holds exactly size valid free
+// tokens, no lease, and nothing stray.
+func requireInventory(t testing.TB, s *Semaphore, free, held int) {
+	t.Helper()
+	st, err := s.Status(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, free, st.Available, "available tokens: %+v", st)
+	require.Len(t, st.Holders, held, "holders: %+v", st)
+	require.Equal(t, 0, st.Stray, "stray tokens: %+v", st)
+}
+
+func init() {
+	// Tests must never pick up a developer's REDIS_URL or a Redis on 6379.
+	os.Unsetenv("REDIS_URL")
+}

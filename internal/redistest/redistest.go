@@ -1,0 +1,187 @@
+// Package redistest starts real redis-server processes for tests: each on a
+// free loopback port, in its own temporary directory, stopped by its own pid
+// when the test ends. It never touches a Redis it did not start.
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// RequireEnv names the environment variable that turns a missing
+// redis-server from a skip into a failure. CI sets it.
+const RequireEnv = "REDSEM_REQUIRE_REDIS"
+
+// Server is one redis-server process started by Start.
+type Server struct {
+	Addr string
+	Port int
+	Dir  string
+	bin  string
+	args []string
+	pid  int
+	done chan error // receives the exit status of the current process
+	tb   testing.TB
+}
+
+// Binary returns the path of redis-server, skipping the test when there is
+// none, or failing it when REDSEM_REQUIRE_REDIS=1.
+func Binary(tb testing.TB) string {
+	tb.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv(RequireEnv) == "1" {
+			tb.Fatalf("redis-server not on PATH and %s=1", RequireEnv)
+		}
+		tb.Skipf("redis-server not on PATH: install it (apt-get install redis-server) or set %s=1 to fail instead", RequireEnv)
+	}
+	return path
+}
+
+// Start runs redis-server on a free loopback port with no persistence and
+// DEBUG enabled for local clients; extra arguments are appended as given
+// (e.g. "--appendonly", "yes"). The server is killed when the test ends.
+func Start(tb testing.TB, extra ...string) *Server {
+	tb.Helper()
+	bin := Binary(tb)
+	s := &Server{Dir: tb.TempDir(), tb: tb, bin: bin}
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			tb.Fatalf("free port: %v", err)
+		}
+		s.Port = port
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		s.args = append([]string{
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--dir", s.Dir, "--save", "", "--appendonly", "no",
+			"--enable-debug-command", "local", "--protected-mode", "yes",
+			"--logfile", filepath.Join(s.Dir, "redis.log"),
+		}, extra...)
+		if lastErr = s.start(); lastErr == nil {
+			tb.Cleanup(s.Kill)
+			return s
+		}
+	}
+	tb.Fatalf("redis-server did not start: %v", lastErr)
+	return nil
+}
+
+func (s *Server) start() error {
+	cmd := exec.Command(s.bin, s.args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("exited early: %v; log: %s", err, s.logTail())
+		default:
+		}
+		if c, err := redis.Dial("tcp", s.Addr, redis.DialConnectTimeout(200*time.Millisecond)); err == nil {
+			_, perr := c.Do("PING")
+			c.Close()
+			if perr == nil {
+				s.pid, s.done = cmd.Process.Pid, exited
+				return nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+	return fmt.Errorf("no PING reply within 10s; log: %s", s.logTail())
+}
+
+func (s *Server) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Pid returns the pid of the running redis-server process.
+func (s *Server) Pid() int { return s.pid }
+
+// Kill stops the server with SIGKILL and waits for it; a no-op when it is
+// not running.
+func (s *Server) Kill() {
+	if s.done == nil {
+		return
+	}
+	_ = syscall.Kill(s.pid, syscall.SIGKILL)
+	<-s.done
+	s.done = nil
+}
+
+// Signal sends sig to the server process (e.g. SIGSTOP, SIGCONT).
+func (s *Server) Signal(sig syscall.Signal) error { return syscall.Kill(s.pid, sig) }
+
+// Restart kills the server and starts it again on the same port with the
+// same arguments and directory.
+func (s *Server) Restart() {
+	s.tb.Helper()
+	s.Kill()
+	var err error
+	for i := 0; i < 50; i++ { // the port may linger briefly
+		if err = s.start(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	s.tb.Fatalf("restart redis-server: %v", err)
+}
+
+// Pool returns a redigo pool for the server, closed when the test ends.
+func (s *Server) Pool(tb testing.TB, opts ...redis.DialOption) *redis.Pool {
+	p := &redis.Pool{
+		MaxIdle: 64,
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialContext(ctx, "tcp", s.Addr, append([]redis.DialOption{redis.DialConnectTimeout(2 * time.Second)}, opts...)...)
+		},
+	}
+	tb.Cleanup(func() { p.Close() })
+	return p
+}
+
+// Do runs one command on a fresh connection, failing the test on error.
+func (s *Server) Do(tb testing.TB, cmd string, args ...interface{}) interface{} {
+	tb.Helper()
+	c, err := redis.Dial("tcp", s.Addr)
+	if err != nil {
+		tb.Fatalf("dial %s: %v", s.Addr, err)
+	}
+	defer c.Close()
+	v, err := c.Do(cmd, args...)
+	if err != nil {
+		tb.Fatalf("%s: %v", cmd, err)
+	}
+	return v
+}

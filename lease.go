@@ -1,0 +1,288 @@
+package redsem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// Lease is one held token of a Semaphore. It is immutable but for its
+// deadline, and safe for concurrent use.
+//
+// A lease ends when it is released, when its local deadline passes without a
+// refresh, or when Refresh learns that Redis no longer records it. Done is
+// closed then and Err says why. The local deadline is computed from Redis
+// TIME and this process's monotonic clock so that it never falls after the
+// deadline Redis enforces (less a margin of 1% of the TTL plus 2ms); a
+// holder that checks Valid or Done before acting never acts after its token
+// could have been handed to someone else, unless its machine was suspended
+// (the monotonic clock stops in suspend).
+type Lease struct {
+	sem   *Semaphore
+	acqID string
+	token string
+	fence int64
+
+	ctx    context.Context
+	end    context.CancelCauseFunc
+	stop   context.CancelFunc // stops auto-refresh
+	stopCh <-chan struct{}
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	ttl      time.Duration
+	deadline time.Time
+	timer    *time.Timer
+	final    error // set once Release or Refresh learnt the lease is over
+
+	relMu sync.Mutex // serialises Release
+}
+
+func (s *Semaphore) newLease(acq string, r acquireReply, sentUs int64) *Lease {
+	l := &Lease{sem: s, acqID: acq, token: r.token, fence: r.fence, ttl: s.cfg.ttl}
+	l.ctx, l.end = context.WithCancelCause(context.Background())
+	stopCtx, stop := context.WithCancel(context.Background())
+	l.stop, l.stopCh = stop, stopCtx.Done()
+	l.deadline = s.clock.localDeadline(r.deadlineMs, s.cfg.ttl, sentUs)
+	l.timer = time.AfterFunc(time.Until(l.deadline), func() { l.end(ErrLeaseExpired) })
+	if s.cfg.autoRefresh {
+		l.wg.Add(1)
+		go l.autoRefresh(stopCtx)
+	}
+	return l
+}
+
+// Token returns the token this lease holds, e.g. "3f2a9c0d41be:2". The part
+// after the colon is the slot, 1 to Size.
+func (l *Lease) Token() string {
+	if l == nil {
+		return ""
+	}
+	return l.token
+}
+
+// Fence returns the fencing token of this acquisition: strictly greater than
+// the fence of every earlier acquisition of the semaphore. Pass it with every
+// write to the resource the semaphore guards, and have the resource refuse a
+// fence lower than one it has seen: that keeps a holder that stalled past its
+// lease from writing after its successor. Fences are Redis TIME in
+// microseconds, or one more than the last fence if that is larger, so they
+// keep increasing across a Redis restart that lost the data, as long as the
+// server's clock does not go back.
+func (l *Lease) Fence() int64 {
+	if l == nil {
+		return 0
+	}
+	return l.fence
+}
+
+// Deadline returns the local time after which the lease must be considered
+// lost unless refreshed.
+func (l *Lease) Deadline() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// Valid reports whether the lease is still held: not released, not lost, and
+// its deadline not passed. It reads the clock itself instead of trusting a
+// timer that may not have fired yet after the process was stopped.
+func (l *Lease) Valid() bool {
+	if l == nil || l.ctx.Err() != nil {
+		return false
+	}
+	return time.Now().Before(l.Deadline())
+}
+
+// Done returns a channel that is closed when the lease ends: released,
+// expired, or found lost.
+func (l *Lease) Done() <-chan struct{} {
+	if l == nil {
+		return closedCh
+	}
+	return l.ctx.Done()
+}
+
+var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Err returns nil while the lease is held, and afterwards why it ended:
+// ErrReleased, ErrLeaseExpired or ErrLeaseLost.
+func (l *Lease) Err() error {
+	if l == nil {
+		return ErrLeaseLost
+	}
+	if l.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(l.ctx)
+}
+
+// Context returns a context that is cancelled when the lease ends;
+// context.Cause reports why. Derive the work's context from it, or use
+// context.AfterFunc to tie it to one of your own.
+func (l *Lease) Context() context.Context {
+	if l == nil {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(ErrLeaseLost)
+		return ctx
+	}
+	return l.ctx
+}
+
+// Release gives the token back. It succeeds only while Redis still records
+// this lease, and it never pushes a second copy of the token: releasing
+// twice returns ErrReleased, releasing after the lease expired and its token
+// was reclaimed returns ErrLeaseLost. A lease that expired but was not yet
+// reclaimed is released normally.
+//
+// Release stops auto-refresh whatever it returns. On a connection error it
+// may or may not have taken effect; calling it again is safe (it then returns
+// nil or ErrLeaseLost), and a lease nobody releases expires after its TTL.
+func (l *Lease) Release(ctx context.Context) error {
+	if l == nil {
+		return ErrLeaseLost
+	}
+	l.stop()
+	l.wg.Wait()
+	l.relMu.Lock()
+	defer l.relMu.Unlock()
+	if err := l.finalErr(); err != nil {
+		return err
+	}
+	s := l.sem
+	conn, err := s.pool.GetContext(ctx)
+	if err != nil {
+		return fmt.Errorf("redsem: release %q: %w", printable(s.name), err)
+	}
+	defer conn.Close()
+	ok, err := redis.Bool(releaseScript.DoContext(ctx, conn, append(s.k.all(4), l.token, l.acqID)...))
+	if err != nil {
+		return s.scriptError("release", err)
+	}
+	if !ok {
+		return l.lost()
+	}
+	l.finish(ErrReleased)
+	return nil
+}
+
+// Refresh extends the lease to ttl from now (Redis time). It fails with
+// ErrLeaseLost once Redis no longer records the lease, with ErrLeaseExpired
+// once the local deadline has passed, and with ErrReleased after Release; it
+// never brings back a lease that expired (FM-09).
+func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
+	if l == nil {
+		return ErrLeaseLost
+	}
+	if err := checkTTL(ttl); err != nil {
+		return err
+	}
+	if err := l.finalErr(); err != nil {
+		return err
+	}
+	if l.ctx.Err() != nil {
+		return context.Cause(l.ctx)
+	}
+	s := l.sem
+	conn, err := s.pool.GetContext(ctx)
+	if err != nil {
+		return fmt.Errorf("redsem: refresh %q: %w", printable(s.name), err)
+	}
+	defer conn.Close()
+	sent := monoNow()
+	vals, err := redis.Int64s(refreshScript.DoContext(ctx, conn, append(s.k.all(4), l.token, l.acqID, ttl.Milliseconds())...))
+	if err != nil {
+		return s.scriptError("refresh", err)
+	}
+	s.clock.observe(sent, vals[2])
+	if vals[0] != 1 {
+		return l.lost()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.final != nil || l.ctx.Err() != nil {
+		// Released or expired while the refresh was on the wire.
+		if l.final != nil {
+			return l.final
+		}
+		return context.Cause(l.ctx)
+	}
+	l.ttl = ttl
+	l.deadline = s.clock.localDeadline(vals[1], ttl, sent)
+	l.timer.Reset(time.Until(l.deadline))
+	return nil
+}
+
+func (l *Lease) finalErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.final
+}
+
+func (l *Lease) finish(cause error) {
+	l.mu.Lock()
+	if l.final == nil {
+		l.final = cause
+	}
+	l.timer.Stop()
+	l.mu.Unlock()
+	l.end(cause)
+	l.stop()
+}
+
+func (l *Lease) lost() error {
+	l.finish(ErrLeaseLost)
+	return fmt.Errorf("%w: semaphore %q, token %s", ErrLeaseLost, printable(l.sem.name), l.token)
+}
+
+// autoRefresh refreshes the lease each time a third of its TTL has passed,
+// until stopped or until the lease ends. A failed refresh is retried every
+// tenth of the TTL (at most every second) while the lease lasts.
+func (l *Lease) autoRefresh(stopCtx context.Context) {
+	defer l.wg.Done()
+	for {
+		l.mu.Lock()
+		wait := time.Until(l.deadline) - 2*l.ttl/3
+		ttl := l.ttl
+		l.mu.Unlock()
+		if !sleep(stopCtx, l.ctx, wait) {
+			return
+		}
+		rctx, cancel := context.WithTimeout(stopCtx, ttl/3+time.Second)
+		err := l.Refresh(rctx, ttl)
+		cancel()
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrReleased), errors.Is(err, ErrLeaseExpired):
+			return
+		default:
+			if !sleep(stopCtx, l.ctx, min(ttl/10, time.Second)) {
+				return
+			}
+		}
+	}
+}
+
+// sleep waits d and reports true, or reports false as soon as a or b ends.
+func sleep(a, b context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return a.Err() == nil && b.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-a.Done():
+		return false
+	case <-b.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,106 @@
+-- acquire.lua: the whole of Acquire and TryAcquire on the server.
+-- Runs either alone (the fast path) or right behind a waiter's
+--   BLMOVE tokens <pend> LEFT RIGHT <timeout>
+-- in the same write, so that a token handed to a blocked waiter is leased on
+-- the server before the waiter even reads it.
+--
+-- KEYS: meta, tokens, leases, holders, waits, pend (base.."pend:"..acqID)
+-- ARGV: size, acqID, ttlMs, label, blockMs (0: never wait), graceMs, tombMs
+-- Returns one of
+--   {1, token, fence, deadlineMs, nowUs}  granted
+--   {0, blockMs, nowUs}                   none free: block this long, then call again
+--   {2, 0, nowUs}                         this acquisition was aborted; nothing granted
+-- Errors: REDSEM_ARG, REDSEM_WRONGTYPE, REDSEM_SIZE <stored>, REDSEM_CORRUPT.
+
+local size = tonumber(ARGV[1])
+local acq = ARGV[2]
+local ttl = tonumber(ARGV[3])
+local label = ARGV[4]
+local block = tonumber(ARGV[5])
+local grace = tonumber(ARGV[6])
+local tomb = tonumber(ARGV[7])
+if not size or size < 1 or size > 100000 or size ~= math.floor(size)
+  or #acq < 16 or string.find(acq, '[|:]')
+  or not ttl or ttl < 1 or not block or block < 0 or not grace or grace < 0
+  or not tomb or tomb < 0 then
+  return redis.error_reply('REDSEM_ARG invalid arguments to acquire')
+end
+local err = check_types(5)
+if err then return redis.error_reply(err) end
+err = type_err(KEYS[6], 'list')
+if err then return redis.error_reply(err) end
+
+local now = now_us()
+local now_ms = math.floor(now / 1000)
+
+local msize, epoch, fence
+msize, epoch, fence, err = read_meta()
+if err then return redis.error_reply(err) end
+if msize and msize ~= size then
+  return redis.error_reply('REDSEM_SIZE ' .. msize)
+end
+if not msize then
+  -- First use, or the data was lost: create the semaphore. HSETNX is the
+  -- guard; the script is atomic, so no client ever sees a half-filled list.
+  if redis.call('EXISTS', KEYS[2]) + redis.call('EXISTS', KEYS[3]) + redis.call('EXISTS', KEYS[4]) > 0 then
+    return redis.error_reply('REDSEM_CORRUPT ' .. KEYS[1] .. ' is missing but tokens or leases exist')
+  end
+  epoch = string.sub(acq, 1, 12)
+  fence = now
+  redis.call('HSETNX', KEYS[1], 'size', size)
+  redis.call('HSET', KEYS[1], 'epoch', epoch, 'fence', fmt_int(fence), 'rejected', 0, 'created', now_ms)
+  local batch = {}
+  for i = 1, size do
+    batch[#batch + 1] = epoch .. ':' .. i
+    if #batch == 1000 or i == size then
+      redis.call('RPUSH', KEYS[2], unpack(batch))
+      batch = {}
+    end
+  end
+end
+
+local function grant(tok)
+  local f = math.max(fence + 1, now)
+  local deadline = now_ms + ttl
+  redis.call('ZADD', KEYS[3], deadline, tok)
+  redis.call('HSET', KEYS[1], 'fence', fmt_int(f))
+  redis.call('HSET', KEYS[4], 't:' .. tok, acq .. '|' .. fmt_int(f) .. '|' .. now_ms .. '|' .. label, 'a:' .. acq, tok)
+  return {1, tok, f, deadline, now}
+end
+
+reclaim(now_ms, epoch, size, 100)
+
+if redis.call('ZSCORE', KEYS[5], 'x:' .. acq) then
+  -- Aborted while its BLMOVE was still registered: hand the token back.
+  local toks = redis.call('LRANGE', KEYS[6], 0, 9)
+  redis.call('DEL', KEYS[6])
+  for _, tok in ipairs(toks) do give_back(tok, epoch, size) end
+  return {2, 0, now}
+end
+
+redis.call('ZREM', KEYS[5], 'w:' .. acq)
+-- A token the BLMOVE moved into our pending list, then anything free.
+for _ = 1, 1000 do
+  local tok = redis.call('LPOP', KEYS[6]) or redis.call('LPOP', KEYS[2])
+  if not tok then break end
+  if is_valid(tok, epoch, size) and not redis.call('ZSCORE', KEYS[3], tok) then
+    redis.call('DEL', KEYS[6])
+    return grant(tok)
+  end
+  redis.call('HINCRBY', KEYS[1], 'rejected', 1)
+end
+
+if block == 0 then
+  local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  local retry = 0
+  if first[2] then retry = math.max(tonumber(first[2]) - now_ms, 0) end
+  return {0, retry, now}
+end
+-- Wake no later than the earliest lease deadline, so that a crashed holder's
+-- token is reclaimed by the waiters themselves.
+local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+if first[2] then
+  block = math.min(block, math.max(tonumber(first[2]) - now_ms + 1, 10))
+end
+redis.call('ZADD', KEYS[5], now_ms + block + grace, 'w:' .. acq)
+return {0, block, now}

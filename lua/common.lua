@@ -1,0 +1,112 @@
+-- common.lua: shared prologue, prepended by scripts.go to every script except
+-- status.lua. It defines helpers only; nothing here writes.
+--
+-- Key layout (all keys share one hash tag, so one cluster slot):
+--   KEYS[1] meta     hash  size, epoch, fence, rejected, created
+--   KEYS[2] tokens   list  free tokens; BLMOVE and LPOP take from the left
+--   KEYS[3] leases   zset  token -> lease deadline, ms of Redis TIME
+--   KEYS[4] holders  hash  "t:"..token -> "acqID|fence|grantedMs|label",
+--                          "a:"..acqID -> token
+--   KEYS[5] waits    zset  "w:"..acqID -> when its pending list may be swept,
+--                          "x:"..acqID -> tombstone of an aborted acquisition
+-- A waiter's pending list is base.."pend:"..acqID, where base is KEYS[1]
+-- without its "meta" suffix: it shares the tag, so it lives in the same slot.
+--
+-- Every script reads and validates before its first write (a script that
+-- fails half way is not rolled back), and every loop is bounded.
+
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function fmt_int(n)
+  return string.format('%.0f', n)
+end
+
+-- type_err returns an error string when key exists with a type other than want.
+local function type_err(key, want)
+  local t = redis.call('TYPE', key)
+  if type(t) == 'table' then t = t['ok'] end
+  if t ~= 'none' and t ~= want then
+    return 'REDSEM_WRONGTYPE ' .. key .. ' holds a ' .. t .. ', want a ' .. want
+  end
+  return nil
+end
+
+local function check_types(n)
+  local want = {'hash', 'list', 'zset', 'hash', 'zset'}
+  for i = 1, n do
+    local e = type_err(KEYS[i], want[i])
+    if e then return e end
+  end
+  return nil
+end
+
+-- read_meta returns size, epoch, fence (nil when the semaphore does not exist)
+-- or nil, nil, nil, err when meta is unusable.
+local function read_meta()
+  local m = redis.call('HMGET', KEYS[1], 'size', 'epoch', 'fence')
+  if not m[1] and not m[2] then return nil, nil, nil, nil end
+  local size = tonumber(m[1])
+  local fence = tonumber(m[3])
+  if not size or size < 1 or not m[2] or not fence then
+    return nil, nil, nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is not a redsem meta record'
+  end
+  return size, m[2], fence, nil
+end
+
+-- is_valid reports whether tok is a token of this generation of the semaphore:
+-- "<epoch>:<slot>" with 1 <= slot <= size, written canonically.
+local function is_valid(tok, epoch, size)
+  local e, s = string.match(tok, '^([^:]+):([1-9][0-9]*)$')
+  if e ~= epoch then return false end
+  local n = tonumber(s)
+  return n ~= nil and n <= size
+end
+
+local function owner_of(rec)
+  return string.match(rec, '^([^|]*)|')
+end
+
+-- base is the common prefix of this semaphore's keys, e.g. "redsem:{name}:".
+local function base()
+  return string.sub(KEYS[1], 1, #KEYS[1] - 4)
+end
+
+-- give_back pushes tok onto the token list if it is valid and not leased;
+-- anything else is dropped and counted as rejected. Returns 1 when pushed.
+local function give_back(tok, epoch, size)
+  if epoch and is_valid(tok, epoch, size) and not redis.call('ZSCORE', KEYS[3], tok) then
+    redis.call('LPUSH', KEYS[2], tok)
+    return 1
+  end
+  if epoch then redis.call('HINCRBY', KEYS[1], 'rejected', 1) end
+  return 0
+end
+
+-- reclaim returns the tokens of leases that expired before now_ms, at most
+-- limit of them, and the tokens stranded in pending lists whose waiter never
+-- confirmed (see waits). The freeing writes (ZREM, HDEL, DEL) come before the
+-- push, so reclaim still works when Redis is out of memory.
+local function reclaim(now_ms, epoch, size, limit)
+  local n = 0
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_ms, 'LIMIT', 0, limit)
+  for _, tok in ipairs(expired) do
+    redis.call('ZREM', KEYS[3], tok)
+    local rec = redis.call('HGET', KEYS[4], 't:' .. tok)
+    if rec then
+      redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. (owner_of(rec) or ''))
+    end
+    n = n + give_back(tok, epoch, size)
+  end
+  local stale = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms, 'LIMIT', 0, limit)
+  for _, w in ipairs(stale) do
+    local pend = base() .. 'pend:' .. string.sub(w, 3)
+    local toks = redis.call('LRANGE', pend, 0, 9)
+    redis.call('DEL', pend)
+    redis.call('ZREM', KEYS[5], w)
+    for _, tok in ipairs(toks) do n = n + give_back(tok, epoch, size) end
+  end
+  return n
+end

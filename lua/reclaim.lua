@@ -1,0 +1,16 @@
+-- reclaim.lua: return the tokens of expired leases and of pending lists whose
+-- waiter never confirmed. Acquire does the same on every call; this script
+-- lets an operator or a ticker do it without acquiring.
+-- KEYS: meta, tokens, leases, holders, waits
+-- ARGV: limit
+-- Returns the number of tokens put back.
+
+local limit = tonumber(ARGV[1])
+if not limit or limit < 1 then return redis.error_reply('REDSEM_ARG invalid limit') end
+local err = check_types(5)
+if err then return redis.error_reply(err) end
+local size, epoch, _
+size, epoch, _, err = read_meta()
+if err then return redis.error_reply(err) end
+local now_ms = math.floor(now_us() / 1000)
+return reclaim(now_ms, epoch, size, limit)

@@ -1,0 +1,19 @@
+-- refresh.lua: extend a lease that this acquisition still owns and that has
+-- not yet expired. An expired lease is never resurrected (FM-09).
+-- KEYS: meta, tokens, leases, holders
+-- ARGV: token, acqID, ttlMs
+-- Returns {1, deadlineMs, nowUs} when extended, {0, 0, nowUs} when lost.
+
+local tok, acq, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+if not ttl or ttl < 1 then return redis.error_reply('REDSEM_ARG invalid ttl') end
+local err = check_types(4)
+if err then return redis.error_reply(err) end
+local now = now_us()
+local now_ms = math.floor(now / 1000)
+local rec = redis.call('HGET', KEYS[4], 't:' .. tok)
+local score = redis.call('ZSCORE', KEYS[3], tok)
+if not rec or owner_of(rec) ~= acq or not score or tonumber(score) <= now_ms then
+  return {0, 0, now}
+end
+redis.call('ZADD', KEYS[3], 'XX', now_ms + ttl, tok)
+return {1, now_ms + ttl, now}

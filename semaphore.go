@@ -1,0 +1,368 @@
+package redsem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// Pool is where a Semaphore gets its Redis connections. *redis.Pool
+// satisfies it. Connections must support context (redis.ConnWithContext) and
+// timeouts (redis.ConnWithTimeout), as redigo's own connections do.
+type Pool interface {
+	GetContext(ctx context.Context) (redis.Conn, error)
+}
+
+// Semaphore is a counting semaphore of a fixed size shared through Redis: at
+// most Size leases exist at any moment, across every process that uses the
+// same name, prefix and Redis. A Semaphore holds no Redis state of its own
+// and is safe for concurrent use; create one per name and share it.
+type Semaphore struct {
+	pool  Pool
+	block Pool
+	name  string
+	size  int
+	cfg   config
+	k     keys
+	clock serverClock
+	// maxBlock caps one blocking wait (ns). It starts at maxBlock and shrinks
+	// when the connection's read timeout turns out to be shorter.
+	maxBlock atomic.Int64
+}
+
+// NewSemaphore returns the semaphore called name with size tokens. It checks
+// its arguments and does no I/O: the first Acquire by any client creates the
+// semaphore in Redis, atomically. A client whose size differs from the size
+// stored in Redis gets a *SizeMismatchError (ErrSizeMismatch) from Acquire and
+// TryAcquire, and nothing changes.
+//
+// name may hold any bytes (it is encoded before it goes into a key); it must
+// not be empty or longer than MaxNameLen. size must be between 1 and MaxSize.
+func NewSemaphore(pool Pool, name string, size int, opts ...Option) (*Semaphore, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: nil pool", ErrInvalidOption)
+	}
+	if p, ok := pool.(*redis.Pool); ok && p == nil {
+		return nil, fmt.Errorf("%w: nil pool", ErrInvalidOption)
+	}
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	if size < 1 || size > MaxSize {
+		return nil, fmt.Errorf("%w: %d is not between 1 and %d", ErrInvalidSize, size, MaxSize)
+	}
+	cfg, err := buildConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	s := &Semaphore{pool: pool, block: pool, name: name, size: size, cfg: cfg, k: newKeys(cfg.prefix, name)}
+	if cfg.blockPool != nil {
+		s.block = cfg.blockPool
+	}
+	s.maxBlock.Store(int64(maxBlock))
+	return s, nil
+}
+
+// Name returns the semaphore's name as given to NewSemaphore.
+func (s *Semaphore) Name() string { return s.name }
+
+// Size returns the number of tokens.
+func (s *Semaphore) Size() int { return s.size }
+
+// TTL returns the lease TTL new leases get.
+func (s *Semaphore) TTL() time.Duration { return s.cfg.ttl }
+
+// Acquire blocks until a token is free and returns a lease on it, or until
+// ctx ends. Waiters are served in the order they started waiting (Redis
+// serves blocked clients first come, first served), and they sleep in Redis
+// (BLMOVE) rather than poll. An uncontended Acquire is one round trip.
+//
+// When ctx ends first, Acquire returns an error for which errors.Is(err,
+// ctx.Err()) holds, and no token is lost: a token Redis handed over in the
+// meantime is given back. Other errors: *SizeMismatchError, ErrWrongType,
+// ErrCorrupt, or a connection error.
+func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
+	return s.acquire(ctx, true)
+}
+
+// TryAcquire returns a lease if a token is free now, and ErrNoToken if none
+// is. It never waits for a token; it is one round trip.
+func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
+	return s.acquire(ctx, false)
+}
+
+// acquireReply is a decoded reply of acquire.lua or abort.lua.
+type acquireReply struct {
+	code       int64 // 1 granted, 0 none free, 2 aborted, 3 released
+	token      string
+	fence      int64
+	deadlineMs int64
+	blockMs    int64
+	nowUs      int64
+}
+
+func parseAcquireReply(v interface{}, err error) (acquireReply, error) {
+	vals, err := redis.Values(v, err)
+	if err != nil {
+		return acquireReply{}, err
+	}
+	var r acquireReply
+	if len(vals) == 5 {
+		_, err = redis.Scan(vals, &r.code, &r.token, &r.fence, &r.deadlineMs, &r.nowUs)
+	} else if len(vals) == 3 {
+		_, err = redis.Scan(vals, &r.code, &r.blockMs, &r.nowUs)
+	} else {
+		err = fmt.Errorf("unexpected reply %v", vals)
+	}
+	return r, err
+}
+
+func (s *Semaphore) acquireArgs(acq string, blockMs int64) []interface{} {
+	return append(s.k.all(5), s.k.pend(acq),
+		s.size, acq, s.cfg.ttl.Milliseconds(), s.cfg.label, blockMs,
+		s.cfg.grace.Milliseconds(), s.tombMs())
+}
+
+// tombMs is how long an aborted acquisition's tombstone lives: longer than
+// any BLMOVE of it can still be registered in Redis.
+func (s *Semaphore) tombMs() int64 {
+	return (maxBlock + blockSlack + s.cfg.grace).Milliseconds()
+}
+
+// blockFor is how long the next BLMOVE may block: at most maxBlock and at
+// most what is left of ctx.
+func (s *Semaphore) blockFor(ctx context.Context) int64 {
+	d := time.Duration(s.maxBlock.Load())
+	if dl, ok := ctx.Deadline(); ok {
+		if rem := time.Until(dl); rem < d {
+			d = rem
+		}
+	}
+	if d < minBlock {
+		d = minBlock
+	}
+	return d.Milliseconds()
+}
+
+// maxBrokenWaits bounds how many times in a row Acquire starts over after its
+// blocked connection broke before it gives up and returns the error.
+const maxBrokenWaits = 5
+
+func (s *Semaphore) acquire(ctx context.Context, wait bool) (*Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, s.ctxError(err)
+	}
+	pool := s.pool
+	if wait {
+		pool = s.block
+	}
+	broken := 0
+	for {
+		conn, err := pool.GetContext(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, s.ctxError(ctx.Err())
+			}
+			return nil, fmt.Errorf("redsem: acquire %q: %w", printable(s.name), err)
+		}
+		l, err := s.acquireOn(ctx, conn, wait)
+		conn.Close()
+		var be *brokenWait
+		if !errors.As(err, &be) {
+			return l, err
+		}
+		if broken++; broken >= maxBrokenWaits {
+			return nil, fmt.Errorf("redsem: acquire %q: %w", printable(s.name), be.err)
+		}
+	}
+}
+
+// brokenWait reports that the blocked connection broke while ctx was still
+// live and the acquisition was settled without a grant: start over.
+type brokenWait struct{ err error }
+
+func (e *brokenWait) Error() string { return e.err.Error() }
+
+// acquireOn runs one acquisition on conn: the fast path, then blocking waits
+// until a grant, ctx's end, or a broken connection.
+func (s *Semaphore) acquireOn(ctx context.Context, conn redis.Conn, wait bool) (*Lease, error) {
+	acq := newAcqID()
+	var block int64
+	if wait {
+		block = s.blockFor(ctx)
+	}
+	sent := monoNow()
+	r, err := parseAcquireReply(acquireScript.DoContext(ctx, conn, s.acquireArgs(acq, block)...))
+	var blockLeft time.Duration
+	for {
+		if err != nil {
+			if r, err = s.failedAcquire(ctx, acq, err, blockLeft); err != nil {
+				return nil, err
+			}
+		}
+		s.clock.observe(sent, r.nowUs)
+		switch r.code {
+		case 1:
+			l := s.newLease(acq, r, sent)
+			if l.Valid() {
+				return l, nil
+			}
+			// The grant is older than our view of its lease allows (this
+			// process was frozen while Redis handed it the token): never use
+			// it. Give it back if it is still ours, and wait again.
+			_ = l.Release(context.WithoutCancel(ctx))
+			acq = newAcqID()
+		case 2, 3:
+			acq = newAcqID()
+		case 0:
+			if !wait {
+				return nil, fmt.Errorf("%w: semaphore %q", ErrNoToken, printable(s.name))
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, s.ctxError(err)
+		}
+		sent = monoNow()
+		if r.code != 0 {
+			blockLeft = 0
+			r, err = parseAcquireReply(acquireScript.DoContext(ctx, conn, s.acquireArgs(acq, s.blockFor(ctx))...))
+			continue
+		}
+		used, started := time.Duration(r.blockMs)*time.Millisecond, time.Now()
+		r, err = s.blockOnce(ctx, conn, acq, r.blockMs)
+		blockLeft = used - time.Since(started)
+	}
+}
+
+// blockOnce writes BLMOVE and acquire.lua in one write: when a token reaches
+// this waiter, Redis runs the script right behind the BLMOVE and the lease is
+// recorded before the client reads a byte (see DESIGN-NOTES). Returns the
+// script's reply.
+func (s *Semaphore) blockOnce(ctx context.Context, conn redis.Conn, acq string, blockMs int64) (acquireReply, error) {
+	next := s.blockFor(ctx)
+	args := s.acquireArgs(acq, next)
+	secs := strconv.FormatFloat(float64(blockMs)/1000, 'f', 3, 64)
+	if err := conn.Send("BLMOVE", s.k.tokens, s.k.pend(acq), "LEFT", "RIGHT", secs); err != nil {
+		return acquireReply{}, err
+	}
+	if err := acquireScript.SendHash(conn, args...); err != nil {
+		return acquireReply{}, err
+	}
+	if err := conn.Flush(); err != nil {
+		return acquireReply{}, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Duration(blockMs)*time.Millisecond+blockSlack)
+	defer cancel()
+	_, moveErr := redis.ReceiveContext(conn, rctx)
+	if moveErr != nil && !isRedisError(moveErr) {
+		return acquireReply{}, moveErr
+	}
+	v, err := redis.ReceiveContext(conn, rctx)
+	if re, ok := err.(redis.Error); ok && len(re) >= 8 && string(re[:8]) == "NOSCRIPT" {
+		v, err = acquireScript.DoContext(ctx, conn, args...)
+	}
+	if moveErr != nil {
+		return acquireReply{}, &scriptErr{s.scriptError("acquire", moveErr)}
+	}
+	return parseAcquireReply(v, err)
+}
+
+// failedAcquire settles an acquisition whose reply was not read: the script
+// may have run and leased a token, or a BLMOVE may still be registered. With
+// ctx ended the token goes back and ctx's error is returned. Otherwise a lease
+// that was granted is kept (the grant is returned), and without one a
+// *brokenWait tells acquire to start over on a fresh connection.
+func (s *Semaphore) failedAcquire(ctx context.Context, acq string, err error, blockLeft time.Duration) (acquireReply, error) {
+	if isRedisError(err) {
+		return acquireReply{}, s.scriptError("acquire", err)
+	}
+	var se *scriptErr
+	if errors.As(err, &se) {
+		return acquireReply{}, se.err
+	}
+	if ctx.Err() != nil {
+		_, _ = s.abort(ctx, acq, "release")
+		return acquireReply{}, s.ctxError(ctx.Err())
+	}
+	r, aerr := s.abort(ctx, acq, "resolve")
+	if aerr != nil {
+		return acquireReply{}, fmt.Errorf("redsem: acquire %q: %w (settling it failed too: %v)", printable(s.name), err, aerr)
+	}
+	if r.code == 1 {
+		return r, nil
+	}
+	if blockLeft > time.Second {
+		// The read deadline came well before the BLMOVE's own timeout: the
+		// connection's read timeout is shorter than our block. Block less.
+		if cur := time.Duration(s.maxBlock.Load()); cur > time.Second {
+			s.maxBlock.Store(int64(cur / 2))
+		}
+	}
+	return acquireReply{}, &brokenWait{err}
+}
+
+// scriptErr carries an error already mapped by scriptError.
+type scriptErr struct{ err error }
+
+func (e *scriptErr) Error() string { return e.err.Error() }
+
+// abort runs abort.lua on a fresh connection with a bounded context that
+// survives the caller's cancellation.
+func (s *Semaphore) abort(ctx context.Context, acq, mode string) (acquireReply, error) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	conn, err := s.pool.GetContext(actx)
+	if err != nil {
+		return acquireReply{}, err
+	}
+	defer conn.Close()
+	sent := monoNow()
+	args := append(s.k.all(5), s.k.pend(acq), acq, mode, s.tombMs())
+	r, err := parseAcquireReply(abortScript.DoContext(actx, conn, args...))
+	if err == nil {
+		s.clock.observe(sent, r.nowUs)
+	}
+	return r, err
+}
+
+func (s *Semaphore) ctxError(err error) error {
+	return fmt.Errorf("redsem: acquire %q: %w", printable(s.name), err)
+}
+
+// Reclaim gives back the tokens of every expired lease and of pending lists
+// whose waiter never confirmed, and returns how many tokens it put back.
+// Every Acquire does the same, and blocked waiters wake for it at the
+// earliest lease deadline, so calling Reclaim is never required.
+func (s *Semaphore) Reclaim(ctx context.Context) (int, error) {
+	conn, err := s.pool.GetContext(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("redsem: reclaim %q: %w", printable(s.name), err)
+	}
+	defer conn.Close()
+	n, err := redis.Int(reclaimScript.DoContext(ctx, conn, append(s.k.all(5), 1000)...))
+	if err != nil {
+		return 0, s.scriptError("reclaim", err)
+	}
+	return n, nil
+}
+
+// Delete removes every key of the semaphore. Holders find out on their next
+// Refresh or Release (ErrLeaseLost); the next Acquire creates the semaphore
+// afresh, with a new epoch, so no token of the old one is ever accepted.
+// Blocked waiters keep waiting and are served by the new semaphore.
+func (s *Semaphore) Delete(ctx context.Context) error {
+	conn, err := s.pool.GetContext(ctx)
+	if err != nil {
+		return fmt.Errorf("redsem: delete %q: %w", printable(s.name), err)
+	}
+	defer conn.Close()
+	if _, err := deleteScript.DoContext(ctx, conn, s.k.all(5)...); err != nil {
+		return s.scriptError("delete", err)
+	}
+	return nil
+}

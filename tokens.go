@@ -1,0 +1,155 @@
+package redsem
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// Tokens are "<epoch>:<slot>", slot 1..size. The epoch is 12 hex digits drawn
+// at random by the client that created the semaphore; a semaphore created
+// again (after Delete, or after Redis lost its data) gets a new epoch, so a
+// token of an older generation is recognised and dropped, as is any string a
+// rogue client pushes onto the list (FM-22). A token is granted only while no
+// lease holds it, so a duplicate can never make an (N+1)-th holder.
+//
+// Every acquisition carries a random 128-bit id, chosen by the client before
+// its first command. The lease is recorded under it, Release and Refresh are
+// checked against it, and an acquisition whose reply was lost is settled by it.
+
+func newAcqID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("redsem: crypto/rand failed: " + err.Error())
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// Status is a consistent snapshot of a semaphore, read in one script.
+type Status struct {
+	Name   string
+	Exists bool // false until the first Acquire creates the semaphore
+	Size   int  // as stored in Redis; 0 when it does not exist
+	Epoch  string
+	// Available counts the valid tokens free now.
+	Available int
+	// Holders lists the leases, in the order they were granted.
+	Holders []Holder
+	// Waiting counts the acquisitions blocked in Redis right now.
+	Waiting int
+	// Stray counts list elements that are not valid free tokens (forged,
+	// duplicated or of an older epoch); they are dropped when popped.
+	Stray int
+	// Rejected counts the stray tokens dropped so far.
+	Rejected int64
+	// ServerTime is Redis TIME when the snapshot was taken.
+	ServerTime time.Time
+}
+
+// Holder is one lease as recorded in Redis. Times are Redis server time.
+type Holder struct {
+	Token    string
+	Fence    int64
+	Label    string
+	Acquired time.Time
+	Deadline time.Time
+	// Expired is true when the deadline has passed but no client has
+	// reclaimed the token yet.
+	Expired bool
+}
+
+// Status reads a snapshot of the semaphore.
+func (s *Semaphore) Status(ctx context.Context) (Status, error) {
+	conn, err := s.pool.GetContext(ctx)
+	if err != nil {
+		return Status{}, fmt.Errorf("redsem: status %q: %w", printable(s.name), err)
+	}
+	defer conn.Close()
+	vals, err := redis.Values(statusScript.DoContext(ctx, conn, s.k.all(5)...))
+	if err != nil {
+		return Status{}, s.scriptError("status", err)
+	}
+	st, err := parseStatus(vals)
+	if err != nil {
+		return Status{}, fmt.Errorf("redsem: status %q: %w", printable(s.name), err)
+	}
+	st.Name = s.name
+	return st, nil
+}
+
+func parseStatus(vals []interface{}) (Status, error) {
+	var (
+		st      Status
+		nowUs   int64
+		meta    []string
+		toks    []string
+		leases  []string
+		holders []string
+		waiting int
+	)
+	if _, err := redis.Scan(vals, &nowUs, &meta, &toks, &leases, &holders, &waiting); err != nil {
+		return st, err
+	}
+	st.ServerTime = time.UnixMicro(nowUs)
+	st.Waiting = waiting
+	m := pairs(meta)
+	if len(m) > 0 {
+		st.Exists = true
+		st.Size, _ = strconv.Atoi(m["size"])
+		st.Epoch = m["epoch"]
+		st.Rejected, _ = strconv.ParseInt(m["rejected"], 10, 64)
+	}
+	deadlines := map[string]int64{}
+	for i := 0; i+1 < len(leases); i += 2 {
+		d, _ := strconv.ParseFloat(leases[i+1], 64)
+		deadlines[leases[i]] = int64(d)
+	}
+	h := pairs(holders)
+	for tok, dl := range deadlines {
+		rec := strings.SplitN(h["t:"+tok], "|", 4)
+		hd := Holder{Token: tok, Deadline: time.UnixMilli(dl), Expired: dl <= nowUs/1000}
+		if len(rec) == 4 {
+			hd.Fence, _ = strconv.ParseInt(rec[1], 10, 64)
+			ms, _ := strconv.ParseInt(rec[2], 10, 64)
+			hd.Acquired = time.UnixMilli(ms)
+			hd.Label = rec[3]
+		}
+		st.Holders = append(st.Holders, hd)
+	}
+	sort.Slice(st.Holders, func(i, j int) bool { return st.Holders[i].Fence < st.Holders[j].Fence })
+	seen := map[string]bool{}
+	for _, tok := range toks {
+		if st.Exists && validToken(tok, st.Epoch, st.Size) && !seen[tok] && deadlines[tok] == 0 {
+			seen[tok] = true
+			st.Available++
+			continue
+		}
+		st.Stray++
+	}
+	return st, nil
+}
+
+// validToken mirrors is_valid in lua/common.lua.
+func validToken(tok, epoch string, size int) bool {
+	e, slot, ok := strings.Cut(tok, ":")
+	if !ok || e != epoch || slot == "" || slot[0] == '0' {
+		return false
+	}
+	n, err := strconv.Atoi(slot)
+	return err == nil && n >= 1 && n <= size && strconv.Itoa(n) == slot
+}
+
+func pairs(flat []string) map[string]string {
+	m := make(map[string]string, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		m[flat[i]] = flat[i+1]
+	}
+	return m
+}
