@@ -1,0 +1,79 @@
+package redsem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+var (
+	// ErrEvictingServer is returned by CheckServer when Redis may evict keys
+	// without a TTL (maxmemory-policy allkeys-*): it could silently delete a
+	// semaphore's keys under memory pressure and break its guarantees.
+	ErrEvictingServer = errors.New("redsem: redis may evict semaphore keys")
+
+	// ErrServerTooOld is returned by CheckServer for Redis older than 6.2,
+	// which lacks BLMOVE.
+	ErrServerTooOld = errors.New("redsem: redis is older than 6.2")
+)
+
+// CheckServer reads INFO from the server behind pool and reports settings
+// under which redsem cannot keep its promises: a version older than 6.2
+// (ErrServerTooOld) or a maxmemory-policy that may evict keys without a TTL
+// (ErrEvictingServer; noeviction and the volatile-* policies are fine, since
+// redsem's keys never have a TTL). Call it once at startup. It returns nil
+// when the server does not let this user run INFO, as it cannot tell then.
+func CheckServer(ctx context.Context, pool Pool) error {
+	conn, err := pool.GetContext(ctx)
+	if err != nil {
+		return fmt.Errorf("redsem: check server: %w", err)
+	}
+	defer conn.Close()
+	info, err := redis.String(redis.DoContext(conn, ctx, "INFO", "server"))
+	if err != nil {
+		if isRedisError(err) && strings.Contains(err.Error(), "NOPERM") {
+			return nil
+		}
+		return fmt.Errorf("redsem: check server: %w", err)
+	}
+	if v := infoField(info, "redis_version"); v != "" && versionBelow(v, 6, 2) {
+		return fmt.Errorf("%w: version %s", ErrServerTooOld, v)
+	}
+	mem, err := redis.String(redis.DoContext(conn, ctx, "INFO", "memory"))
+	if err != nil {
+		if isRedisError(err) {
+			return nil
+		}
+		return fmt.Errorf("redsem: check server: %w", err)
+	}
+	if p := infoField(mem, "maxmemory_policy"); strings.HasPrefix(p, "allkeys-") {
+		return fmt.Errorf("%w: maxmemory-policy is %s; use noeviction (or a volatile-* policy) for the semaphore's database", ErrEvictingServer, p)
+	}
+	return nil
+}
+
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func versionBelow(v string, major, minor int) bool {
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma < major || (ma == major && mi < minor)
+}
