@@ -117,3 +117,5 @@ func init() {
 	// Tests must never pick up a developer's REDIS_URL or a Redis on 6379.
 	os.Unsetenv("REDIS_URL")
 }
+
+func miniredisT(t *testing.T) *miniredis.Miniredis { return miniredis.RunT(t) }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/redsem/redsem/internal/failpoint"
 )
 
 // Lease is one held token of a Semaphore. It is immutable but for its
@@ -162,6 +164,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		return fmt.Errorf("redsem: release %q: %w", printable(s.name), err)
 	}
 	defer conn.Close()
+	failpoint.Hit("release.sent")
 	ok, err := redis.Bool(releaseScript.DoContext(ctx, conn, append(s.k.all(4), l.token, l.acqID)...))
 	if err != nil {
 		return s.scriptError("release", err)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/redsem/redsem/internal/failpoint"
 )
 
 // Pool is where a Semaphore gets its Redis connections. *redis.Pool
@@ -165,8 +167,8 @@ func (s *Semaphore) acquire(ctx context.Context, wait bool) (*Lease, error) {
 	for {
 		conn, err := pool.GetContext(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, s.ctxError(ctx.Err())
+			if err := ctxErr(ctx); err != nil {
+				return nil, s.ctxError(err)
 			}
 			return nil, fmt.Errorf("redsem: acquire %q: %w", printable(s.name), err)
 		}
@@ -197,6 +199,7 @@ func (s *Semaphore) acquireOn(ctx context.Context, conn redis.Conn, wait bool) (
 		block = s.blockFor(ctx)
 	}
 	sent := monoNow()
+	failpoint.Hit("acquire.sent")
 	r, err := parseAcquireReply(acquireScript.DoContext(ctx, conn, s.acquireArgs(acq, block)...))
 	var blockLeft time.Duration
 	for {
@@ -208,6 +211,7 @@ func (s *Semaphore) acquireOn(ctx context.Context, conn redis.Conn, wait bool) (
 		s.clock.observe(sent, r.nowUs)
 		switch r.code {
 		case 1:
+			failpoint.Hit("acquire.granted")
 			l := s.newLease(acq, r, sent)
 			if l.Valid() {
 				return l, nil
@@ -224,7 +228,7 @@ func (s *Semaphore) acquireOn(ctx context.Context, conn redis.Conn, wait bool) (
 				return nil, fmt.Errorf("%w: semaphore %q", ErrNoToken, printable(s.name))
 			}
 		}
-		if err := ctx.Err(); err != nil {
+		if err := ctxErr(ctx); err != nil {
 			return nil, s.ctxError(err)
 		}
 		sent = monoNow()
@@ -250,17 +254,24 @@ func (s *Semaphore) blockOnce(ctx context.Context, conn redis.Conn, acq string, 
 	if err := conn.Send("BLMOVE", s.k.tokens, s.k.pend(acq), "LEFT", "RIGHT", secs); err != nil {
 		return acquireReply{}, err
 	}
-	if err := acquireScript.SendHash(conn, args...); err != nil {
-		return acquireReply{}, err
+	skip := failpoint.Hit("wait.script")
+	if !skip {
+		if err := acquireScript.SendHash(conn, args...); err != nil {
+			return acquireReply{}, err
+		}
 	}
 	if err := conn.Flush(); err != nil {
 		return acquireReply{}, err
 	}
+	failpoint.Hit("wait.sent")
 	rctx, cancel := context.WithTimeout(ctx, time.Duration(blockMs)*time.Millisecond+blockSlack)
 	defer cancel()
 	_, moveErr := redis.ReceiveContext(conn, rctx)
 	if moveErr != nil && !isRedisError(moveErr) {
 		return acquireReply{}, moveErr
+	}
+	if skip {
+		return acquireReply{}, errSkipped
 	}
 	v, err := redis.ReceiveContext(conn, rctx)
 	if re, ok := err.(redis.Error); ok && len(re) >= 8 && string(re[:8]) == "NOSCRIPT" {
@@ -285,9 +296,9 @@ func (s *Semaphore) failedAcquire(ctx context.Context, acq string, err error, bl
 	if errors.As(err, &se) {
 		return acquireReply{}, se.err
 	}
-	if ctx.Err() != nil {
+	if cerr := ctxErr(ctx); cerr != nil {
 		_, _ = s.abort(ctx, acq, "release")
-		return acquireReply{}, s.ctxError(ctx.Err())
+		return acquireReply{}, s.ctxError(cerr)
 	}
 	r, aerr := s.abort(ctx, acq, "resolve")
 	if aerr != nil {
@@ -305,6 +316,9 @@ func (s *Semaphore) failedAcquire(ctx context.Context, acq string, err error, bl
 	}
 	return acquireReply{}, &brokenWait{err}
 }
+
+// errSkipped is what a wait whose script a failpoint skipped reports.
+var errSkipped = errors.New("redsem: failpoint skipped the lease script")
 
 // scriptErr carries an error already mapped by scriptError.
 type scriptErr struct{ err error }
@@ -328,6 +342,19 @@ func (s *Semaphore) abort(ctx context.Context, acq, mode string) (acquireReply, 
 		s.clock.observe(sent, r.nowUs)
 	}
 	return r, err
+}
+
+// ctxErr is ctx.Err(), or context.DeadlineExceeded once the deadline has
+// passed even if ctx's timer has not fired yet (a dial or read with the same
+// deadline can fail first).
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 func (s *Semaphore) ctxError(err error) error {

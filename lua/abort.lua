@@ -9,8 +9,8 @@
 -- BLMOVE of this acquisition that is still registered from ever leasing, and
 -- it returns {0, 0, nowUs}.
 
-local acq, mode, tomb = ARGV[1], ARGV[2], tonumber(ARGV[3])
-if not tomb or tomb < 0 or (mode ~= 'release' and mode ~= 'resolve') then
+local acq, mode, tomb = ARGV[1], ARGV[2], int_arg(ARGV[3], 0, 1e9)
+if not tomb or (mode ~= 'release' and mode ~= 'resolve') then
   return redis.error_reply('REDSEM_ARG invalid arguments to abort')
 end
 local err = check_types(5)

@@ -12,17 +12,15 @@
 --   {2, 0, nowUs}                         this acquisition was aborted; nothing granted
 -- Errors: REDSEM_ARG, REDSEM_WRONGTYPE, REDSEM_SIZE <stored>, REDSEM_CORRUPT.
 
-local size = tonumber(ARGV[1])
+local size = int_arg(ARGV[1], 1, 100000)
 local acq = ARGV[2]
-local ttl = tonumber(ARGV[3])
+local ttl = int_arg(ARGV[3], 1, 1e12)
 local label = ARGV[4]
-local block = tonumber(ARGV[5])
-local grace = tonumber(ARGV[6])
-local tomb = tonumber(ARGV[7])
-if not size or size < 1 or size > 100000 or size ~= math.floor(size)
-  or #acq < 16 or string.find(acq, '[|:]')
-  or not ttl or ttl < 1 or not block or block < 0 or not grace or grace < 0
-  or not tomb or tomb < 0 then
+local block = int_arg(ARGV[5], 0, 1e9)
+local grace = int_arg(ARGV[6], 0, 1e9)
+local tomb = int_arg(ARGV[7], 0, 1e9)
+if not size or #acq < 16 or string.find(acq, '[|:]')
+  or not ttl or not block or not grace or not tomb then
   return redis.error_reply('REDSEM_ARG invalid arguments to acquire')
 end
 local err = check_types(5)
@@ -96,11 +94,14 @@ if block == 0 then
   if first[2] then retry = math.max(tonumber(first[2]) - now_ms, 0) end
   return {0, retry, now}
 end
--- Wake no later than the earliest lease deadline, so that a crashed holder's
--- token is reclaimed by the waiters themselves.
-local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-if first[2] then
-  block = math.min(block, math.max(tonumber(first[2]) - now_ms + 1, 10))
+-- Wake no later than the earliest lease deadline and the earliest pending
+-- sweep, so that the tokens of crashed holders and of waiters that died
+-- between move and lease are reclaimed by the waiters themselves.
+for _, key in ipairs({KEYS[3], KEYS[5]}) do
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if first[2] then
+    block = math.min(block, math.max(tonumber(first[2]) - now_ms + 1, 10))
+  end
 end
 redis.call('ZADD', KEYS[5], now_ms + block + grace, 'w:' .. acq)
 return {0, block, now}

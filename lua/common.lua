@@ -20,6 +20,14 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+-- int_arg returns s as a whole number within [lo, hi], or nil (rejecting
+-- "nan", "inf", fractions and anything out of range).
+local function int_arg(s, lo, hi)
+  local n = tonumber(s)
+  if not n or n ~= n or n < lo or n > hi or n ~= math.floor(n) then return nil end
+  return n
+end
+
 local function fmt_int(n)
   return string.format('%.0f', n)
 end

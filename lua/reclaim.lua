@@ -5,8 +5,8 @@
 -- ARGV: limit
 -- Returns the number of tokens put back.
 
-local limit = tonumber(ARGV[1])
-if not limit or limit < 1 then return redis.error_reply('REDSEM_ARG invalid limit') end
+local limit = int_arg(ARGV[1], 1, 100000)
+if not limit then return redis.error_reply('REDSEM_ARG invalid limit') end
 local err = check_types(5)
 if err then return redis.error_reply(err) end
 local size, epoch, _

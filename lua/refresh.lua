@@ -4,8 +4,8 @@
 -- ARGV: token, acqID, ttlMs
 -- Returns {1, deadlineMs, nowUs} when extended, {0, 0, nowUs} when lost.
 
-local tok, acq, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
-if not ttl or ttl < 1 then return redis.error_reply('REDSEM_ARG invalid ttl') end
+local tok, acq, ttl = ARGV[1], ARGV[2], int_arg(ARGV[3], 1, 1e12)
+if not ttl then return redis.error_reply('REDSEM_ARG invalid ttl') end
 local err = check_types(4)
 if err then return redis.error_reply(err) end
 local now = now_us()
