@@ -1,0 +1,74 @@
+// Package redsem provides counting semaphores and mutexes shared through
+// Redis: "at most N of us at once, across all machines".
+//
+// # Model
+//
+// A semaphore of size N is a Redis list of N tokens, created atomically by
+// the first client that uses it. Acquire takes a token and records a lease on
+// it; Release gives the token back. A Mutex is the size-1 case.
+//
+// An uncontended Acquire is one round trip: one Lua script reclaims expired
+// leases, pops a token, records the lease (scored by Redis TIME) and hands
+// out a fence. When no token is free the client blocks in Redis: it writes
+// BLMOVE from the token list into a pending list of its own and, in the same
+// write, the same script. Redis serves blocked clients first come, first
+// served; when a token reaches the waiter, Redis runs the script right behind
+// the move, so the lease exists on the server before the waiter reads a byte.
+// Waiters never poll. A waiter's block is capped at the earliest lease
+// deadline, so the waiters themselves reclaim the tokens of crashed holders:
+// no daemon is needed.
+//
+// # Guarantees
+//
+//   - At most N leases exist at any moment, as long as Redis keeps its data.
+//   - No token is lost. A client killed at any point, a cancelled context or a
+//     dropped connection leaves the semaphore back at N tokens within one TTL
+//     (the lease expires), or within one wait plus the grace (a token moved to
+//     a waiter's pending list whose script never ran).
+//   - Release, Refresh and reclaim run as scripts gated by the acquisition's
+//     id: a double release, or the release of a lease that expired and was
+//     handed on, never adds a token. Refresh never revives an expired lease.
+//   - Leases expire by Redis server time only. A lease's local deadline
+//     (Lease.Deadline, Valid, Done) falls no later than the server's,
+//     computed from the reply's server time and this process's monotonic clock.
+//   - Tokens carry an epoch; forged, stale or duplicated tokens pushed onto
+//     the list are dropped when popped and never make an extra holder.
+//   - Fences (Lease.Fence) strictly increase across the acquisitions of a
+//     semaphore.
+//
+// Leases give efficiency-grade mutual exclusion: a holder that stalls past
+// its lease (GC pause, SIGSTOP) can still act after its successor started.
+// Where that matters, pass Lease.Fence to the guarded resource and have it
+// refuse older fences.
+//
+// What Redis itself cannot promise: with asynchronous replication a failover
+// can lose the last acquisitions (two holders of one token); without
+// persistence a restart loses every lease, and the next Acquire recreates the
+// semaphore with N fresh tokens while old holders may still run until their
+// local deadlines. An allkeys-* maxmemory-policy may evict the keys
+// (CheckServer reports it).
+//
+// # Keys
+//
+// Every key of a semaphore shares the hash tag {<encoded name>}, so it works
+// on Redis Cluster (one slot per semaphore):
+//
+//	<prefix>{<name>}:meta      hash: size, epoch, fence, rejected, created
+//	<prefix>{<name>}:tokens    list: free tokens "<epoch>:<slot>"
+//	<prefix>{<name>}:leases    zset: token -> lease deadline (ms, Redis TIME)
+//	<prefix>{<name>}:holders   hash: t:<token> -> acqID|fence|granted|label, a:<acqID> -> token
+//	<prefix>{<name>}:waits     zset: blocked acquisitions and tombstones
+//	<prefix>{<name>}:pend:<id> list: a blocked waiter's BLMOVE destination
+//
+// The prefix defaults to "redsem:". Names may hold any bytes: bytes other
+// than ASCII letters, digits and "-_.:/@+=," are written as %XX.
+//
+// # Concurrency
+//
+// Semaphore, Mutex and Lease are safe for concurrent use. Every blocked
+// Acquire holds one connection of the pool (or of WithBlockingPool) while it
+// waits: size the pool for your waiters plus the Release and Refresh calls.
+// The pool's read timeout should be 0 or above 12s; with a shorter one,
+// waits are cut into shorter blocks, and every new block loses its place in
+// the queue.
+package redsem
