@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+)
+
+const deleteHelp = `Usage: redsem delete --force [connection flags] NAME
+
+Removes every key of semaphore NAME. Current holders lose their leases at
+their next refresh (a redsem run holder then stops its command and exits 75);
+blocked waiters keep waiting and are served by the semaphore the next acquire
+creates afresh. Use it to change a semaphore's size.
+
+  --force          required: without it, delete only says what it would remove
+
+` + connHelp + `
+Example:
+  redsem delete --force encoders && redsem run --size 8 encoders -- ./encode.sh
+`
+
+func cmdDelete(args []string, stdout, _ io.Writer) error {
+	fs := newFlagSet("delete")
+	var c connFlags
+	c.register(fs)
+	force := fs.Bool("force", false, "")
+	pos, err := parseArgs(fs, args, deleteHelp)
+	if err != nil {
+		return err
+	}
+	name, err := oneName("delete", pos)
+	if err != nil {
+		return err
+	}
+	sem, p, err := openSemaphore(c, name)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if !*force {
+		st, err := sem.Status(ctx)
+		if err != nil {
+			return err
+		}
+		if !st.Exists {
+			return usagef("delete: semaphore %q does not exist; nothing to delete", name)
+		}
+		return usagef("delete: semaphore %q (size %d) has %d holder(s) and %d waiter(s); add --force to delete it",
+			name, st.Size, len(st.Holders), st.Waiting)
+	}
+	if err := sem.Delete(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "deleted %q\n", name)
+	return nil
+}

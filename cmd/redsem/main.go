@@ -1,0 +1,103 @@
+// Command redsem is a distributed flock(1) on Redis: it runs a command while
+// holding one of the N slots of a named semaphore, shows and repairs
+// semaphores, and demonstrates the library with an embedded Redis.
+//
+//	redsem run [flags] NAME -- COMMAND [ARGS...]
+//	redsem status [--json] NAME
+//	redsem reclaim NAME
+//	redsem delete --force NAME
+//	redsem demo [--workers W] [--size K] [--work D]
+//
+// Run "redsem help" or "redsem COMMAND --help" for details; README.md in
+// this directory lists the exit codes.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+const mainHelp = `redsem: a distributed flock(1) on Redis, with status and a demo.
+
+Usage:
+  redsem run [flags] NAME -- COMMAND [ARGS...]   run COMMAND holding a slot of NAME
+  redsem status [--json] NAME                    show size, free slots, holders
+  redsem reclaim NAME                            give back the slots of expired leases
+  redsem delete --force NAME                     remove the semaphore's keys
+  redsem demo [--workers W] [--size K]           watch W workers share K slots (no Redis needed)
+  redsem help COMMAND                            help for one command
+
+Redis comes from --redis URL or $REDIS_URL (default redis://127.0.0.1:6379).
+
+Examples:
+  redsem demo
+  redsem run -n nightly-backup -- /usr/local/bin/backup.sh
+  redsem run --size 4 -w 60 encoders -- ffmpeg -i in.mov out.mp4
+  redsem status --json encoders
+
+Exit codes: 0 ok; run passes the command's code through; 1 no slot (-n, -w);
+64 usage; 65 semaphore state; 69 Redis unavailable; 70 internal; 75 lease lost;
+126/127 command not runnable/not found; 128+N signal N.
+`
+
+// command is one subcommand: its help text and its body.
+type command struct {
+	help string
+	run  func(args []string, stdout, stderr io.Writer) error
+}
+
+var commands map[string]command
+
+func init() {
+	commands = map[string]command{
+		"run":     {runHelp, cmdRun},
+		"status":  {statusHelp, cmdStatus},
+		"reclaim": {reclaimHelp, cmdReclaim},
+		"delete":  {deleteHelp, cmdDelete},
+		"demo":    {demoHelp, cmdDemo},
+	}
+}
+
+func main() {
+	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// dispatch runs the subcommand args[0] and returns the exit code.
+func dispatch(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, mainHelp)
+		return exitUsage
+	}
+	name, rest := args[0], args[1:]
+	switch name {
+	case "-h", "-help", "--help", "help":
+		if len(rest) == 0 {
+			fmt.Fprint(stdout, mainHelp)
+			return exitOK
+		}
+		c, ok := commands[rest[0]]
+		if !ok {
+			return report(stderr, usagef("help: unknown command %q; commands: run, status, reclaim, delete, demo", rest[0]))
+		}
+		fmt.Fprint(stdout, c.help)
+		return exitOK
+	case guardCommand:
+		return runGuard(rest)
+	}
+	c, ok := commands[name]
+	if !ok {
+		return report(stderr, usagef("unknown command %q; commands: run, status, reclaim, delete, demo (see redsem help)", name))
+	}
+	err := c.run(rest, stdout, stderr)
+	var h *helpRequest
+	if errors.As(err, &h) {
+		fmt.Fprint(stdout, h.text)
+		return exitOK
+	}
+	if err == nil {
+		return exitOK
+	}
+	return report(stderr, err)
+}

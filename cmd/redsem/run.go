@@ -1,0 +1,258 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/redsem/redsem"
+)
+
+const runHelp = `Usage: redsem run [flags] NAME -- COMMAND [ARGS...]
+       redsem run [flags] NAME -c 'SHELL COMMAND'
+
+Waits for one of the slots of semaphore NAME, runs COMMAND while holding it,
+refreshes the lease while COMMAND runs, releases it when COMMAND exits, and
+exits with COMMAND's exit code. Like flock(1), but across machines.
+
+Waiting (flock's flags keep their meaning):
+  -n, --nonblock        fail at once if no slot is free
+  -w, --wait, --timeout SECONDS
+                        wait at most this long (seconds, or a duration like 2m);
+                        0 means do not wait. Default: wait as long as it takes
+  -E, --conflict-exit-code CODE
+                        exit code when no slot was had (default 1); busy is
+                        silent unless -v, as with flock
+  -c, --command STRING  run STRING with /bin/sh -c instead of COMMAND ARGS
+
+Semaphore:
+  --size N              number of slots (default 1: a mutex). Every user of
+                        NAME must give the same size; -n is NOT the size (it is
+                        flock's non-blocking flag). To resize, delete it first
+  --ttl DURATION        lease time to live (default 30s). The lease is
+                        refreshed every TTL/3; if redsem dies, its slot frees
+                        itself within the TTL
+  --label TEXT          holder label shown by status (default "host:pid command")
+
+Losing the lease:
+  --kill-after DURATION time between TERM and KILL once the lease is lost
+                        (default 5s)
+  --lost-exit-code CODE exit code when the lease was lost (default 75)
+  -v, --verbose         say on stderr when the slot is taken, and when busy
+
+` + connHelp + `
+The command runs in its own process group with these variables set:
+  REDSEM_NAME, REDSEM_SIZE, REDSEM_TOKEN, REDSEM_SLOT (1..size) and
+  REDSEM_FENCE (a number that grows with every acquisition: pass it with
+  your writes so the resource can refuse a stale holder).
+INT, TERM, HUP, QUIT, USR1 and USR2 sent to redsem are forwarded to the whole
+group. If the lease is lost, the group gets TERM, then KILL after
+--kill-after, and redsem exits 75. If redsem is killed (even with kill -9),
+the command's group is killed too.
+
+Exit codes: the command's own; 1 no slot (-n, -w; see -E); 64 usage;
+65 size mismatch or bad state; 69 Redis unavailable; 75 lease lost;
+126 command not executable; 127 command not found; 128+N killed by signal N.
+
+Examples:
+  # crontab: flock -n /var/lock/backup.lock /usr/local/bin/backup.sh
+  */5 * * * * REDIS_URL=redis://redis.internal/0 redsem run -n backup -- /usr/local/bin/backup.sh
+  # at most 4 encoders across the fleet, wait up to 10 minutes for a slot
+  redsem run --size 4 -w 600 encoders -- ffmpeg -i in.mov out.mp4
+  # flock -c style, with a 2-minute lease
+  redsem run --ttl 2m -E 0 reports -c 'make reports && upload reports/*'
+`
+
+// runOptions are the parsed flags and arguments of run.
+type runOptions struct {
+	conn      connFlags
+	name      string
+	argv      []string
+	nonblock  bool
+	wait      durationValue
+	busyCode  int
+	lostCode  int
+	size      int
+	ttl       durationValue
+	killAfter durationValue
+	label     string
+	verbose   bool
+}
+
+func parseRunArgs(args []string) (*runOptions, error) {
+	o := &runOptions{busyCode: exitBusy, lostCode: exitLost, size: 1}
+	fs := newFlagSet("run")
+	o.conn.register(fs)
+	for _, n := range []string{"n", "nonblock"} {
+		fs.BoolVar(&o.nonblock, n, false, "")
+	}
+	for _, n := range []string{"w", "wait", "timeout"} {
+		fs.Var(&o.wait, n, "")
+	}
+	for _, n := range []string{"E", "conflict-exit-code"} {
+		fs.IntVar(&o.busyCode, n, exitBusy, "")
+	}
+	var shell string
+	for _, n := range []string{"c", "command"} {
+		fs.StringVar(&shell, n, "", "")
+	}
+	for _, n := range []string{"v", "verbose"} {
+		fs.BoolVar(&o.verbose, n, false, "")
+	}
+	fs.IntVar(&o.size, "size", 1, "")
+	fs.Var(&o.ttl, "ttl", "")
+	fs.Var(&o.killAfter, "kill-after", "")
+	fs.IntVar(&o.lostCode, "lost-exit-code", exitLost, "")
+	fs.StringVar(&o.label, "label", "", "")
+
+	// Flags may come before and after NAME; the command starts after "--"
+	// or at the first argument after NAME that is not a flag.
+	if err := parseOnce(fs, args, runHelp); err != nil {
+		return nil, err
+	}
+	if fs.NArg() == 0 {
+		return nil, usagef("run: missing NAME and command (see redsem run --help)")
+	}
+	o.name = fs.Arg(0)
+	if err := parseOnce(fs, fs.Args()[1:], runHelp); err != nil {
+		return nil, err
+	}
+	o.argv = fs.Args()
+	switch {
+	case shell != "" && len(o.argv) > 0:
+		return nil, usagef("run: give either -c STRING or a command after --, not both")
+	case shell != "":
+		o.argv = []string{"/bin/sh", "-c", shell}
+	case len(o.argv) == 0:
+		return nil, usagef("run: missing command: redsem run [flags] NAME -- COMMAND [ARGS...]")
+	}
+	if len(o.argv) >= 2 && o.argv[1] == "--" && o.nonblock {
+		if _, err := strconv.Atoi(o.name); err == nil {
+			return nil, usagef("run: -n is flock's non-blocking flag, not the size; use --size %s %s", o.name, o.argv[0])
+		}
+	}
+	for _, c := range []struct {
+		flag string
+		code int
+	}{{"-E", o.busyCode}, {"--lost-exit-code", o.lostCode}} {
+		if c.code < 0 || c.code > 255 {
+			return nil, usagef("run: %s %d is not an exit code (0-255)", c.flag, c.code)
+		}
+	}
+	if !o.killAfter.set {
+		o.killAfter.d = 5 * time.Second
+	}
+	if o.wait.set && o.wait.d == 0 {
+		o.nonblock = true
+	}
+	if o.label == "" {
+		host, _ := os.Hostname()
+		o.label = fmt.Sprintf("%s:%d %s", host, os.Getpid(), filepath.Base(o.argv[0]))
+		if len(o.label) > redsem.MaxLabelLen {
+			o.label = o.label[:redsem.MaxLabelLen]
+		}
+	}
+	return o, nil
+}
+
+// forwarded are the signals redsem passes on to the command's group.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP,
+	syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+func cmdRun(args []string, _, stderr io.Writer) error {
+	o, err := parseRunArgs(args)
+	if err != nil {
+		return err
+	}
+	p, err := connect(o.conn)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	opts := []redsem.Option{
+		redsem.WithPrefix(o.conn.prefix), redsem.WithLabel(o.label),
+		redsem.WithAutoRefresh(), redsem.WithBlockingPool(p.block),
+	}
+	if o.ttl.set {
+		opts = append(opts, redsem.WithTTL(o.ttl.d))
+	}
+	sem, err := redsem.NewSemaphore(p.main, o.name, o.size, opts...)
+	if err != nil {
+		return err
+	}
+	// From here on a signal must not kill redsem: while it waits, it gives
+	// up the wait; while the command runs, it is forwarded.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	started := time.Now()
+	lease, err := acquire(sem, o, sigs)
+	if err != nil {
+		return err
+	}
+	if o.verbose {
+		fmt.Fprintf(stderr, "redsem: holding slot %s of %d of %q after %v, fence %d\n",
+			slotOf(lease.Token()), o.size, o.name, time.Since(started).Round(time.Millisecond), lease.Fence())
+	}
+	return supervise(sem, lease, o, sigs, stderr)
+}
+
+// acquire waits for a slot as the flags say. A signal while waiting ends
+// the wait with exit code 128+N; no slot is kept.
+func acquire(sem *redsem.Semaphore, o *runOptions, sigs <-chan os.Signal) (*redsem.Lease, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	if o.wait.set && o.wait.d > 0 {
+		ctx, cancel = context.WithTimeout(context.Background(), o.wait.d)
+	}
+	defer cancel()
+	type result struct {
+		lease *redsem.Lease
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		if o.nonblock {
+			r.lease, r.err = sem.TryAcquire(ctx)
+		} else {
+			r.lease, r.err = sem.Acquire(ctx)
+		}
+		done <- r
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case s := <-sigs:
+		cancel()
+		r = <-done
+		if r.lease != nil {
+			rctx, rcancel := context.WithTimeout(context.Background(), opTimeout)
+			_ = r.lease.Release(rctx)
+			rcancel()
+		}
+		return nil, exitf(exitSignalBase+int(s.(syscall.Signal)), "")
+	}
+	switch {
+	case r.err == nil:
+		return r.lease, nil
+	case errors.Is(r.err, redsem.ErrNoToken), errors.Is(r.err, context.DeadlineExceeded):
+		if o.verbose {
+			how := "no slot free"
+			if !o.nonblock {
+				how = fmt.Sprintf("no slot within %v", o.wait.d)
+			}
+			return nil, exitf(o.busyCode, "%s of %q (size %d)", how, o.name, o.size)
+		}
+		return nil, exitf(o.busyCode, "")
+	default:
+		return nil, r.err
+	}
+}
