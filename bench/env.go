@@ -1,0 +1,85 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// env is the harness's view of the server: an uncounted admin connection for
+// INFO, and unique key names so that no run sees another's state.
+type env struct {
+	addr  string
+	mu    sync.Mutex
+	admin redis.Conn
+	seq   int
+}
+
+func newEnv(addr string) (*env, error) {
+	c, err := redis.Dial("tcp", addr, redis.DialReadTimeout(10*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	return &env{addr: addr, admin: c}, nil
+}
+
+func (e *env) close() { e.admin.Close() }
+
+func (e *env) key(lib, scenario string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.seq++
+	return fmt.Sprintf("bench:%d:%s:%s", e.seq, lib, scenario)
+}
+
+func (e *env) do(cmd string, args ...interface{}) (interface{}, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.admin.Do(cmd, args...)
+}
+
+func (e *env) info(section string) string {
+	s, err := redis.String(e.do("INFO", section))
+	if err != nil {
+		panic(fmt.Sprintf("INFO %s: %v", section, err))
+	}
+	return s
+}
+
+// stats is one INFO commandstats sample.
+type stats struct{ calls, scripts int64 }
+
+func (e *env) stats() stats {
+	info := e.info("commandstats")
+	return stats{calls: commandCalls(info), scripts: scriptCalls(info)}
+}
+
+func (e *env) clientsField(name string) int {
+	n, _ := strconv.Atoi(infoField(e.info("clients"), name))
+	return n
+}
+
+// waitBlocked polls INFO clients until at least n clients are blocked, or
+// the timeout passes; it reports whether they were.
+func (e *env) waitBlocked(n int, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if e.clientsField("blocked_clients") >= n {
+			return true
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	return false
+}
+
+func (e *env) prepare(l *lib, key string, size int) error {
+	if l.name != "floor:blpop" {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return prepareRaw(e.admin, key, size)
+}

@@ -1,0 +1,313 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	rsredigo "github.com/go-redsync/redsync/v4/redis/redigo"
+	"github.com/gomodule/redigo/redis"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/redsem/redsem"
+)
+
+// A lib is one way to lock: redsem, a peer library at one setting, or a floor
+// written here from raw Redis commands.
+type lib struct {
+	name string
+	kind string // "redsem", "floor" or "peer"
+	// sem: it can be a semaphore of size > 1. blocking: waiters sleep in
+	// Redis (BLPOP/BLMOVE) rather than poll, so INFO blocked_clients shows them.
+	sem, blocking bool
+	// settle is how long, in the handoff scenario, the holder keeps the lock
+	// after the waiter started (plus a uniform jitter of up to jitter), so
+	// that a poller's retry phase is random when the lock is released. Slow
+	// pollers run their handoff trials on parallel independent pairs.
+	settle, jitter time.Duration
+	parallel       int
+	only           string // non-empty: the one scenario it takes part in
+	newClient      func(addr string, c *counters, shared bool) (client, error)
+}
+
+// A client is one library instance with its own connections: one per
+// goroutine in the contended scenarios, one shared in the waiting-cost one.
+type client interface {
+	// locker returns a lock on key, of size tokens (1: a mutex).
+	locker(key string, size int) (locker, error)
+	// warm dials a connection so that dialing stays out of measurements.
+	warm(ctx context.Context) error
+	close()
+}
+
+type locker interface {
+	// lock waits until it holds the lock, or ctx ends, and returns the
+	// function that releases it.
+	lock(ctx context.Context) (release func(context.Context) error, err error)
+}
+
+const peerTTL = 10 * time.Second
+
+func libs() []*lib {
+	return []*lib{
+		{name: "redsem", kind: "redsem", sem: true, blocking: true, jitter: time.Millisecond, parallel: 1, newClient: newRedsem},
+		{name: "floor:ping", kind: "floor", only: "uncontended", parallel: 1, newClient: newPing},
+		{name: "floor:blpop", kind: "floor", sem: true, blocking: true, jitter: time.Millisecond, parallel: 1, newClient: newRaw},
+		{name: "redsync:default", kind: "peer", settle: 500 * time.Millisecond, jitter: 250 * time.Millisecond, parallel: 50,
+			newClient: redsyncClient()},
+		{name: "redsync:1ms", kind: "peer", settle: 5 * time.Millisecond, jitter: time.Millisecond, parallel: 1,
+			newClient: redsyncClient(redsync.WithRetryDelay(time.Millisecond), redsync.WithTries(1<<30))},
+		{name: "redislock:100ms", kind: "peer", settle: 300 * time.Millisecond, jitter: 100 * time.Millisecond, parallel: 50,
+			newClient: redislockClient(100 * time.Millisecond)},
+		{name: "redislock:1ms", kind: "peer", settle: 5 * time.Millisecond, jitter: time.Millisecond, parallel: 1,
+			newClient: redislockClient(time.Millisecond)},
+	}
+}
+
+// newRedigoPool returns a counting redigo pool. A per-goroutine pool keeps
+// one connection; a shared one keeps up to 64 idle and opens as many as asked.
+func newRedigoPool(addr string, c *counters, shared bool) *countingPool {
+	idle := 1
+	if shared {
+		idle = 64
+	}
+	return &countingPool{c: c, pool: &redis.Pool{
+		MaxIdle: idle,
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialContext(ctx, "tcp", addr,
+				redis.DialConnectTimeout(5*time.Second), redis.DialReadTimeout(30*time.Second),
+				redis.DialWriteTimeout(5*time.Second))
+		},
+	}}
+}
+
+func warmRedigo(ctx context.Context, p *countingPool) error {
+	conn, err := p.pool.GetContext(ctx) // uncounted
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_, err = redis.DoContext(conn, ctx, "PING")
+	return err
+}
+
+// redsem
+
+type redsemClient struct{ pool *countingPool }
+
+func newRedsem(addr string, c *counters, shared bool) (client, error) {
+	return &redsemClient{pool: newRedigoPool(addr, c, shared)}, nil
+}
+
+func (r *redsemClient) warm(ctx context.Context) error { return warmRedigo(ctx, r.pool) }
+func (r *redsemClient) close()                         { r.pool.Close() }
+
+func (r *redsemClient) locker(key string, size int) (locker, error) {
+	s, err := redsem.NewSemaphore(r.pool, key, size)
+	if err != nil {
+		return nil, err
+	}
+	return redsemLocker{s}, nil
+}
+
+type redsemLocker struct{ s *redsem.Semaphore }
+
+func (l redsemLocker) lock(ctx context.Context) (func(context.Context) error, error) {
+	lease, err := l.s.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return lease.Release, nil
+}
+
+// floor:ping — a "pair" is two PINGs: the least any two-round-trip
+// acquire+release can cost.
+
+type pingClient struct{ pool *countingPool }
+
+func newPing(addr string, c *counters, shared bool) (client, error) {
+	return &pingClient{pool: newRedigoPool(addr, c, shared)}, nil
+}
+
+func (p *pingClient) warm(ctx context.Context) error     { return warmRedigo(ctx, p.pool) }
+func (p *pingClient) close()                             { p.pool.Close() }
+func (p *pingClient) locker(string, int) (locker, error) { return p, nil }
+func (p *pingClient) ping(ctx context.Context) error     { return p.do(ctx, "PING") }
+func (p *pingClient) do(ctx context.Context, cmd string) error {
+	conn, err := p.pool.GetContext(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_, err = redis.DoContext(conn, ctx, cmd)
+	return err
+}
+
+func (p *pingClient) lock(ctx context.Context) (func(context.Context) error, error) {
+	if err := p.ping(ctx); err != nil {
+		return nil, err
+	}
+	return p.ping, nil
+}
+
+// floor:blpop — a list of tokens, BLPOP to take one, LPUSH to give it back:
+// the least any BLPOP-based semaphore can cost. No leases, no fencing, no
+// crash recovery.
+
+type rawClient struct{ pool *countingPool }
+
+func newRaw(addr string, c *counters, shared bool) (client, error) {
+	return &rawClient{pool: newRedigoPool(addr, c, shared)}, nil
+}
+
+func (r *rawClient) warm(ctx context.Context) error { return warmRedigo(ctx, r.pool) }
+func (r *rawClient) close()                         { r.pool.Close() }
+
+func (r *rawClient) locker(key string, size int) (locker, error) {
+	return rawLocker{pool: r.pool, key: key}, nil
+}
+
+// prepareRaw fills the token list of a raw lock; the harness calls it once.
+func prepareRaw(conn redis.Conn, key string, size int) error {
+	args := []interface{}{key}
+	for i := 1; i <= size; i++ {
+		args = append(args, strconv.Itoa(i))
+	}
+	if _, err := conn.Do("DEL", key); err != nil {
+		return err
+	}
+	_, err := conn.Do("RPUSH", args...)
+	return err
+}
+
+type rawLocker struct {
+	pool *countingPool
+	key  string
+}
+
+func (l rawLocker) lock(ctx context.Context) (func(context.Context) error, error) {
+	conn, err := l.pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v, err := redis.Strings(redis.DoContext(conn, ctx, "BLPOP", l.key, 0))
+	conn.Close()
+	if err != nil {
+		return nil, err
+	}
+	tok := v[1]
+	return func(ctx context.Context) error {
+		conn, err := l.pool.GetContext(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		_, err = redis.DoContext(conn, ctx, "LPUSH", l.key, tok)
+		return err
+	}, nil
+}
+
+// redsync with the redigo pool adapter.
+
+type redsyncCl struct {
+	pool *countingPool
+	rs   *redsync.Redsync
+	opts []redsync.Option
+}
+
+func redsyncClient(opts ...redsync.Option) func(string, *counters, bool) (client, error) {
+	return func(addr string, c *counters, shared bool) (client, error) {
+		p := newRedigoPool(addr, c, shared)
+		return &redsyncCl{pool: p, rs: redsync.New(rsredigo.NewPool(p)), opts: append([]redsync.Option{redsync.WithExpiry(peerTTL)}, opts...)}, nil
+	}
+}
+
+func (r *redsyncCl) warm(ctx context.Context) error { return warmRedigo(ctx, r.pool) }
+func (r *redsyncCl) close()                         { r.pool.Close() }
+
+func (r *redsyncCl) locker(key string, size int) (locker, error) {
+	if size != 1 {
+		return nil, errors.New("redsync has no semaphores")
+	}
+	return redsyncLocker{m: r.rs.NewMutex(key, r.opts...)}, nil
+}
+
+type redsyncLocker struct{ m *redsync.Mutex }
+
+func (l redsyncLocker) lock(ctx context.Context) (func(context.Context) error, error) {
+	for {
+		// LockContext gives up after its tries (32 by default, 50-250ms
+		// apart): a caller that must have the lock calls it again.
+		err := l.m.LockContext(ctx)
+		if err == nil {
+			return func(ctx context.Context) error {
+				ok, err := l.m.UnlockContext(ctx)
+				if err == nil && !ok {
+					err = errors.New("redsync: unlock failed")
+				}
+				return err
+			}, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var taken *redsync.ErrTaken
+		if !errors.Is(err, redsync.ErrFailed) && !errors.As(err, &taken) {
+			return nil, err
+		}
+	}
+}
+
+// redislock with go-redis v9 and a linear retry.
+
+type redislockCl struct {
+	rdb   *goredis.Client
+	rl    *redislock.Client
+	retry time.Duration
+}
+
+func redislockClient(retry time.Duration) func(string, *counters, bool) (client, error) {
+	return func(addr string, c *counters, shared bool) (client, error) {
+		opt := &goredis.Options{Addr: addr, ReadTimeout: 30 * time.Second}
+		if !shared {
+			opt.PoolSize = 1
+		}
+		rdb := goredis.NewClient(opt)
+		rdb.AddHook(countingHook{c})
+		return &redislockCl{rdb: rdb, rl: redislock.New(rdb), retry: retry}, nil
+	}
+}
+
+func (r *redislockCl) warm(ctx context.Context) error { return r.rdb.Ping(ctx).Err() }
+func (r *redislockCl) close()                         { r.rdb.Close() }
+
+func (r *redislockCl) locker(key string, size int) (locker, error) {
+	if size != 1 {
+		return nil, errors.New("redislock has no semaphores")
+	}
+	return redislockLocker{r: r, key: key}, nil
+}
+
+type redislockLocker struct {
+	r   *redislockCl
+	key string
+}
+
+func (l redislockLocker) lock(ctx context.Context) (func(context.Context) error, error) {
+	for {
+		lk, err := l.r.rl.Obtain(ctx, l.key, peerTTL, &redislock.Options{RetryStrategy: redislock.LinearBackoff(l.r.retry)})
+		if err == nil {
+			return lk.Release, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if !errors.Is(err, redislock.ErrNotObtained) && !errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("redislock: %w", err)
+		}
+	}
+}

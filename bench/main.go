@@ -1,0 +1,243 @@
+// Command bench measures redsem against the Redis round trip and against the
+// locks a Go user would pick instead, in one run, on a redis-server it starts
+// itself on a free loopback port. See README.md.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// config says how much of everything a run does.
+type config struct {
+	Quick   bool          `json:"quick"`
+	Reps    int           `json:"reps"`
+	Pairs   int           `json:"uncontended_pairs"`
+	Dur     time.Duration `json:"contended_window_ns"`
+	Trials  int           `json:"handoff_trials_per_rep"`
+	Waiters int           `json:"waiters"`
+	SemK    int           `json:"semaphore_k"`
+	SemW    int           `json:"semaphore_workers"`
+	Work    time.Duration `json:"semaphore_work_ns"`
+}
+
+// A scenario is one table of the report.
+type scenario struct {
+	name string
+	run  func(e *env, l *lib) (metrics, []float64, error)
+	// all, when set, runs every library at once instead of run.
+	all func(e *env, ls []*lib) (map[string]metrics, error)
+	ok  func(l *lib) bool
+}
+
+func scenarios(cfg config) []scenario {
+	notPing := func(l *lib) bool { return l.only == "" }
+	list := []scenario{{
+		name: "uncontended",
+		all: func(e *env, ls []*lib) (map[string]metrics, error) {
+			return e.uncontended(ls, cfg.Pairs)
+		},
+		ok: func(l *lib) bool { return true },
+	}}
+	for _, w := range []int{8, 64} {
+		for _, hold := range []time.Duration{0, time.Millisecond} {
+			list = append(list, scenario{
+				name: fmt.Sprintf("contended/%d/hold%s", w, fmtHold(hold)),
+				run: func(e *env, l *lib) (metrics, []float64, error) {
+					m, err := e.contended(l, 1, w, hold, cfg.Dur)
+					return m, nil, err
+				},
+				ok: notPing,
+			})
+		}
+	}
+	list = append(list,
+		scenario{
+			name: "handoff",
+			run: func(e *env, l *lib) (metrics, []float64, error) {
+				s, err := e.handoff(l, cfg.Trials)
+				if err != nil {
+					return nil, nil, err
+				}
+				c := slices.Clone(s)
+				return metrics{"p50_us": percentile(c, 0.5), "p99_us": percentile(c, 0.99), "max_us": maxOf(c), "trials": float64(len(c))}, s, nil
+			},
+			ok: notPing,
+		},
+		scenario{
+			name: fmt.Sprintf("semaphore/K%d/%dw/%s", cfg.SemK, cfg.SemW, fmtHold(cfg.Work)),
+			run: func(e *env, l *lib) (metrics, []float64, error) {
+				m, err := e.contended(l, cfg.SemK, cfg.SemW, cfg.Work, cfg.Dur)
+				return m, nil, err
+			},
+			ok: func(l *lib) bool { return l.sem },
+		},
+		scenario{
+			name: fmt.Sprintf("waiting/%d", cfg.Waiters),
+			run: func(e *env, l *lib) (metrics, []float64, error) {
+				m, err := e.waiting(l, cfg.Waiters)
+				return m, nil, err
+			},
+			ok: notPing,
+		},
+	)
+	return list
+}
+
+func fmtHold(d time.Duration) string {
+	if d == 0 {
+		return "0"
+	}
+	return d.String()
+}
+
+func main() {
+	quick := flag.Bool("quick", false, "one short repetition (a smoke test, about 30s); figures are not comparable")
+	reps := flag.Int("reps", 0, "repetitions; medians are reported (default 3, 1 with -quick)")
+	out := flag.String("out", "results", "directory for latest.json and handoff.svg")
+	bin := flag.String("redis-server", "", "redis-server binary (default: /usr/bin/redis-server, else PATH)")
+	only := flag.String("only", "", "comma-separated scenario name prefixes to run (default all)")
+	libsFlag := flag.String("libs", "", "comma-separated library names to run (default all; redsem always runs)")
+	flag.Parse()
+
+	cfg := config{Reps: 3, Pairs: 1000, Dur: time.Second, Trials: 200, Waiters: 1000, SemK: 4, SemW: 16, Work: time.Millisecond}
+	if *quick {
+		cfg = config{Quick: true, Reps: 1, Pairs: 300, Dur: 300 * time.Millisecond, Trials: 60, Waiters: 1000, SemK: 4, SemW: 16, Work: time.Millisecond}
+	}
+	if *reps > 0 {
+		cfg.Reps = *reps
+	}
+	if *bin == "" {
+		*bin = "/usr/bin/redis-server"
+		if _, err := os.Stat(*bin); err != nil {
+			if p, err := exec.LookPath("redis-server"); err == nil {
+				*bin = p
+			}
+		}
+	}
+	if err := run(cfg, *bin, *out, split(*only), split(*libsFlag)); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func split(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+func run(cfg config, bin, out string, only, libNames []string) error {
+	began := time.Now()
+	srv, err := startServer(bin)
+	if err != nil {
+		return err
+	}
+	defer srv.close()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sigs
+		srv.close()
+		os.Exit(130)
+	}()
+	e, err := newEnv(srv.Addr)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+
+	var ls []*lib
+	for _, l := range libs() {
+		if len(libNames) == 0 || l.name == "redsem" || slices.Contains(libNames, l.name) {
+			ls = append(ls, l)
+		}
+	}
+	var scs []scenario
+	for _, sc := range scenarios(cfg) {
+		if len(only) == 0 || slices.ContainsFunc(only, func(p string) bool { return strings.HasPrefix(sc.name, p) }) {
+			scs = append(scs, sc)
+		}
+	}
+
+	rep := &report{
+		Command:  "cd bench && go run . " + strings.Join(os.Args[1:], " "),
+		Started:  began.UTC().Format(time.RFC3339),
+		Config:   cfg,
+		Machine:  machine{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Go: runtime.Version(), Redis: srv.version(), RedisBin: bin},
+		samples:  map[string][]float64{},
+		perRep:   map[string]map[string][]metrics{},
+		libOrder: ls,
+	}
+	rep.Machine.Load = append(rep.Machine.Load, loadavg())
+	fmt.Fprintf(os.Stderr, "redis-server %s on %s (pid %d); load %s\n", rep.Machine.Redis, srv.Addr, srv.pid, loadavg())
+	for r := range cfg.Reps {
+		for _, sc := range scs {
+			if sc.all != nil {
+				t := time.Now()
+				ms, err := sc.all(e, ls)
+				if err != nil {
+					return fmt.Errorf("rep %d, %s: %w", r+1, sc.name, err)
+				}
+				fmt.Fprintf(os.Stderr, "rep %d  %-28s %-16s %6.2fs\n", r+1, sc.name, "(all)", time.Since(t).Seconds())
+				for _, l := range ls {
+					rep.add(sc.name, l.name, ms[l.name])
+				}
+				continue
+			}
+			// Rotate the order of libraries from one repetition to the
+			// next, so that no library always runs first.
+			for k := range ls {
+				l := ls[(k+r)%len(ls)]
+				if !sc.ok(l) {
+					continue
+				}
+				t := time.Now()
+				m, samples, err := sc.run(e, l)
+				if err != nil {
+					return fmt.Errorf("rep %d, %s, %s: %w", r+1, sc.name, l.name, err)
+				}
+				fmt.Fprintf(os.Stderr, "rep %d  %-28s %-16s %6.2fs\n", r+1, sc.name, l.name, time.Since(t).Seconds())
+				rep.add(sc.name, l.name, m)
+				if samples != nil {
+					rep.samples[l.name] = append(rep.samples[l.name], samples...)
+				}
+			}
+		}
+		rep.Machine.Load = append(rep.Machine.Load, loadavg())
+	}
+	rep.Elapsed = time.Since(began).Seconds()
+	rep.finish(scs)
+	rep.print(os.Stdout)
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	if err := rep.writeJSON(filepath.Join(out, "latest.json")); err != nil {
+		return err
+	}
+	if len(rep.samples) > 0 {
+		if err := os.WriteFile(filepath.Join(out, "handoff.svg"), []byte(cdfSVG(rep.samples, ls)), 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(os.Stderr, "wrote %s and %s in %.0fs\n", filepath.Join(out, "latest.json"), filepath.Join(out, "handoff.svg"), time.Since(began).Seconds())
+	return nil
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(string(b))
+}

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+type machine struct {
+	CPUs       int      `json:"cpus"`
+	GOMAXPROCS int      `json:"gomaxprocs"`
+	Go         string   `json:"go"`
+	Redis      string   `json:"redis_version"`
+	RedisBin   string   `json:"redis_server"`
+	Load       []string `json:"loadavg"` // /proc/loadavg at the start and after each repetition
+}
+
+type target struct {
+	Target   string  `json:"target"`
+	Measured float64 `json:"measured"`
+	Limit    float64 `json:"limit"`
+	Pass     bool    `json:"pass"`
+	Detail   string  `json:"detail"`
+}
+
+// report gathers every run's metrics and turns them into medians, ratios
+// and target verdicts.
+type report struct {
+	Command  string    `json:"command"`
+	Started  string    `json:"started"`
+	Elapsed  float64   `json:"elapsed_s"`
+	Config   config    `json:"config"`
+	Machine  machine   `json:"machine"`
+	Results  []scenOut `json:"scenarios"`
+	Targets  []target  `json:"targets"`
+	samples  map[string][]float64
+	perRep   map[string]map[string][]metrics
+	libOrder []*lib
+}
+
+type scenOut struct {
+	Name string `json:"name"`
+	// Libs: per library, the median over repetitions of each figure and the
+	// figures of every repetition.
+	Libs map[string]libOut `json:"libs"`
+	// Ratios: per figure, redsem's median divided by each other library's.
+	Ratios map[string]map[string]jfloat `json:"ratios_redsem_over"`
+}
+
+type libOut struct {
+	Median map[string]jfloat   `json:"median"`
+	Reps   []map[string]jfloat `json:"reps"`
+}
+
+// jfloat is a float64 that encodes NaN and ±Inf as null.
+type jfloat float64
+
+func (f jfloat) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(math.Round(v*1000) / 1000)
+}
+
+func jmap(m metrics) map[string]jfloat {
+	out := make(map[string]jfloat, len(m))
+	for k, v := range m {
+		out[k] = jfloat(v)
+	}
+	return out
+}
+
+func (r *report) add(sc, lib string, m metrics) {
+	if r.perRep[sc] == nil {
+		r.perRep[sc] = map[string][]metrics{}
+	}
+	r.perRep[sc][lib] = append(r.perRep[sc][lib], m)
+}
+
+// med returns the median over repetitions of one figure; NaN when absent.
+func (r *report) med(sc, lib, metric string) float64 {
+	var xs []float64
+	for _, m := range r.perRep[sc][lib] {
+		if v, ok := m[metric]; ok {
+			xs = append(xs, v)
+		}
+	}
+	return median(xs)
+}
+
+func (r *report) finish(scs []scenario) {
+	for _, sc := range scs {
+		out := scenOut{Name: sc.name, Libs: map[string]libOut{}, Ratios: map[string]map[string]jfloat{}}
+		for lib, reps := range r.perRep[sc.name] {
+			lo := libOut{Median: map[string]jfloat{}}
+			for _, m := range reps {
+				lo.Reps = append(lo.Reps, jmap(m))
+				for k := range m {
+					lo.Median[k] = jfloat(r.med(sc.name, lib, k))
+				}
+			}
+			out.Libs[lib] = lo
+		}
+		if rs, ok := r.perRep[sc.name]["redsem"]; ok && len(rs) > 0 {
+			for k := range rs[0] {
+				for lib := range r.perRep[sc.name] {
+					if lib == "redsem" {
+						continue
+					}
+					if out.Ratios[k] == nil {
+						out.Ratios[k] = map[string]jfloat{}
+					}
+					out.Ratios[k][lib] = jfloat(r.med(sc.name, "redsem", k) / r.med(sc.name, lib, k))
+				}
+			}
+		}
+		r.Results = append(r.Results, out)
+	}
+	r.targets()
+}
+
+func (r *report) targets() {
+	add := func(name string, measured, limit float64, pass bool, detail string) {
+		if math.IsNaN(measured) {
+			return
+		}
+		r.Targets = append(r.Targets, target{name, measured, limit, pass, detail})
+	}
+	m := r.med
+	// 1. Uncontended pair.
+	rt := m("uncontended", "redsem", "roundtrips")
+	add("uncontended pair: round trips = 2", rt, 2, rt <= 2, "client round trips per acquire+release")
+	p, ping := m("uncontended", "redsem", "p50_us"), m("uncontended", "floor:ping", "p50_us")
+	add("uncontended pair p50 <= 1.2x two PINGs", p/ping, 1.2, p/ping <= 1.2, fmt.Sprintf("%.0f µs vs %.0f µs", p, ping))
+	// 2. Handoff.
+	h, raw := m("handoff", "redsem", "p50_us"), m("handoff", "floor:blpop", "p50_us")
+	add("handoff p50 <= 2x raw BLPOP/LPUSH", h/raw, 2, h/raw <= 2, fmt.Sprintf("%.0f µs vs %.0f µs", h, raw))
+	best, bestLib := math.Inf(1), ""
+	for _, l := range r.libOrder {
+		if v := m("handoff", l.name, "p50_us"); l.kind == "peer" && v < best {
+			best, bestLib = v, l.name
+		}
+	}
+	if bestLib != "" {
+		add("handoff p50 faster than every peer", h/best, 1, h < best, fmt.Sprintf("%.0f µs vs %.0f µs (%s, the fastest peer)", h, best, bestLib))
+	}
+	// 3. Contended, 64 goroutines, hold 1ms.
+	sc := "contended/64/hold1ms"
+	a, ar := m(sc, "redsem", "acq_per_s"), m(sc, "floor:blpop", "acq_per_s")
+	add(sc+": rate >= 0.9x raw", a/ar, 0.9, a/ar >= 0.9, fmt.Sprintf("%.0f/s vs %.0f/s", a, ar))
+	w, wr := m(sc, "redsem", "wait_p99_us"), m(sc, "floor:blpop", "wait_p99_us")
+	add(sc+": wait p99 <= 1.2x raw", w/wr, 1.2, w/wr <= 1.2, fmt.Sprintf("%.1f ms vs %.1f ms", w/1000, wr/1000))
+	j := m(sc, "redsem", "jain")
+	add(sc+": Jain >= 0.98", j, 0.98, j >= 0.98, "")
+	c := m(sc, "redsem", "redis_cmds")
+	add(sc+": Redis commands/acq <= 4 (inner included)", c, 4, c <= 4, fmt.Sprintf("%.1f sent by the client", m(sc, "redsem", "sent_cmds")))
+	// 4. Hold 0.
+	for _, sc := range []string{"contended/8/hold0", "contended/64/hold0"} {
+		a, ar := m(sc, "redsem", "acq_per_s"), m(sc, "floor:blpop", "acq_per_s")
+		add(sc+": rate >= 0.5x raw", a/ar, 0.5, a/ar >= 0.5, fmt.Sprintf("%.0f/s vs %.0f/s", a, ar))
+		j := m(sc, "redsem", "jain")
+		add(sc+": Jain >= 0.98", j, 0.98, j >= 0.98, "")
+	}
+	// 5. Semaphore.
+	for sc := range r.perRep {
+		if !strings.HasPrefix(sc, "semaphore/") {
+			continue
+		}
+		a, ar := m(sc, "redsem", "acq_per_s"), m(sc, "floor:blpop", "acq_per_s")
+		add(sc+": rate >= 0.9x raw", a/ar, 0.9, a/ar >= 0.9, fmt.Sprintf("%.0f/s vs %.0f/s", a, ar))
+		mh := 0.0
+		for _, rm := range r.perRep[sc]["redsem"] {
+			mh = math.Max(mh, rm["max_holders"])
+		}
+		add(sc+": never more than K holders", mh, float64(r.Config.SemK), mh <= float64(r.Config.SemK), "max over all repetitions")
+		u := m(sc, "redsem", "utilisation")
+		add(sc+": utilisation >= 0.9", u, 0.9, u >= 0.9, fmt.Sprintf("raw: %.3f", m(sc, "floor:blpop", "utilisation")))
+	}
+}
+
+// column is one figure of a table.
+type column struct {
+	metric, head string
+	scale        float64 // divide by this before printing
+	prec         int
+}
+
+func columnsFor(sc string) (cols []column, ratio string) {
+	switch {
+	case sc == "uncontended":
+		return []column{{"pairs_per_s", "pairs/s", 1, 0}, {"p50_us", "p50 µs", 1, 0}, {"p99_us", "p99 µs", 1, 0},
+			{"roundtrips", "RTs/pair", 1, 2}, {"roundtrips_acq", "RTs acq", 1, 2}, {"roundtrips_rel", "RTs rel", 1, 2},
+			{"sent_cmds", "cmds sent/pair", 1, 1}, {"redis_cmds", "Redis cmds/pair (inner incl.)", 1, 1}}, "p50_us"
+	case strings.HasPrefix(sc, "contended/"):
+		return []column{{"acq_per_s", "acq/s", 1, 0}, {"wait_p50_us", "wait p50 ms", 1000, 2}, {"wait_p99_us", "wait p99 ms", 1000, 1},
+			{"wait_max_us", "wait max ms", 1000, 0}, {"jain", "Jain", 1, 3}, {"starved", "starved", 1, 0},
+			{"roundtrips", "RTs/acq", 1, 1}, {"sent_cmds", "cmds sent/acq", 1, 1}, {"redis_cmds", "Redis cmds/acq", 1, 1}}, "acq_per_s"
+	case sc == "handoff":
+		return []column{{"p50_us", "p50 µs", 1, 0}, {"p99_us", "p99 µs", 1, 0}, {"max_us", "max µs", 1, 0}, {"trials", "trials/rep", 1, 0}}, "p50_us"
+	case strings.HasPrefix(sc, "semaphore/"):
+		return []column{{"acq_per_s", "acq/s", 1, 0}, {"utilisation", "utilisation", 1, 3}, {"max_holders", "max holders", 1, 0},
+			{"wait_p50_us", "wait p50 ms", 1000, 2}, {"wait_p99_us", "wait p99 ms", 1000, 2}, {"jain", "Jain", 1, 3},
+			{"roundtrips", "RTs/acq", 1, 1}, {"redis_cmds", "Redis cmds/acq", 1, 1}}, "acq_per_s"
+	case strings.HasPrefix(sc, "waiting/"):
+		return []column{{"connections", "Redis conns", 1, 0}, {"client_mem_kib", "client KiB", 1, 0}, {"mem_per_waiter_b", "B/waiter", 1, 0},
+			{"goroutines", "goroutines", 1, 0}, {"redis_cmds_per_s", "Redis cmds/s while waiting", 1, 0}}, "connections"
+	}
+	return nil, ""
+}
+
+// print writes the tables in Markdown: one per scenario, libraries as rows,
+// medians over repetitions, and redsem's figure divided by the row's.
+func (r *report) print(w io.Writer) {
+	fmt.Fprintf(w, "redsem bench: %d repetition(s), medians; redis %s, %d CPUs, %s; load %s\n",
+		r.Config.Reps, r.Machine.Redis, r.Machine.CPUs, r.Machine.Go, strings.Join(r.Machine.Load, " → "))
+	fmt.Fprintf(w, "command: %s (%.0fs)\n", r.Command, r.Elapsed)
+	for _, sc := range r.Results {
+		cols, ratio := columnsFor(sc.Name)
+		fmt.Fprintf(w, "\n### %s\n\n| library |", sc.Name)
+		for _, c := range cols {
+			fmt.Fprintf(w, " %s |", c.head)
+		}
+		fmt.Fprintf(w, " redsem/this (%s) |\n|---|", ratio)
+		for range cols {
+			fmt.Fprint(w, "--:|")
+		}
+		fmt.Fprintln(w, "--:|")
+		for _, l := range r.libOrder {
+			if _, ok := r.perRep[sc.Name][l.name]; !ok {
+				continue
+			}
+			fmt.Fprintf(w, "| %s |", l.name)
+			for _, c := range cols {
+				fmt.Fprintf(w, " %s |", fmtNum(r.med(sc.Name, l.name, c.metric)/c.scale, c.prec))
+			}
+			if l.name == "redsem" {
+				fmt.Fprintln(w, " — |")
+			} else {
+				fmt.Fprintf(w, " %s |\n", fmtNum(r.med(sc.Name, "redsem", ratio)/r.med(sc.Name, l.name, ratio), 3))
+			}
+		}
+		if strings.HasPrefix(sc.Name, "semaphore/") {
+			fmt.Fprintln(w, "\nredsync and redislock have no semaphores: n/a.")
+		}
+	}
+	fmt.Fprintf(w, "\n### targets\n\n| target | measured | limit | verdict | detail |\n|---|--:|--:|---|---|\n")
+	for _, t := range r.Targets {
+		v := "met"
+		if !t.Pass {
+			v = "**missed**"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", t.Target, fmtNum(t.Measured, 3), fmtNum(t.Limit, 2), v, t.Detail)
+	}
+}
+
+func fmtNum(v float64, prec int) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.*f", prec, v)
+}
+
+func (r *report) writeJSON(path string) error {
+	type handoffOut struct {
+		Lib     string   `json:"lib"`
+		Samples []jfloat `json:"samples_us"`
+	}
+	var hs []handoffOut
+	for _, l := range r.libOrder {
+		if s, ok := r.samples[l.name]; ok {
+			s = slices.Clone(s)
+			slices.Sort(s)
+			js := make([]jfloat, len(s))
+			for i, v := range s {
+				js[i] = jfloat(v)
+			}
+			hs = append(hs, handoffOut{l.name, js})
+		}
+	}
+	b, err := json.MarshalIndent(struct {
+		*report
+		Written string       `json:"written"`
+		Handoff []handoffOut `json:"handoff_samples"`
+	}{r, time.Now().UTC().Format(time.RFC3339), hs}, "", " ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
