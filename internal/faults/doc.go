@@ -1,0 +1,10 @@
+// Package faults is redsem's fault and bad-input suite: it drives real client
+// processes (the worker program in ./worker, built by the tests) against real
+// redis-server processes on loopback, injects faults (kill -9, SIGSTOP,
+// CLIENT KILL, context-cancellation storms, server restarts and stalls, rogue
+// writers, memory pressure), and checks the history the clients record with
+// the checker in ./history. Its tests also run that checker against
+// deliberately broken clients to show that it catches them.
+//
+// Set REDSEM_SOAK=1 to run every fault for longer.
+package faults
