@@ -180,6 +180,7 @@ func run(cfg config, bin, out string, only, libNames []string) error {
 		libOrder: ls,
 	}
 	rep.Machine.Load = append(rep.Machine.Load, loadavg())
+	rep.Machine.Redsem, rep.Machine.Dirty = libraryVersion()
 	fmt.Fprintf(os.Stderr, "redis-server %s on %s (pid %d); load %s\n", rep.Machine.Redis, srv.Addr, srv.pid, loadavg())
 	for r := range cfg.Reps {
 		for _, sc := range scs {
@@ -240,4 +241,25 @@ func loadavg() string {
 		return "?"
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// libraryVersion returns the commit of the redsem checkout in .. and the
+// library files (outside bench) that differ from it.
+func libraryVersion() (string, []string) {
+	out, err := exec.Command("git", "-C", "..", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown", nil
+	}
+	commit := strings.TrimSpace(string(out))
+	st, err := exec.Command("git", "-C", "..", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench").Output()
+	if err != nil {
+		return commit, nil
+	}
+	var dirty []string
+	for _, line := range strings.Split(strings.TrimSpace(string(st)), "\n") {
+		if f := strings.TrimSpace(line); len(f) > 3 {
+			dirty = append(dirty, strings.TrimSpace(f[2:]))
+		}
+	}
+	return commit, dirty
 }

@@ -18,6 +18,10 @@ type machine struct {
 	Redis      string   `json:"redis_version"`
 	RedisBin   string   `json:"redis_server"`
 	Load       []string `json:"loadavg"` // /proc/loadavg at the start and after each repetition
+	// Redsem is the commit of the library under test (bench replaces the
+	// module with ../), and Dirty lists its files that differ from it.
+	Redsem string   `json:"redsem_commit"`
+	Dirty  []string `json:"redsem_uncommitted,omitempty"`
 }
 
 type target struct {
@@ -220,6 +224,11 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "redsem bench: %d repetition(s), medians; redis %s, %d CPUs, %s; load %s\n",
 		r.Config.Reps, r.Machine.Redis, r.Machine.CPUs, r.Machine.Go, strings.Join(r.Machine.Load, " → "))
 	fmt.Fprintf(w, "command: %s (%.0fs)\n", r.Command, r.Elapsed)
+	dirty := ""
+	if len(r.Machine.Dirty) > 0 {
+		dirty = fmt.Sprintf(" plus uncommitted changes to %s", strings.Join(r.Machine.Dirty, ", "))
+	}
+	fmt.Fprintf(w, "redsem at %s%s\n", r.Machine.Redsem, dirty)
 	for _, sc := range r.Results {
 		cols, ratio := columnsFor(sc.Name)
 		fmt.Fprintf(w, "\n### %s\n\n| library |", sc.Name)

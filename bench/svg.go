@@ -48,7 +48,7 @@ func cdfSVG(samples map[string][]float64, order []*lib) string {
 			fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s"/>`+"\n", x(v), top, x(v), h-bott, stroke)
 		}
 	}
-	for _, p := range []float64{0, 0.25, 0.5, 0.75, 0.99, 1} {
+	for _, p := range []float64{0, 0.25, 0.5, 0.75, 0.9, 1} {
 		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ccc"/>`+"\n", left, y(p), w-right, y(p))
 		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%g</text>`+"\n", left-6, y(p)+4, p)
 	}
