@@ -188,8 +188,18 @@ func (r *run) waitAll(timeout time.Duration) {
 			assert.Failf(r.t, "worker hung", "worker %d did not exit within %v; stderr: %s", p.id, timeout, p.stderr.String())
 			continue
 		}
+		if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL && r.selfKilled(p.pid()) {
+			continue // it killed itself at the strand failpoint
+		}
 		assert.Equal(r.t, 0, p.exitCode(), "worker %d exit code; stderr: %s", p.id, p.stderr.String())
 	}
+}
+
+// selfKilled reports whether the history shows pid killing itself at the
+// strand failpoint.
+func (r *run) selfKilled(pid int) bool {
+	evs, _, _ := history.Read(r.hist)
+	return count(evs, history.KFPKill, func(e history.Event) bool { return e.Pid == pid }) > 0
 }
 
 func (r *run) events() []history.Event {
