@@ -20,13 +20,13 @@ import (
 // supervise runs the command while lease is held and returns its exit
 // status as an *exitError (nil for 0). The lease is released on every path.
 func supervise(sem *redsem.Semaphore, lease *redsem.Lease, o *runOptions, sigs <-chan os.Signal, stderr io.Writer) error {
-	release := func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	release := func(timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		return lease.Release(ctx)
 	}
 	if !lease.Valid() {
-		_ = release()
+		_ = release(opTimeout)
 		return exitf(o.lostCode, "lease on %q lost before the command started: %v", o.name, lease.Err())
 	}
 	cmd := exec.Command(o.argv[0], o.argv[1:]...)
@@ -41,7 +41,7 @@ func supervise(sem *redsem.Semaphore, lease *redsem.Lease, o *runOptions, sigs <
 	cmd.SysProcAttr = childAttr()
 	exited, err := startLocked(cmd)
 	if err != nil {
-		_ = release()
+		_ = release(opTimeout)
 		return startError(o.argv[0], err)
 	}
 	pgid := cmd.Process.Pid
@@ -80,10 +80,12 @@ func supervise(sem *redsem.Semaphore, lease *redsem.Lease, o *runOptions, sigs <
 	g.dismiss()
 	code := exitCode(state)
 	if lost != nil {
-		_ = release()
+		// Most likely in vain (lost), or Redis is unreachable (expired):
+		// do not keep the caller waiting long.
+		_ = release(lostReleaseTimeout)
 		return exitf(o.lostCode, "")
 	}
-	if err := release(); err != nil {
+	if err := release(opTimeout); err != nil {
 		if errors.Is(err, redsem.ErrLeaseLost) {
 			return exitf(o.lostCode, "lease on %q was lost before the command finished (command exit code %d)", o.name, code)
 		}
@@ -95,6 +97,9 @@ func supervise(sem *redsem.Semaphore, lease *redsem.Lease, o *runOptions, sigs <
 	}
 	return exitf(code, "")
 }
+
+// lostReleaseTimeout bounds the release attempt after the lease was lost.
+const lostReleaseTimeout = 2 * time.Second
 
 // startLocked starts cmd from a goroutine locked to its OS thread and waits
 // for it there. On Linux the child's parent-death signal fires when the

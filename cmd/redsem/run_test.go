@@ -1,0 +1,181 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Ten concurrent holders of a size-2 semaphore: the recorder's log, written
+// with O_APPEND by each command as it starts and ends, never shows more than
+// two running, and shows two at some point (so the check can fail).
+func TestRunNeverMoreHoldersThanSize(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	log := filepath.Join(e.dir, "overlap.log")
+	script := fmt.Sprintf(`echo "start $$" >> %[1]s; sleep 0.3; echo "end $$" >> %[1]s`, log)
+	const n = 10
+	results := make([]result, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = e.run(t, "run", "--size", "2", "-w", "15", "workers", "--", "sh", "-c", script)
+		}()
+	}
+	wg.Wait()
+	for i, r := range results {
+		assert.Equal(t, 0, r.code, "process %d: %s", i, r.stderr)
+	}
+	b, err := os.ReadFile(log)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	require.Len(t, lines, 2*n)
+	running, most := 0, 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, "start ") {
+			running++
+		} else {
+			running--
+		}
+		most = max(most, running)
+	}
+	assert.Equal(t, 2, most, "most commands running at once; log:\n%s", b)
+	assert.Equal(t, 0, running)
+}
+
+func TestRunExitCodes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"zero", []string{"--", "true"}, 0},
+		{"child code", []string{"--", "sh", "-c", "exit 7"}, 7},
+		{"flock -c", []string{"-c", "exit 3"}, 3},
+		{"killed by signal", []string{"--", "sh", "-c", "kill -KILL $$"}, 128 + 9},
+		{"not found", []string{"--", "no-such-command-redsem"}, exitNotFound},
+		{"not executable", []string{"--", e.dir}, exitCannotExec},
+		{"env", []string{"--", "sh", "-c",
+			`test "$REDSEM_NAME" = codes && test "$REDSEM_SIZE" = 1 && test "$REDSEM_SLOT" = 1 &&
+			 test "$REDSEM_FENCE" -gt 0 && test "${REDSEM_TOKEN%:1}" != "$REDSEM_TOKEN" || exit 9`}, 0},
+	} {
+		r := e.run(t, append([]string{"run", "codes"}, tc.args...)...)
+		assert.Equal(t, tc.code, r.code, "%s: stderr %q", tc.name, r.stderr)
+		assert.LessOrEqual(t, strings.Count(r.stderr, "\n"), 1, "%s: one line at most: %q", tc.name, r.stderr)
+	}
+	// The slot was given back every time.
+	r := e.run(t, "status", "--json", "codes")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, `"available": 1`)
+}
+
+// A held slot makes -n, -w and --timeout 0 give up with flock's code, or -E's.
+func TestRunBusy(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	holder := e.start(t, helperEnvFor(), append([]string{"run", "busy"}, helperArgs()...)...)
+	waitHelper(t, e.dir, "child")
+
+	r := e.run(t, "run", "-n", "busy", "--", "true")
+	assert.Equal(t, exitBusy, r.code)
+	assert.Empty(t, r.stderr, "busy is silent without -v, as with flock")
+	r = e.run(t, "run", "-n", "-E", "42", "-v", "busy", "--", "true")
+	assert.Equal(t, 42, r.code)
+	assert.Contains(t, r.stderr, "no slot free")
+	r = e.run(t, "run", "--timeout", "0", "busy", "--", "true")
+	assert.Equal(t, exitBusy, r.code)
+	r = e.run(t, "run", "-w", "0.3", "busy", "--", "true")
+	assert.Equal(t, exitBusy, r.code)
+	assert.GreaterOrEqual(t, r.took, 300*time.Millisecond)
+
+	require.NoError(t, syscall.Kill(holder.cmd.Process.Pid, syscall.SIGTERM))
+	assert.Equal(t, 5, holder.wait(t, 10*time.Second), "the helper exits 5 on TERM")
+	r = e.run(t, "run", "-n", "busy", "--", "true")
+	assert.Equal(t, 0, r.code, "free again after the holder exited: %s", r.stderr)
+}
+
+// INT, TERM and HUP reach the command and what it started (its process
+// group), and redsem exits with the command's code.
+func TestRunForwardsSignalsToTheGroup(t *testing.T) {
+	t.Parallel()
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
+		e := newEnv(t)
+		p := e.start(t, helperEnvFor("HELPER_GRANDCHILD=1"), append([]string{"run", "sig"}, helperArgs()...)...)
+		waitHelper(t, e.dir, "child")
+		waitHelper(t, e.dir, "grandchild")
+		require.NoError(t, syscall.Kill(p.cmd.Process.Pid, sig))
+		assert.Equal(t, 5, p.wait(t, 10*time.Second), "%v: the child's exit code; stderr %s", sig, p.stderr)
+		log := logLines(e.dir)
+		assert.Contains(t, log, "child got "+sig.String())
+		assert.Contains(t, log, "grandchild got "+sig.String())
+	}
+}
+
+// redsem killed with SIGKILL: its command and the command's children die
+// (parent-death signal and guard), and the slot frees itself within the TTL.
+func TestRunKilledHolderFreesSlotAndStopsCommand(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	p := e.start(t, helperEnvFor("HELPER_GRANDCHILD=1", "HELPER_TERM=ignore"),
+		append([]string{"run", "--ttl", "1s", "crash"}, helperArgs()...)...)
+	child := waitHelper(t, e.dir, "child")
+	grand := waitHelper(t, e.dir, "grandchild")
+	require.True(t, alive(child))
+	require.True(t, alive(grand))
+
+	require.NoError(t, syscall.Kill(p.cmd.Process.Pid, syscall.SIGKILL))
+	killed := time.Now()
+	p.wait(t, 5*time.Second)
+	waitFor(t, 3*time.Second, "the command to die", func() bool { return !alive(child) })
+	waitFor(t, 3*time.Second, "the command's child to die", func() bool { return !alive(grand) })
+
+	r := e.run(t, "run", "-w", "10", "crash", "--", "true")
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Less(t, time.Since(killed), 2500*time.Millisecond, "slot back within the 1s TTL plus slack")
+}
+
+// A lease deleted under a running command: the command gets TERM, ignores
+// it, gets KILL after --kill-after, and redsem exits 75.
+func TestRunLeaseLostStopsCommand(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	p := e.start(t, helperEnvFor("HELPER_TERM=ignore"),
+		append([]string{"run", "--ttl", "1s", "--kill-after", "300ms", "lost"}, helperArgs()...)...)
+	child := waitHelper(t, e.dir, "child")
+
+	r := e.run(t, "delete", "--force", "lost")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, exitLost, p.wait(t, 5*time.Second), "stderr %s", p.stderr)
+	assert.False(t, alive(child), "the command was killed")
+	assert.Contains(t, logLines(e.dir), "child got terminated", "TERM came first")
+	assert.Contains(t, p.stderr.String(), "lease lost")
+	assert.Equal(t, 1, strings.Count(p.stderr.String(), "\n"), "one line: %q", p.stderr)
+}
+
+// Redis unreachable past the TTL (server stopped): the lease expires
+// locally, the command is stopped, redsem exits with --lost-exit-code.
+func TestRunRedisUnreachableStopsCommand(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	p := e.start(t, helperEnvFor(),
+		append([]string{"run", "--ttl", "1s", "--lost-exit-code", "99", "frozen"}, helperArgs()...)...)
+	child := waitHelper(t, e.dir, "child")
+	require.NoError(t, e.srv.Signal(syscall.SIGSTOP))
+	t.Cleanup(func() { _ = e.srv.Signal(syscall.SIGCONT) })
+
+	assert.Equal(t, 99, p.wait(t, 8*time.Second), "stderr %s", p.stderr)
+	assert.False(t, alive(child))
+	assert.Contains(t, p.stderr.String(), "lease expired")
+}
