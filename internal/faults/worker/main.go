@@ -420,8 +420,9 @@ func hold1(l *redsem.Lease, d time.Duration) {
 	case <-t.C:
 	case <-l.Done():
 	}
-	if over := time.Since(start) - d; over > *ttl/2 {
-		// We were stopped for a while: report what the lease says now.
+	if over := time.Since(start) - d; over > *ttl/2 || isDone(l) {
+		// The lease ended under us, or we were stopped for a while: report
+		// what the lease says now.
 		emit(history.Event{K: history.KRevived, Tok: l.Token(), Fence: l.Fence(), T: serverTime(),
 			Valid: l.Valid(), Done: isDone(l), Class: classify(l.Err()), Err: strconv.FormatInt(over.Milliseconds(), 10) + "ms late"})
 	}
