@@ -68,7 +68,7 @@
 // Semaphore, Mutex and Lease are safe for concurrent use. Every blocked
 // Acquire holds one connection of the pool (or of WithBlockingPool) while it
 // waits: size the pool for your waiters plus the Release and Refresh calls.
-// The pool's read timeout should be 0 or above 12s; with a shorter one,
+// The pool's read timeout should be 0 or above 32s; with a shorter one,
 // waits are cut into shorter blocks, and every new block loses its place in
 // the queue.
 package redsem

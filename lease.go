@@ -165,7 +165,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	defer conn.Close()
 	failpoint.Hit("release.sent")
-	ok, err := redis.Bool(releaseScript.DoContext(ctx, conn, append(s.k.all(4), l.token, l.acqID)...))
+	ok, err := redis.Bool(runScript(ctx, conn, releaseScript, append(s.k.all(4), l.token, l.acqID)...))
 	if err != nil {
 		return s.scriptError("release", err)
 	}
@@ -200,7 +200,7 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	defer conn.Close()
 	sent := monoNow()
-	vals, err := redis.Int64s(refreshScript.DoContext(ctx, conn, append(s.k.all(4), l.token, l.acqID, ttl.Milliseconds())...))
+	vals, err := redis.Int64s(runScript(ctx, conn, refreshScript, append(s.k.all(4), l.token, l.acqID, ttl.Milliseconds())...))
 	if err != nil {
 		return s.scriptError("refresh", err)
 	}

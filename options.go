@@ -29,7 +29,7 @@ const (
 	// maxBlock caps one blocking wait; a wait that long starts over with a
 	// new BLMOVE. The connection's read timeout should be 0 or above
 	// maxBlock+blockSlack.
-	maxBlock   = 10 * time.Second
+	maxBlock   = 30 * time.Second
 	blockSlack = 2 * time.Second
 	minBlock   = 10 * time.Millisecond
 )

@@ -127,7 +127,7 @@ func TestStrandedPendingTokenReturns(t *testing.T) {
 		c, err := redis.Dial("tcp", b.addr)
 		require.NoError(t, err)
 		acq := newAcqID()
-		r, err := parseAcquireReply(acquireScript.Do(c, s.acquireArgs(acq, 300)...))
+		r, err := parseAcquireReply(acquireScript.Do(c, s.acquireArgs(acq, 300, "fresh")...))
 		require.NoError(t, err)
 		require.Equal(t, int64(0), r.code)
 		require.NoError(t, c.Send("BLMOVE", s.k.tokens, s.k.pend(acq), "LEFT", "RIGHT", "5"))
@@ -350,8 +350,8 @@ func TestScriptsRejectBadArgs(t *testing.T) {
 		require.NoError(t, err)
 		defer c.Close()
 		acq := newAcqID()
-		good := []interface{}{2, acq, 1000, "lbl", 0, 100, 100}
-		for i, bad := range []interface{}{"x", "short", "-1", "lbl", "-5", "nan", "-1"} {
+		good := []interface{}{2, acq, 1000, "lbl", 0, 100, 100, "fresh"}
+		for i, bad := range []interface{}{"x", "short", "-1", "lbl", "-5", "nan", "-1", "later"} {
 			args := append([]interface{}{}, good...)
 			if i == 3 {
 				continue // the label is free text
@@ -501,7 +501,7 @@ func TestCancellationStorm(t *testing.T) {
 					return
 				}
 				for i := 0; i < calls; i++ {
-					cctx, cancel := context.WithTimeout(ctx, time.Duration(1+rng.Intn(15))*time.Millisecond)
+					cctx, cancel := context.WithTimeout(ctx, time.Duration(1+rng.Intn(30))*time.Millisecond)
 					l, err := s.Acquire(cctx)
 					cancel()
 					switch {
@@ -530,11 +530,13 @@ func TestCancellationStorm(t *testing.T) {
 		assert.Positive(t, timeouts.Load(), "the storm cancelled waits")
 		assert.Positive(t, grants.Load())
 		s := newSem(t, b, "storm", size)
-		require.Eventually(t, func() bool {
+		assert.Eventually(t, func() bool {
 			_, _ = s.Reclaim(ctx)
 			st, err := s.Status(ctx)
 			return err == nil && st.Available == size && len(st.Holders) == 0
 		}, 5*time.Second, 20*time.Millisecond, "exactly %d tokens come back", size)
+		st, err := s.Status(ctx)
+		t.Logf("%s: final %+v %v", b.name, st, err)
 		requireInventory(t, s, size, 0)
 	})
 }

@@ -124,10 +124,21 @@ func parseAcquireReply(v interface{}, err error) (acquireReply, error) {
 	return r, err
 }
 
-func (s *Semaphore) acquireArgs(acq string, blockMs int64) []interface{} {
+// acquireArgs are acquire.lua's keys and arguments. phase is "fresh" for an
+// acquisition's first call and "wait" behind its BLMOVE.
+func (s *Semaphore) acquireArgs(acq string, blockMs int64, phase string) []interface{} {
 	return append(s.k.all(5), s.k.pend(acq),
 		s.size, acq, s.cfg.ttl.Milliseconds(), s.cfg.label, blockMs,
-		s.cfg.grace.Milliseconds(), s.tombMs())
+		s.cfg.grace.Milliseconds(), s.tombMs(), phase)
+}
+
+// runScript runs script on conn under ctx. A context that can never end
+// needs no watcher goroutine, so the plain call is used then.
+func runScript(ctx context.Context, conn redis.Conn, script *redis.Script, keysAndArgs ...interface{}) (interface{}, error) {
+	if ctx.Done() == nil {
+		return script.Do(conn, keysAndArgs...)
+	}
+	return script.DoContext(ctx, conn, keysAndArgs...)
 }
 
 // tombMs is how long an aborted acquisition's tombstone lives: longer than
@@ -200,7 +211,7 @@ func (s *Semaphore) acquireOn(ctx context.Context, conn redis.Conn, wait bool) (
 	}
 	sent := monoNow()
 	failpoint.Hit("acquire.sent")
-	r, err := parseAcquireReply(acquireScript.DoContext(ctx, conn, s.acquireArgs(acq, block)...))
+	r, err := parseAcquireReply(runScript(ctx, conn, acquireScript, s.acquireArgs(acq, block, "fresh")...))
 	var blockLeft time.Duration
 	for {
 		if err != nil {
@@ -234,7 +245,7 @@ func (s *Semaphore) acquireOn(ctx context.Context, conn redis.Conn, wait bool) (
 		sent = monoNow()
 		if r.code != 0 {
 			blockLeft = 0
-			r, err = parseAcquireReply(acquireScript.DoContext(ctx, conn, s.acquireArgs(acq, s.blockFor(ctx))...))
+			r, err = parseAcquireReply(runScript(ctx, conn, acquireScript, s.acquireArgs(acq, s.blockFor(ctx), "fresh")...))
 			continue
 		}
 		used, started := time.Duration(r.blockMs)*time.Millisecond, time.Now()
@@ -249,7 +260,7 @@ func (s *Semaphore) acquireOn(ctx context.Context, conn redis.Conn, wait bool) (
 // script's reply.
 func (s *Semaphore) blockOnce(ctx context.Context, conn redis.Conn, acq string, blockMs int64) (acquireReply, error) {
 	next := s.blockFor(ctx)
-	args := s.acquireArgs(acq, next)
+	args := s.acquireArgs(acq, next, "wait")
 	secs := strconv.FormatFloat(float64(blockMs)/1000, 'f', 3, 64)
 	if err := conn.Send("BLMOVE", s.k.tokens, s.k.pend(acq), "LEFT", "RIGHT", secs); err != nil {
 		return acquireReply{}, err
@@ -371,7 +382,7 @@ func (s *Semaphore) Reclaim(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("redsem: reclaim %q: %w", printable(s.name), err)
 	}
 	defer conn.Close()
-	n, err := redis.Int(reclaimScript.DoContext(ctx, conn, append(s.k.all(5), 1000)...))
+	n, err := redis.Int(runScript(ctx, conn, reclaimScript, append(s.k.all(5), 1000)...))
 	if err != nil {
 		return 0, s.scriptError("reclaim", err)
 	}
@@ -388,7 +399,7 @@ func (s *Semaphore) Delete(ctx context.Context) error {
 		return fmt.Errorf("redsem: delete %q: %w", printable(s.name), err)
 	}
 	defer conn.Close()
-	if _, err := deleteScript.DoContext(ctx, conn, s.k.all(5)...); err != nil {
+	if _, err := runScript(ctx, conn, deleteScript, s.k.all(5)...); err != nil {
 		return s.scriptError("delete", err)
 	}
 	return nil

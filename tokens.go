@@ -42,7 +42,8 @@ type Status struct {
 	Available int
 	// Holders lists the leases, in the order they were granted.
 	Holders []Holder
-	// Waiting counts the acquisitions blocked in Redis right now.
+	// Waiting counts the acquisitions registered as blocked. It may include
+	// waits that ended in the last block time plus grace without a grant.
 	Waiting int
 	// Stray counts list elements that are not valid free tokens (forged,
 	// duplicated or of an older epoch); they are dropped when popped.
@@ -72,7 +73,7 @@ func (s *Semaphore) Status(ctx context.Context) (Status, error) {
 		return Status{}, fmt.Errorf("redsem: status %q: %w", printable(s.name), err)
 	}
 	defer conn.Close()
-	vals, err := redis.Values(statusScript.DoContext(ctx, conn, s.k.all(5)...))
+	vals, err := redis.Values(runScript(ctx, conn, statusScript, s.k.all(5)...))
 	if err != nil {
 		return Status{}, s.scriptError("status", err)
 	}

@@ -5,7 +5,9 @@
 -- the server before the waiter even reads it.
 --
 -- KEYS: meta, tokens, leases, holders, waits, pend (base.."pend:"..acqID)
--- ARGV: size, acqID, ttlMs, label, blockMs (0: never wait), graceMs, tombMs
+-- ARGV: size, acqID, ttlMs, label, blockMs (0: never wait), graceMs, tombMs,
+--       phase ("fresh" for an acquisition's first call, when nothing of it can
+--       be pending yet; "wait" behind a BLMOVE)
 -- Returns one of
 --   {1, token, fence, deadlineMs, nowUs}  granted
 --   {0, blockMs, nowUs}                   none free: block this long, then call again
@@ -19,13 +21,17 @@ local label = ARGV[4]
 local block = int_arg(ARGV[5], 0, 1e9)
 local grace = int_arg(ARGV[6], 0, 1e9)
 local tomb = int_arg(ARGV[7], 0, 1e9)
+local fresh = ARGV[8] == 'fresh'
 if not size or #acq < 16 or string.find(acq, '[|:]')
-  or not ttl or not block or not grace or not tomb then
+  or not ttl or not block or not grace or not tomb
+  or (ARGV[8] ~= 'fresh' and ARGV[8] ~= 'wait') then
   return redis.error_reply('REDSEM_ARG invalid arguments to acquire')
 end
-local err = check_types(5)
-if err then return redis.error_reply(err) end
-err = type_err(KEYS[6], 'list')
+-- meta, leases and waits are read before anything is written, so a wrong type
+-- there fails the script cleanly; tokens, holders and the pending list may be
+-- written first, so check them.
+local err = type_err(KEYS[2], 'list') or type_err(KEYS[4], 'hash')
+if not fresh then err = err or type_err(KEYS[6], 'list') end
 if err then return redis.error_reply(err) end
 
 local now = now_us()
@@ -68,21 +74,25 @@ end
 
 reclaim(now_ms, epoch, size, 100)
 
+-- A tombstone means the client gave up on this acquisition and settled it
+-- (abort.lua) before this call reached Redis: a late script or a BLMOVE still
+-- registered. Hand back anything pending and grant nothing.
 if redis.call('ZSCORE', KEYS[5], 'x:' .. acq) then
-  -- Aborted while its BLMOVE was still registered: hand the token back.
-  local toks = redis.call('LRANGE', KEYS[6], 0, 9)
-  redis.call('DEL', KEYS[6])
-  for _, tok in ipairs(toks) do give_back(tok, epoch, size) end
+  if not fresh then
+    local toks = redis.call('LRANGE', KEYS[6], 0, 9)
+    redis.call('DEL', KEYS[6])
+    for _, tok in ipairs(toks) do give_back(tok, epoch, size) end
+  end
   return {2, 0, now}
 end
+if not fresh then redis.call('ZREM', KEYS[5], 'w:' .. acq) end
 
-redis.call('ZREM', KEYS[5], 'w:' .. acq)
 -- A token the BLMOVE moved into our pending list, then anything free.
 for _ = 1, 1000 do
-  local tok = redis.call('LPOP', KEYS[6]) or redis.call('LPOP', KEYS[2])
+  local tok = (not fresh and redis.call('LPOP', KEYS[6])) or redis.call('LPOP', KEYS[2])
   if not tok then break end
   if is_valid(tok, epoch, size) and not redis.call('ZSCORE', KEYS[3], tok) then
-    redis.call('DEL', KEYS[6])
+    if not fresh then redis.call('DEL', KEYS[6]) end
     return grant(tok)
   end
   redis.call('HINCRBY', KEYS[1], 'rejected', 1)

@@ -99,7 +99,9 @@ end
 -- push, so reclaim still works when Redis is out of memory.
 local function reclaim(now_ms, epoch, size, limit)
   local n = 0
+  -- Both reads come before any write (see the header).
   local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_ms, 'LIMIT', 0, limit)
+  local stale = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms, 'LIMIT', 0, limit)
   for _, tok in ipairs(expired) do
     redis.call('ZREM', KEYS[3], tok)
     local rec = redis.call('HGET', KEYS[4], 't:' .. tok)
@@ -108,10 +110,12 @@ local function reclaim(now_ms, epoch, size, limit)
     end
     n = n + give_back(tok, epoch, size)
   end
-  local stale = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms, 'LIMIT', 0, limit)
   for _, w in ipairs(stale) do
     local pend = base() .. 'pend:' .. string.sub(w, 3)
-    local toks = redis.call('LRANGE', pend, 0, 9)
+    local toks = {}
+    if not type_err(pend, 'list') then
+      toks = redis.call('LRANGE', pend, 0, 9)
+    end
     redis.call('DEL', pend)
     redis.call('ZREM', KEYS[5], w)
     for _, tok in ipairs(toks) do n = n + give_back(tok, epoch, size) end

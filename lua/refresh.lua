@@ -6,8 +6,7 @@
 
 local tok, acq, ttl = ARGV[1], ARGV[2], int_arg(ARGV[3], 1, 1e12)
 if not ttl then return redis.error_reply('REDSEM_ARG invalid ttl') end
-local err = check_types(4)
-if err then return redis.error_reply(err) end
+-- Reads come first: a key of the wrong type fails the script before ZADD.
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 local rec = redis.call('HGET', KEYS[4], 't:' .. tok)

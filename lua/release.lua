@@ -6,7 +6,8 @@
 -- The first write is ZREM, which frees memory: release works at OOM.
 
 local tok, acq = ARGV[1], ARGV[2]
-local err = check_types(4)
+-- holders, meta and leases are read (or freed) before tokens is written.
+local err = type_err(KEYS[2], 'list')
 if err then return redis.error_reply(err) end
 local rec = redis.call('HGET', KEYS[4], 't:' .. tok)
 if not rec or owner_of(rec) ~= acq then return 0 end
