@@ -340,3 +340,22 @@ func count(evs []history.Event, k string, f func(history.Event) bool) int {
 	}
 	return n
 }
+
+// status reads the semaphore's Status, retrying for up to 10s while the
+// server restarts (a pooled connection to the old process fails once).
+func status(t *testing.T, sem *redsem.Semaphore) redsem.Status {
+	t.Helper()
+	var st redsem.Status
+	var err error
+	for i := 0; i < 100; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err = sem.Status(ctx)
+		cancel()
+		if err == nil {
+			return st
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.NoError(t, err)
+	return st
+}
