@@ -50,11 +50,12 @@ func (e *env) info(section string) string {
 }
 
 // stats is one INFO commandstats sample.
-type stats struct{ calls, scripts int64 }
+type stats struct{ calls, scripts, scriptUsec int64 }
 
 func (e *env) stats() stats {
 	info := e.info("commandstats")
-	return stats{calls: commandCalls(info), scripts: scriptCalls(info)}
+	sc, us := scriptCalls(info)
+	return stats{calls: commandCalls(info), scripts: sc, scriptUsec: us}
 }
 
 func (e *env) clientsField(name string) int {

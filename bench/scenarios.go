@@ -23,7 +23,7 @@ func (e *env) uncontended(ls []*lib, n int) (map[string]metrics, error) {
 		c                     counters
 		lat                   []float64
 		rtAcq, rtRel, rt, cmd int64
-		calls, scripts        int64
+		calls, scripts, susec int64
 		elapsed               time.Duration
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -85,6 +85,7 @@ func (e *env) uncontended(ls []*lib, n int) (map[string]metrics, error) {
 			s.cmd += cmd1 - cmd0
 			s.calls += s1.calls - s0.calls
 			s.scripts += s1.scripts - s0.scripts
+			s.susec += s1.scriptUsec - s0.scriptUsec
 		}
 	}
 	out := map[string]metrics{}
@@ -101,6 +102,7 @@ func (e *env) uncontended(ls []*lib, n int) (map[string]metrics, error) {
 			"roundtrips_acq":   float64(s.rtAcq) / fn,
 			"roundtrips_rel":   float64(s.rtRel) / fn,
 			"script_inner_cmd": float64(s.calls-s.cmd) / fn,
+			"script_us":        float64(s.susec) / fn,
 		}
 	}
 	return out, nil

@@ -132,41 +132,38 @@ func commandCalls(info string) int64 {
 	var n int64
 	sc := bufio.NewScanner(strings.NewReader(info))
 	for sc.Scan() {
-		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, "cmdstat_")
+		rest, ok := strings.CutPrefix(sc.Text(), "cmdstat_")
 		if !ok || strings.HasPrefix(rest, "info:") {
 			continue
 		}
-		_, stats, _ := strings.Cut(rest, ":")
-		for _, kv := range strings.Split(stats, ",") {
-			if v, ok := strings.CutPrefix(kv, "calls="); ok {
-				c, _ := strconv.ParseInt(v, 10, 64)
-				n += c
-			}
-		}
+		_, st, _ := strings.Cut(rest, ":")
+		n += statField(st, "calls")
 	}
 	return n
 }
 
-// scriptCalls sums the calls of EVAL and EVALSHA: the commands clients sent
-// that run a script.
-func scriptCalls(info string) int64 {
-	var n int64
-	for _, name := range []string{"cmdstat_eval:", "cmdstat_evalsha:"} {
-		i := strings.Index(info, name)
-		if i < 0 {
-			continue
-		}
-		line := info[i+len(name):]
-		if j := strings.IndexByte(line, '\n'); j >= 0 {
-			line = line[:j]
-		}
-		for _, kv := range strings.Split(strings.TrimSpace(line), ",") {
-			if v, ok := strings.CutPrefix(kv, "calls="); ok {
-				c, _ := strconv.ParseInt(v, 10, 64)
-				n += c
-			}
+// scriptCalls sums the calls of EVAL and EVALSHA (the commands clients sent
+// that run a script) and the server time they took in µs, the commands the
+// scripts ran included.
+func scriptCalls(info string) (calls, usec int64) {
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		name, st, _ := strings.Cut(sc.Text(), ":")
+		if name == "cmdstat_eval" || name == "cmdstat_evalsha" {
+			calls += statField(st, "calls")
+			usec += statField(st, "usec")
 		}
 	}
-	return n
+	return calls, usec
+}
+
+// statField returns field name of "calls=1,usec=2,...".
+func statField(st, name string) int64 {
+	for _, kv := range strings.Split(strings.TrimSpace(st), ",") {
+		if v, ok := strings.CutPrefix(kv, name+"="); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
 }
