@@ -67,8 +67,7 @@ func main() {
 // dispatch runs the subcommand args[0] and returns the exit code.
 func dispatch(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, mainHelp)
-		return exitUsage
+		return report(stderr, usagef("missing command: run, status, reclaim, delete or demo (see redsem help)"))
 	}
 	name, rest := args[0], args[1:]
 	switch name {

@@ -54,9 +54,10 @@ func TestMain(m *testing.M) {
 // helperMain is the test binary run as the command of redsem run. It writes
 // "<mode> <pid> <REDSEM_FENCE> <REDSEM_SLOT> <REDSEM_TOKEN>" to $HELPER_DIR/<mode>.pid,
 // logs the signals it gets to $HELPER_DIR/log, and sleeps at most 20s.
-//   HELPER_TERM=exit:N   exit N on SIGTERM, SIGINT or SIGHUP (default exit:5)
-//   HELPER_TERM=ignore   ignore them
-//   HELPER_GRANDCHILD=1  also start a grandchild in the same process group
+//
+//	HELPER_TERM=exit:N   exit N on SIGTERM, SIGINT or SIGHUP (default exit:5)
+//	HELPER_TERM=ignore   ignore them
+//	HELPER_GRANDCHILD=1  also start a grandchild in the same process group
 func helperMain(mode string) int {
 	dir := os.Getenv("HELPER_DIR")
 	logf := func(format string, args ...any) {

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// Bad invocations exit with their documented code and one line on stderr,
+// never a stack trace. None of them reaches a Redis.
+func TestErrorsAreOneLine(t *testing.T) {
+	t.Parallel()
+	e := &env{url: "redis://127.0.0.1:1", dir: t.TempDir()} // refuses connections
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{nil, exitUsage},
+		{[]string{"bogus"}, exitUsage},
+		{[]string{"run"}, exitUsage},
+		{[]string{"run", "x"}, exitUsage},
+		{[]string{"run", "--bogus", "x", "--", "true"}, exitUsage},
+		{[]string{"run", "-n", "2", "x", "--", "true"}, exitUsage},
+		{[]string{"run", "--size", "0", "x", "--", "true"}, exitUsage},
+		{[]string{"run", "--ttl", "soon", "x", "--", "true"}, exitUsage},
+		{[]string{"run", "-E", "300", "x", "--", "true"}, exitUsage},
+		{[]string{"run", "-c", "true", "x", "--", "ls"}, exitUsage},
+		{[]string{"run", "--redis", "ftp://h", "x", "--", "true"}, exitUsage},
+		{[]string{"run", "--redis", "rediss://h", "--cacert", "/nonexistent", "x", "--", "true"}, exitUsage},
+		{[]string{"run", "x", "--", "true"}, exitUnavailable},
+		{[]string{"status"}, exitUsage},
+		{[]string{"status", "a", "b"}, exitUsage},
+		{[]string{"status", "a"}, exitUnavailable},
+		{[]string{"reclaim", "a"}, exitUnavailable},
+		{[]string{"delete", "--force", "a"}, exitUnavailable},
+		{[]string{"demo", "--workers", "0"}, exitUsage},
+		{[]string{"demo", "extra"}, exitUsage},
+		{[]string{"help", "bogus"}, exitUsage},
+	} {
+		r := e.run(t, tc.args...)
+		assert.Equal(t, tc.code, r.code, "%v: %s", tc.args, r.stderr)
+		assert.Equal(t, 1, strings.Count(r.stderr, "\n"), "%v: one line: %q", tc.args, r.stderr)
+		assert.True(t, strings.HasPrefix(r.stderr, "redsem: "), "%v: %q", tc.args, r.stderr)
+		assert.NotContains(t, r.stderr, "goroutine", "%v", tc.args)
+		assert.Empty(t, r.stdout, "%v", tc.args)
+	}
+}
+
+func TestHelpForEveryCommand(t *testing.T) {
+	t.Parallel()
+	e := &env{url: "redis://127.0.0.1:1", dir: t.TempDir()}
+	for _, args := range [][]string{
+		{"help"}, {"--help"}, {"run", "--help"}, {"run", "-h"}, {"status", "--help"},
+		{"reclaim", "--help"}, {"delete", "--help"}, {"demo", "--help"}, {"help", "run"},
+	} {
+		r := e.run(t, args...)
+		assert.Equal(t, 0, r.code, "%v: %s", args, r.stderr)
+		assert.Contains(t, r.stdout, "Usage:", "%v", args)
+		assert.Contains(t, r.stdout, "Example", "%v", args)
+		assert.Empty(t, r.stderr, "%v", args)
+	}
+}
