@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -75,9 +74,7 @@ func codeFor(err error) int {
 	case errors.Is(err, redsem.ErrSizeMismatch), errors.Is(err, redsem.ErrWrongType),
 		errors.Is(err, redsem.ErrCorrupt):
 		return exitData
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return exitUnavailable
-	default:
+	default: // connection errors, Redis errors, timeouts talking to Redis
 		return exitUnavailable
 	}
 }

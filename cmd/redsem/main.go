@@ -61,6 +61,13 @@ func init() {
 }
 
 func main() {
+	defer func() {
+		// A bug must still end in one line and a documented code.
+		if r := recover(); r != nil {
+			fmt.Fprintf(os.Stderr, "redsem: internal error: %v\n", r)
+			os.Exit(exitSoftware)
+		}
+	}()
 	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -53,7 +53,8 @@ The command runs in its own process group with these variables set:
   REDSEM_FENCE (a number that grows with every acquisition: pass it with
   your writes so the resource can refuse a stale holder).
 INT, TERM, HUP, QUIT, USR1 and USR2 sent to redsem are forwarded to the whole
-group. If the lease is lost, the group gets TERM, then KILL after
+group; Ctrl-Z (TSTP) is ignored. The command cannot read from the terminal
+(it is not in the terminal's foreground group): it is meant for jobs. If the lease is lost, the group gets TERM, then KILL after
 --kill-after, and redsem exits 75. If redsem is killed (even with kill -9),
 the command's group is killed too.
 
@@ -192,6 +193,12 @@ func cmdRun(args []string, _, stderr io.Writer) error {
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
+	// Ctrl-Z must not stop redsem: a stopped redsem cannot refresh its lease
+	// while its command runs on. Caught and dropped (not ignored, which the
+	// command would inherit).
+	tstp := make(chan os.Signal, 1)
+	signal.Notify(tstp, syscall.SIGTSTP)
+	defer signal.Stop(tstp)
 
 	started := time.Now()
 	lease, err := acquire(sem, o, sigs)

@@ -179,3 +179,13 @@ func TestRunRedisUnreachableStopsCommand(t *testing.T) {
 	assert.False(t, alive(child))
 	assert.Contains(t, p.stderr.String(), "lease expired")
 }
+
+// The command finished, but its lease was gone by then (here: it deleted
+// the semaphore itself, long before the first refresh): exit 75, not 0.
+func TestRunLeaseGoneAtReleaseIsLost(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.run(t, "run", "gone", "--", bin, "delete", "--force", "gone")
+	assert.Equal(t, exitLost, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "lost before the command finished")
+}
