@@ -37,6 +37,7 @@ var (
 	tlsCA     = flag.String("tlsca", "", "PEM file of the CA to trust; enables TLS")
 	name      = flag.String("name", "faults", "semaphore name")
 	nameHex   = flag.String("namehex", "", "semaphore name as hex bytes (overrides -name)")
+	nameFile  = flag.String("namefile", "", "file holding the semaphore name (overrides -name and -namehex)")
 	prefix    = flag.String("prefix", redsem.DefaultPrefix, "key prefix")
 	size      = flag.Int("size", 2, "semaphore size")
 	ttl       = flag.Duration("ttl", time.Second, "lease TTL")
@@ -79,6 +80,14 @@ func main() {
 		b, err := hex.DecodeString(*nameHex)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "worker: -namehex:", err)
+			os.Exit(2)
+		}
+		semName = string(b)
+	}
+	if *nameFile != "" {
+		b, err := os.ReadFile(*nameFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "worker: -namefile:", err)
 			os.Exit(2)
 		}
 		semName = string(b)
