@@ -159,17 +159,16 @@ func (l *Lease) Release(ctx context.Context) error {
 		return err
 	}
 	s := l.sem
-	conn, err := s.pool.GetContext(ctx)
-	if err != nil {
-		return fmt.Errorf("redsem: release %q: %w", printable(s.name), err)
-	}
-	defer conn.Close()
 	failpoint.Hit("release.sent")
-	ok, err := redis.Bool(runScript(ctx, conn, releaseScript, append(s.k.all(4), l.token, l.acqID)...))
+	v, retried, err := s.call(ctx, releaseScript, append(s.k.all(4), l.token, l.acqID)...)
+	ok, err := redis.Bool(v, err)
 	if err != nil {
 		return s.scriptError("release", err)
 	}
-	if !ok {
+	if !ok && !(retried && l.Valid()) {
+		// Not recorded any more. (After a retry on a fresh connection, a
+		// lease whose deadline has not passed can only be missing because
+		// the first attempt released it.)
 		return l.lost()
 	}
 	l.finish(ErrReleased)
@@ -194,13 +193,9 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		return context.Cause(l.ctx)
 	}
 	s := l.sem
-	conn, err := s.pool.GetContext(ctx)
-	if err != nil {
-		return fmt.Errorf("redsem: refresh %q: %w", printable(s.name), err)
-	}
-	defer conn.Close()
 	sent := monoNow()
-	vals, err := redis.Int64s(runScript(ctx, conn, refreshScript, append(s.k.all(4), l.token, l.acqID, ttl.Milliseconds())...))
+	v, _, err := s.call(ctx, refreshScript, append(s.k.all(4), l.token, l.acqID, ttl.Milliseconds())...)
+	vals, err := redis.Int64s(v, err)
 	if err != nil {
 		return s.scriptError("refresh", err)
 	}

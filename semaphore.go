@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -130,15 +131,6 @@ func (s *Semaphore) acquireArgs(acq string, blockMs int64, phase string) []inter
 	return append(s.k.all(5), s.k.pend(acq),
 		s.size, acq, s.cfg.ttl.Milliseconds(), s.cfg.label, blockMs,
 		s.cfg.grace.Milliseconds(), s.tombMs(), phase)
-}
-
-// runScript runs script on conn under ctx. A context that can never end
-// needs no watcher goroutine, so the plain call is used then.
-func runScript(ctx context.Context, conn redis.Conn, script *redis.Script, keysAndArgs ...interface{}) (interface{}, error) {
-	if ctx.Done() == nil {
-		return script.Do(conn, keysAndArgs...)
-	}
-	return script.DoContext(ctx, conn, keysAndArgs...)
 }
 
 // tombMs is how long an aborted acquisition's tombstone lives: longer than
@@ -318,9 +310,10 @@ func (s *Semaphore) failedAcquire(ctx context.Context, acq string, err error, bl
 	if r.code == 1 {
 		return r, nil
 	}
-	if blockLeft > time.Second {
-		// The read deadline came well before the BLMOVE's own timeout: the
-		// connection's read timeout is shorter than our block. Block less.
+	var ne net.Error
+	if blockLeft > time.Second && errors.As(err, &ne) && ne.Timeout() {
+		// The connection's read deadline came well before the BLMOVE's own
+		// timeout: its read timeout is shorter than our block. Block less.
 		if cur := time.Duration(s.maxBlock.Load()); cur > time.Second {
 			s.maxBlock.Store(int64(cur / 2))
 		}
@@ -341,14 +334,10 @@ func (e *scriptErr) Error() string { return e.err.Error() }
 func (s *Semaphore) abort(ctx context.Context, acq, mode string) (acquireReply, error) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	conn, err := s.pool.GetContext(actx)
-	if err != nil {
-		return acquireReply{}, err
-	}
-	defer conn.Close()
 	sent := monoNow()
 	args := append(s.k.all(5), s.k.pend(acq), acq, mode, s.tombMs())
-	r, err := parseAcquireReply(abortScript.DoContext(actx, conn, args...))
+	v, _, err := s.call(actx, abortScript, args...)
+	r, err := parseAcquireReply(v, err)
 	if err == nil {
 		s.clock.observe(sent, r.nowUs)
 	}
@@ -377,12 +366,8 @@ func (s *Semaphore) ctxError(err error) error {
 // Every Acquire does the same, and blocked waiters wake for it at the
 // earliest lease deadline, so calling Reclaim is never required.
 func (s *Semaphore) Reclaim(ctx context.Context) (int, error) {
-	conn, err := s.pool.GetContext(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("redsem: reclaim %q: %w", printable(s.name), err)
-	}
-	defer conn.Close()
-	n, err := redis.Int(runScript(ctx, conn, reclaimScript, append(s.k.all(5), 1000)...))
+	v, _, err := s.call(ctx, reclaimScript, append(s.k.all(5), 1000)...)
+	n, err := redis.Int(v, err)
 	if err != nil {
 		return 0, s.scriptError("reclaim", err)
 	}
@@ -394,12 +379,7 @@ func (s *Semaphore) Reclaim(ctx context.Context) (int, error) {
 // afresh, with a new epoch, so no token of the old one is ever accepted.
 // Blocked waiters keep waiting and are served by the new semaphore.
 func (s *Semaphore) Delete(ctx context.Context) error {
-	conn, err := s.pool.GetContext(ctx)
-	if err != nil {
-		return fmt.Errorf("redsem: delete %q: %w", printable(s.name), err)
-	}
-	defer conn.Close()
-	if _, err := runScript(ctx, conn, deleteScript, s.k.all(5)...); err != nil {
+	if _, _, err := s.call(ctx, deleteScript, s.k.all(5)...); err != nil {
 		return s.scriptError("delete", err)
 	}
 	return nil

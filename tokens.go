@@ -68,12 +68,7 @@ type Holder struct {
 
 // Status reads a snapshot of the semaphore.
 func (s *Semaphore) Status(ctx context.Context) (Status, error) {
-	conn, err := s.pool.GetContext(ctx)
-	if err != nil {
-		return Status{}, fmt.Errorf("redsem: status %q: %w", printable(s.name), err)
-	}
-	defer conn.Close()
-	vals, err := redis.Values(runScript(ctx, conn, statusScript, s.k.all(5)...))
+	vals, err := redis.Values(statusOnce(ctx, s))
 	if err != nil {
 		return Status{}, s.scriptError("status", err)
 	}
@@ -83,6 +78,11 @@ func (s *Semaphore) Status(ctx context.Context) (Status, error) {
 	}
 	st.Name = s.name
 	return st, nil
+}
+
+func statusOnce(ctx context.Context, s *Semaphore) (interface{}, error) {
+	v, _, err := s.call(ctx, statusScript, s.k.all(5)...)
+	return v, err
 }
 
 func parseStatus(vals []interface{}) (Status, error) {
