@@ -2,11 +2,11 @@ package faults
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"encoding/hex"
 	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
