@@ -141,6 +141,7 @@ func redact(u *url.URL) string {
 // (refresh, release, status), block for the waits of Acquire.
 type pools struct {
 	main, block *redis.Pool
+	shown       string // the URL, password redacted
 }
 
 func newPools(t target) *pools {
@@ -163,7 +164,7 @@ func newPools(t target) *pools {
 			},
 		}
 	}
-	return &pools{main: mk(readTimeout, 4), block: mk(0, 64)}
+	return &pools{main: mk(readTimeout, 4), block: mk(0, 64), shown: t.shown}
 }
 
 func (p *pools) Close() {

@@ -95,8 +95,8 @@ func cmdDemo(args []string, stdout, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	where := o.conn.url
-	if where == "" {
+	where := ""
+	if o.conn.url == "" {
 		m, err := miniredis.Run()
 		if err != nil {
 			return exitf(exitSoftware, "demo: cannot start the embedded Redis: %v", err)
@@ -110,6 +110,9 @@ func cmdDemo(args []string, stdout, _ io.Writer) error {
 		return err
 	}
 	defer p.Close()
+	if where == "" {
+		where = p.shown
+	}
 	name := "demo:" + randomHex(4)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)

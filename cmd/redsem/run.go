@@ -216,10 +216,12 @@ func cmdRun(args []string, _, stderr io.Writer) error {
 // the wait with exit code 128+N; no slot is kept.
 func acquire(sem *redsem.Semaphore, o *runOptions, sigs <-chan os.Signal) (*redsem.Lease, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	if o.wait.set && o.wait.d > 0 {
-		ctx, cancel = context.WithTimeout(context.Background(), o.wait.d)
-	}
 	defer cancel()
+	if o.wait.set && o.wait.d > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeout(ctx, o.wait.d)
+		defer stop()
+	}
 	type result struct {
 		lease *redsem.Lease
 		err   error
