@@ -1,0 +1,213 @@
+package faults
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/internal/faults/history"
+	"github.com/redsem/redsem/internal/redistest"
+)
+
+// aclCommands are the commands redsem needs: what the client sends (EVALSHA,
+// EVAL, BLMOVE) and what its scripts call. The scripts' commands are checked
+// against the calling user too.
+const aclCommands = "+evalsha +eval +blmove +time +type +hmget +hget +hset +hsetnx +hdel +hincrby +hgetall +exists " +
+	"+rpush +lpush +lpop +lrange +llen +del +zadd +zrem +zscore +zrange +zrangebyscore"
+
+// aclLine is the least-privilege user for the default prefix.
+func aclLine(user, pass, keys, cmds string) []interface{} {
+	args := []interface{}{"SETUSER", user, "reset", "on", ">" + pass, "resetkeys", keys, "resetchannels", "-@all"}
+	for _, c := range strings.Fields(cmds) {
+		args = append(args, c)
+	}
+	return args
+}
+
+// The library runs as a least-privilege ACL user: only the commands it needs
+// and only keys under redsem:*. Without the keys, or without BLMOVE, it fails
+// with a clear NOPERM error.
+func TestLeastPrivilegeACL(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	srv.Do(t, "ACL", aclLine("redsem-app", "app-secret", "~redsem:*", aclCommands)...)
+	srv.Do(t, "ACL", aclLine("redsem-otherkeys", "x", "~other:*", aclCommands)...)
+	srv.Do(t, "ACL", aclLine("redsem-noblmove", "y", "~redsem:*", strings.Replace(aclCommands, "+blmove ", "", 1))...)
+	line := "ACL SETUSER redsem-app on >****** resetkeys ~redsem:* resetchannels -@all " + aclCommands
+	t.Logf("ACL line: %s", line)
+
+	r := newRun(t, srv, 2, time.Second, 300*time.Millisecond, "-user", "redsem-app", "-password", "app-secret")
+	for i := 0; i < 4; i++ {
+		r.spawn("-dur", "3s", "-holdmin", "10ms", "-holdmax", "60ms", "-strandp", "0.05")
+	}
+	r.waitAll(30 * time.Second)
+	rep := r.check(history.Options{})
+	app := srv.Pool(t, redis.DialUsername("redsem-app"), redis.DialPassword("app-secret"))
+	sem, err := redsem.NewSemaphore(app, r.name, 2, redsem.WithTTL(time.Second), redsem.WithGrace(300*time.Millisecond))
+	require.NoError(t, err)
+	_, lost, _ := quiesce(t, sem, 15*time.Second)
+	ctx := ctxT(t, 10*time.Second)
+	assert.NoError(t, redsem.CheckServer(ctx, app), "CheckServer without INFO permission reports nothing")
+	require.NoError(t, sem.Delete(ctx), "Delete as the ACL user")
+	assert.Zero(t, dbsize(t, srv))
+	t.Logf("as ACL user: %s; tokens lost=%d", rep.Summary(), lost)
+
+	other := srv.Pool(t, redis.DialUsername("redsem-otherkeys"), redis.DialPassword("x"))
+	osem, err := redsem.NewSemaphore(other, "denied", 1)
+	require.NoError(t, err)
+	_, err = osem.Acquire(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "NOPERM", "a user without the keys")
+	t.Logf("user without ~redsem:* -> %v", err)
+	assert.Zero(t, dbsize(t, srv))
+
+	// Without BLMOVE the fast path works; waiting fails clearly.
+	nob := srv.Pool(t, redis.DialUsername("redsem-noblmove"), redis.DialPassword("y"))
+	nsem, err := redsem.NewSemaphore(nob, "noblmove", 1)
+	require.NoError(t, err)
+	l, err := nsem.Acquire(ctx)
+	require.NoError(t, err, "the fast path needs no BLMOVE")
+	bctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	start := time.Now()
+	_, err = nsem.Acquire(bctx)
+	cancel()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "NOPERM", "a user without BLMOVE")
+	assert.Less(t, time.Since(start), 2*time.Second, "NOPERM should fail at once, not wait")
+	t.Logf("user without BLMOVE, blocking Acquire -> %v", err)
+	require.NoError(t, l.Release(ctx))
+}
+
+// AUTH with a password through redigo's DialPassword.
+func TestAuthPassword(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	srv.Do(t, "CONFIG", "SET", "requirepass", "s3cret-pw")
+	r := newRun(t, srv, 2, time.Second, 300*time.Millisecond, "-password", "s3cret-pw")
+	for i := 0; i < 3; i++ {
+		r.spawn("-dur", "2s", "-holdmin", "10ms", "-holdmax", "60ms")
+	}
+	r.waitAll(30 * time.Second)
+	rep := r.check(history.Options{})
+	ctx := ctxT(t, 10*time.Second)
+	sem, err := redsem.NewSemaphore(srv.Pool(t, redis.DialPassword("s3cret-pw")), r.name, 2)
+	require.NoError(t, err)
+	_, lost, _ := quiesce(t, sem, 15*time.Second)
+	t.Logf("with AUTH: %s; tokens lost=%d", rep.Summary(), lost)
+
+	for _, pw := range []string{"", "wrong"} {
+		opts := []redis.DialOption{}
+		if pw != "" {
+			opts = append(opts, redis.DialPassword(pw))
+		}
+		bad, err := redsem.NewSemaphore(srv.Pool(t, opts...), r.name, 2)
+		require.NoError(t, err)
+		_, err = bad.Acquire(ctx)
+		require.Error(t, err)
+		// Without a password Redis answers the library's first command (an
+		// EVALSHA of more than 10 arguments) with a protocol error rather
+		// than NOAUTH: unauthenticated clients may not send longer commands.
+		assert.True(t, strings.Contains(err.Error(), "NOAUTH") || strings.Contains(err.Error(), "WRONGPASS") ||
+			strings.Contains(err.Error(), "unauthenticated"), "%v", err)
+		t.Logf("password %q -> %v", pw, err)
+	}
+}
+
+// writeCerts writes a self-signed CA and a server certificate for localhost
+// and 127.0.0.1 signed by it, and returns the file names.
+func writeCerts(t *testing.T, dir string) (ca, cert, key string) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "redsem test CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	require.NoError(t, err)
+	caCert, err := x509.ParseCertificate(caDER)
+	require.NoError(t, err)
+	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	srvTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "localhost"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), DNSNames: []string{"localhost"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
+	require.NoError(t, err)
+	keyDER, err := x509.MarshalECPrivateKey(srvKey)
+	require.NoError(t, err)
+	write := func(name, typ string, der []byte) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600))
+		return p
+	}
+	return write("ca.pem", "CERTIFICATE", caDER), write("server.pem", "CERTIFICATE", srvDER), write("server.key", "EC PRIVATE KEY", keyDER)
+}
+
+// TLS with a self-signed CA generated here, through redigo's DialUseTLS and
+// DialTLSConfig.
+func TestTLS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	caFile, certFile, keyFile := writeCerts(t, dir)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	tlsPort := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	srv := redistest.Start(t, "--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", certFile,
+		"--tls-key-file", keyFile, "--tls-ca-cert-file", caFile, "--tls-auth-clients", "no")
+	tlsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
+	r := newRun(t, srv, 2, time.Second, 300*time.Millisecond, "-addr", tlsAddr, "-tlsca", caFile)
+	for i := 0; i < 3; i++ {
+		r.spawn("-dur", "2s", "-holdmin", "10ms", "-holdmax", "60ms")
+	}
+	r.waitAll(30 * time.Second)
+	rep := r.check(history.Options{})
+
+	pemBytes, err := os.ReadFile(caFile)
+	require.NoError(t, err)
+	roots := x509.NewCertPool()
+	require.True(t, roots.AppendCertsFromPEM(pemBytes))
+	dial := func(opts ...redis.DialOption) *redis.Pool {
+		p := &redis.Pool{DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialContext(ctx, "tcp", tlsAddr, append([]redis.DialOption{redis.DialConnectTimeout(2 * time.Second), redis.DialReadTimeout(2 * time.Second)}, opts...)...)
+		}}
+		t.Cleanup(func() { p.Close() })
+		return p
+	}
+	good := dial(redis.DialUseTLS(true), redis.DialTLSConfig(&tls.Config{RootCAs: roots, ServerName: "localhost", MinVersion: tls.VersionTLS12}))
+	sem, err := redsem.NewSemaphore(good, r.name, 2)
+	require.NoError(t, err)
+	_, lost, _ := quiesce(t, sem, 15*time.Second)
+	t.Logf("over TLS: %s; tokens lost=%d", rep.Summary(), lost)
+
+	ctx := ctxT(t, 10*time.Second)
+	for what, p := range map[string]*redis.Pool{
+		"TLS without the CA": dial(redis.DialUseTLS(true)),
+		"plain TCP":          dial(),
+	} {
+		s, err := redsem.NewSemaphore(p, r.name, 2)
+		require.NoError(t, err)
+		_, err = s.TryAcquire(ctx)
+		assert.Error(t, err, what)
+		t.Logf("%s to the TLS port -> %v", what, err)
+	}
+}
