@@ -299,27 +299,54 @@ func (s *Semaphore) failedAcquire(ctx context.Context, acq string, err error, bl
 	if errors.As(err, &se) {
 		return acquireReply{}, se.err
 	}
-	if cerr := ctxErr(ctx); cerr != nil {
-		_, _ = s.abort(ctx, acq, "release")
-		return acquireReply{}, s.ctxError(cerr)
-	}
-	r, aerr := s.abort(ctx, acq, "resolve")
-	if aerr != nil {
-		return acquireReply{}, fmt.Errorf("redsem: acquire %q: %w (settling it failed too: %v)", printable(s.name), err, aerr)
-	}
-	if r.code == 1 {
-		return r, nil
-	}
-	var ne net.Error
-	if blockLeft > time.Second && errors.As(err, &ne) && ne.Timeout() {
-		// The connection's read deadline came well before the BLMOVE's own
-		// timeout: its read timeout is shorter than our block. Block less.
-		if cur := time.Duration(s.maxBlock.Load()); cur > time.Second {
-			s.maxBlock.Store(int64(cur / 2))
+	if ctxErr(ctx) == nil {
+		rctx, cancel := context.WithTimeout(ctx, settleTimeout)
+		r, aerr := s.abort(rctx, acq, "resolve")
+		cancel()
+		switch {
+		case aerr == nil && r.code == 1:
+			return r, nil
+		case aerr == nil:
+			var ne net.Error
+			if blockLeft > time.Second && errors.As(err, &ne) && ne.Timeout() {
+				// The connection's read deadline came well before the
+				// BLMOVE's own timeout: its read timeout is shorter than our
+				// block. Block less.
+				if cur := time.Duration(s.maxBlock.Load()); cur > time.Second {
+					s.maxBlock.Store(int64(cur / 2))
+				}
+			}
+			return acquireReply{}, &brokenWait{err}
+		case ctxErr(ctx) == nil:
+			return acquireReply{}, fmt.Errorf("redsem: acquire %q: %w (settling it failed too: %v)", printable(s.name), err, aerr)
 		}
 	}
-	return acquireReply{}, &brokenWait{err}
+	// ctx has ended: give back whatever this acquisition may hold. Wait for
+	// that briefly, so that normally the semaphore is settled when Acquire
+	// returns, but never hold the caller long past its context against a
+	// server that does not answer; the settle goes on in the background for
+	// at most settleTimeout.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		defer cancel()
+		_, _ = s.abort(actx, acq, "release")
+	}()
+	select {
+	case <-done:
+	case <-time.After(settleWait):
+	}
+	return acquireReply{}, s.ctxError(ctxErr(ctx))
 }
+
+// settleTimeout bounds settling an acquisition whose reply was lost;
+// settleWait is how long a cancelled Acquire waits for that before it
+// returns.
+const (
+	settleTimeout = 5 * time.Second
+	settleWait    = 250 * time.Millisecond
+)
 
 // errSkipped is what a wait whose script a failpoint skipped reports.
 var errSkipped = errors.New("redsem: failpoint skipped the lease script")
@@ -329,11 +356,8 @@ type scriptErr struct{ err error }
 
 func (e *scriptErr) Error() string { return e.err.Error() }
 
-// abort runs abort.lua on a fresh connection with a bounded context that
-// survives the caller's cancellation.
-func (s *Semaphore) abort(ctx context.Context, acq, mode string) (acquireReply, error) {
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
+// abort runs abort.lua for acq in the given mode ("release" or "resolve").
+func (s *Semaphore) abort(actx context.Context, acq, mode string) (acquireReply, error) {
 	sent := monoNow()
 	args := append(s.k.all(5), s.k.pend(acq), acq, mode, s.tombMs())
 	v, _, err := s.call(actx, abortScript, args...)
