@@ -2,14 +2,16 @@ module github.com/redsem/redsem/bench
 
 go 1.26.8
 
-require github.com/redsem/redsem v0.0.0-00010101000000-000000000000
+require (
+	github.com/bsm/redislock v0.9.4
+	github.com/go-redsync/redsync/v4 v4.18.1
+	github.com/gomodule/redigo v1.9.3
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/redsem/redsem v0.0.0-00010101000000-000000000000
+)
 
 require (
-	github.com/bsm/redislock v0.9.4 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/go-redsync/redsync/v4 v4.18.1 // indirect
-	github.com/gomodule/redigo v1.9.3 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
