@@ -431,7 +431,15 @@ func hold1(l *redsem.Lease, d time.Duration) {
 	}
 	if over := time.Since(start) - d; over > *ttl/2 || isDone(l) {
 		// The lease ended under us, or we were stopped for a while: report
-		// what the lease says now.
+		// what the lease says now. Valid reads the clock; Done and Err
+		// follow a timer that may fire a moment after a resume, so give
+		// it 200ms.
+		if !l.Valid() {
+			select {
+			case <-l.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
 		emit(history.Event{K: history.KRevived, Tok: l.Token(), Fence: l.Fence(), T: serverTime(),
 			Valid: l.Valid(), Done: isDone(l), Class: classify(l.Err()), Err: strconv.FormatInt(over.Milliseconds(), 10) + "ms late"})
 	}
