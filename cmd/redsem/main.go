@@ -1,3 +1,5 @@
+//go:build unix
+
 // Command redsem is a distributed flock(1) on Redis: it runs a command while
 // holding one of the N slots of a named semaphore, shows and repairs
 // semaphores, and demonstrates the library with an embedded Redis.
