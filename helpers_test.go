@@ -119,3 +119,18 @@ func init() {
 }
 
 func miniredisT(t *testing.T) *miniredis.Miniredis { return miniredis.RunT(t) }
+
+// acquireAsync runs acquire in a goroutine. The channel yields the lease, or
+// is closed without one if acquire failed.
+func acquireAsync(ctx context.Context, acquire func(context.Context) (*Lease, error)) <-chan *Lease {
+	got := make(chan *Lease, 1)
+	go func() {
+		l, err := acquire(ctx)
+		if err != nil {
+			close(got)
+			return
+		}
+		got <- l
+	}()
+	return got
+}

@@ -175,28 +175,12 @@ func TestFrozenWaiterNeverUsesStaleGrant(t *testing.T) {
 		}}
 		zs, err := NewSemaphore(hp, "frozen", 1, WithTTL(ttl))
 		require.NoError(t, err)
-		zc := make(chan *Lease, 1)
-		go func() {
-			l, err := zs.Acquire(ctx)
-			if err != nil {
-				close(zc)
-				return
-			}
-			zc <- l
-		}()
+		zc := acquireAsync(ctx, zs.Acquire)
 		require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) == 1 }, 5*time.Second, 5*time.Millisecond)
 		time.Sleep(50 * time.Millisecond)
 
-		wc := make(chan *Lease, 1)
 		s2 := newSem(t, b, "frozen", 1, WithTTL(ttl), WithAutoRefresh())
-		go func() {
-			l, err := s2.Acquire(ctx)
-			if err != nil {
-				close(wc)
-				return
-			}
-			wc <- l
-		}()
+		wc := acquireAsync(ctx, s2.Acquire)
 		time.Sleep(50 * time.Millisecond)
 		released := time.Now()
 		require.NoError(t, holder.Release(ctx)) // Redis hands the token to the frozen waiter
@@ -317,16 +301,9 @@ func TestScriptFlushWhileBlocked(t *testing.T) {
 		s := newSem(t, b, "flush", 1)
 		holder, err := s.Acquire(ctx)
 		require.NoError(t, err)
-		got := make(chan *Lease, 1)
-		go func() {
-			ws, _ := NewSemaphore(newPool(t, b.addr), "flush", 1)
-			l, err := ws.Acquire(ctx)
-			if err != nil {
-				close(got)
-				return
-			}
-			got <- l
-		}()
+		ws, err := NewSemaphore(newPool(t, b.addr), "flush", 1)
+		require.NoError(t, err)
+		got := acquireAsync(ctx, ws.Acquire)
 		require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) == 1 }, 5*time.Second, 5*time.Millisecond)
 		time.Sleep(50 * time.Millisecond)
 		b.do(t, "SCRIPT", "FLUSH")
@@ -558,16 +535,7 @@ func TestShortReadTimeoutPool(t *testing.T) {
 	t.Cleanup(func() { short.Close() })
 	ws, err := NewSemaphore(short, "short-read", 1)
 	require.NoError(t, err)
-	got := make(chan *Lease, 1)
-	go func() {
-		l, err := ws.Acquire(ctx)
-		if err != nil {
-			t.Log(err)
-			close(got)
-			return
-		}
-		got <- l
-	}()
+	got := acquireAsync(ctx, ws.Acquire)
 	time.Sleep(2500 * time.Millisecond) // at least one wait cut by the read timeout
 	require.NoError(t, holder.Release(ctx))
 	l, ok := <-got
@@ -585,18 +553,9 @@ func TestBlockedWaiterConnectionKilled(t *testing.T) {
 	s := newSem(t, b, "killed", 1)
 	holder, err := s.Acquire(ctx)
 	require.NoError(t, err)
-	got := make(chan *Lease, 1)
 	ws, err := NewSemaphore(newPool(t, b.addr), "killed", 1)
 	require.NoError(t, err)
-	go func() {
-		l, err := ws.Acquire(ctx)
-		if err != nil {
-			t.Log(err)
-			close(got)
-			return
-		}
-		got <- l
-	}()
+	got := acquireAsync(ctx, ws.Acquire)
 	for i := 0; i < 3; i++ {
 		require.Eventually(t, func() bool {
 			list, _ := redis.String(b.do(t, "CLIENT", "LIST"), nil)

@@ -82,15 +82,7 @@ func TestRoundTrips(t *testing.T) {
 	wp := &countPool{Pool: b.pool}
 	ws, err := NewSemaphore(wp, "trips", 1)
 	require.NoError(t, err)
-	got := make(chan *Lease, 1)
-	go func() {
-		w, err := ws.Acquire(ctx)
-		if err != nil {
-			close(got)
-			return
-		}
-		got <- w
-	}()
+	got := acquireAsync(ctx, ws.Acquire)
 	require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) == 1 }, 5*time.Second, time.Millisecond)
 	time.Sleep(20 * time.Millisecond)
 	require.NoError(t, l.Release(ctx))

@@ -360,15 +360,7 @@ func TestMutex(t *testing.T) {
 		_, err = mu.TryLock(ctx)
 		require.ErrorIs(t, err, ErrNoToken)
 
-		got := make(chan *Lease)
-		go func() {
-			l2, err := mu.Lock(ctx)
-			if err != nil {
-				close(got)
-				return
-			}
-			got <- l2
-		}()
+		got := acquireAsync(ctx, mu.Lock)
 		time.Sleep(50 * time.Millisecond)
 		require.NoError(t, l.Release(ctx))
 		l2, ok := <-got

@@ -20,7 +20,7 @@ if err then return redis.error_reply(err) end
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 local size, epoch, _
-size, epoch, _, err = read_meta()
+size, epoch, _, _, err = read_meta()
 if err then return redis.error_reply(err) end
 
 local tok = redis.call('HGET', KEYS[4], 'a:' .. acq)

@@ -11,8 +11,11 @@
 -- Returns one of
 --   {1, token, fence, deadlineMs, nowUs}  granted
 --   {0, blockMs, nowUs}                   none free: block this long, then call again
+--                                         (with blockMs 0: when the next lease expires)
 --   {2, 0, nowUs}                         this acquisition was aborted; nothing granted
--- Errors: REDSEM_ARG, REDSEM_WRONGTYPE, REDSEM_SIZE <stored>, REDSEM_CORRUPT.
+-- Errors: REDSEM_ARG, REDSEM_WRONGTYPE, REDSEM_SIZE <stored>, REDSEM_CORRUPT,
+-- and Redis's own WRONGTYPE for a key of the wrong type that is read (or
+-- first written) before anything else is written.
 
 local size = int_arg(ARGV[1], 1, 100000)
 local acq = ARGV[2]
@@ -27,32 +30,37 @@ if not size or #acq < 16 or string.find(acq, '[|:]')
   or (ARGV[8] ~= 'fresh' and ARGV[8] ~= 'wait') then
   return redis.error_reply('REDSEM_ARG invalid arguments to acquire')
 end
--- meta, leases and waits are read before anything is written, so a wrong type
--- there fails the script cleanly; tokens, holders and the pending list may be
--- written first, so check them.
-local err = type_err(KEYS[2], 'list') or type_err(KEYS[4], 'hash')
-if not fresh then err = err or type_err(KEYS[6], 'list') end
+-- holders is written after the token is taken: check it up front. meta and
+-- waits are read before any write; the pending list (wait phase) or the
+-- token list (fresh phase) is the first key written, so a wrong type there
+-- fails before anything changed; leases is checked as it is first read.
+local err = type_err(KEYS[4], 'hash')
 if err then return redis.error_reply(err) end
 
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 
-local msize, epoch, fence
-msize, epoch, fence, err = read_meta()
+local msize, epoch, fence, due
+msize, epoch, fence, due, err = read_meta()
 if err then return redis.error_reply(err) end
 if msize and msize ~= size then
   return redis.error_reply('REDSEM_SIZE ' .. msize)
 end
+-- A tombstone means the client gave up on this acquisition and settled it
+-- (abort.lua) before this call reached Redis: a late script, or a BLMOVE that
+-- was still registered. Hand back anything pending and grant nothing.
+local aborted = redis.call('ZSCORE', KEYS[5], 'x:' .. acq)
+
 if not msize then
   -- First use, or the data was lost: create the semaphore. HSETNX is the
   -- guard; the script is atomic, so no client ever sees a half-filled list.
   if redis.call('EXISTS', KEYS[2]) + redis.call('EXISTS', KEYS[3]) + redis.call('EXISTS', KEYS[4]) > 0 then
     return redis.error_reply('REDSEM_CORRUPT ' .. KEYS[1] .. ' is missing but tokens or leases exist')
   end
-  epoch = string.sub(acq, 1, 12)
-  fence = now
+  epoch, fence, due = string.sub(acq, 1, 12), now, NO_DUE
   redis.call('HSETNX', KEYS[1], 'size', size)
-  redis.call('HSET', KEYS[1], 'epoch', epoch, 'fence', fmt_int(fence), 'rejected', 0, 'created', now_ms)
+  redis.call('HSET', KEYS[1], 'epoch', epoch, 'fence', fmt_int(fence), 'due', fmt_int(due),
+    'rejected', 0, 'created', now_ms)
   local batch = {}
   for i = 1, size do
     batch[#batch + 1] = epoch .. ':' .. i
@@ -63,21 +71,16 @@ if not msize then
   end
 end
 
-local function grant(tok)
-  local f = math.max(fence + 1, now)
-  local deadline = now_ms + ttl
-  redis.call('ZADD', KEYS[3], deadline, tok)
-  redis.call('HSET', KEYS[1], 'fence', fmt_int(f))
-  redis.call('HSET', KEYS[4], 't:' .. tok, acq .. '|' .. fmt_int(f) .. '|' .. now_ms .. '|' .. label, 'a:' .. acq, tok)
-  return {1, tok, f, deadline, now}
+if now_ms >= due then
+  -- Something may have expired: sweep, then record the next due time.
+  err = type_err(KEYS[2], 'list')
+  if err then return redis.error_reply(err) end
+  reclaim(now_ms, epoch, size, 100)
+  due = next_due()
+  redis.call('HSET', KEYS[1], 'due', fmt_int(due))
 end
 
-reclaim(now_ms, epoch, size, 100)
-
--- A tombstone means the client gave up on this acquisition and settled it
--- (abort.lua) before this call reached Redis: a late script or a BLMOVE still
--- registered. Hand back anything pending and grant nothing.
-if redis.call('ZSCORE', KEYS[5], 'x:' .. acq) then
+if aborted then
   if not fresh then
     local toks = redis.call('LRANGE', KEYS[6], 0, 9)
     redis.call('DEL', KEYS[6])
@@ -85,33 +88,58 @@ if redis.call('ZSCORE', KEYS[5], 'x:' .. acq) then
   end
   return {2, 0, now}
 end
-if not fresh then redis.call('ZREM', KEYS[5], 'w:' .. acq) end
 
--- A token the BLMOVE moved into our pending list, then anything free.
+local function grant(tok)
+  local f = math.max(fence + 1, now)
+  local deadline = now_ms + ttl
+  redis.call('ZADD', KEYS[3], deadline, tok)
+  if deadline < due then
+    redis.call('HSET', KEYS[1], 'fence', fmt_int(f), 'due', deadline)
+  else
+    redis.call('HSET', KEYS[1], 'fence', fmt_int(f))
+  end
+  redis.call('HSET', KEYS[4], 't:' .. tok, acq .. '|' .. fmt_int(f) .. '|' .. now_ms .. '|' .. label, 'a:' .. acq, tok)
+  return {1, tok, f, deadline, now}
+end
+
+-- The token the BLMOVE moved into our pending list, then anything free.
+-- One BLMOVE moves one element, and LPOP deletes the emptied list.
+local pending = not fresh
 for _ = 1, 1000 do
-  local tok = (not fresh and redis.call('LPOP', KEYS[6])) or redis.call('LPOP', KEYS[2])
+  local tok
+  if pending then
+    tok = redis.call('LPOP', KEYS[6])
+    pending = false
+    if not tok then tok = redis.call('LPOP', KEYS[2]) end
+  else
+    tok = redis.call('LPOP', KEYS[2])
+  end
   if not tok then break end
-  if is_valid(tok, epoch, size) and not redis.call('ZSCORE', KEYS[3], tok) then
-    if not fresh then redis.call('DEL', KEYS[6]) end
+  -- leases is first read here, after the pop: put the token back if it
+  -- turns out to be of the wrong type.
+  local held = redis.pcall('ZSCORE', KEYS[3], tok)
+  if type(held) == 'table' and held['err'] then
+    redis.call('LPUSH', KEYS[2], tok)
+    return redis.error_reply('REDSEM_WRONGTYPE ' .. KEYS[3] .. ' is not a zset')
+  end
+  if is_valid(tok, epoch, size) and not held then
+    if not fresh then redis.call('ZREM', KEYS[5], 'w:' .. acq) end
     return grant(tok)
   end
   redis.call('HINCRBY', KEYS[1], 'rejected', 1)
 end
 
 if block == 0 then
-  local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  if not fresh then redis.call('ZREM', KEYS[5], 'w:' .. acq) end
   local retry = 0
-  if first[2] then retry = math.max(tonumber(first[2]) - now_ms, 0) end
+  if due < NO_DUE then retry = math.max(due - now_ms, 0) end
   return {0, retry, now}
 end
--- Wake no later than the earliest lease deadline and the earliest pending
--- sweep, so that the tokens of crashed holders and of waiters that died
--- between move and lease are reclaimed by the waiters themselves.
-for _, key in ipairs({KEYS[3], KEYS[5]}) do
-  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  if first[2] then
-    block = math.min(block, math.max(tonumber(first[2]) - now_ms + 1, 10))
-  end
-end
-redis.call('ZADD', KEYS[5], now_ms + block + grace, 'w:' .. acq)
+-- Wake no later than the earliest lease deadline or pending sweep (due), so
+-- that the tokens of crashed holders and of waiters that died between move
+-- and lease are reclaimed by the waiters themselves.
+block = math.min(block, math.max(due - now_ms + 1, 10))
+local sweep = now_ms + block + grace
+redis.call('ZADD', KEYS[5], sweep, 'w:' .. acq)
+if sweep < due then redis.call('HSET', KEYS[1], 'due', sweep) end
 return {0, block, now}

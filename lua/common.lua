@@ -2,7 +2,7 @@
 -- status.lua. It defines helpers only; nothing here writes.
 --
 -- Key layout (all keys share one hash tag, so one cluster slot):
---   KEYS[1] meta     hash  size, epoch, fence, rejected, created
+--   KEYS[1] meta     hash  size, epoch, fence, due, rejected, created
 --   KEYS[2] tokens   list  free tokens; BLMOVE and LPOP take from the left
 --   KEYS[3] leases   zset  token -> lease deadline, ms of Redis TIME
 --   KEYS[4] holders  hash  "t:"..token -> "acqID|fence|grantedMs|label",
@@ -51,17 +51,32 @@ local function check_types(n)
   return nil
 end
 
--- read_meta returns size, epoch, fence (nil when the semaphore does not exist)
--- or nil, nil, nil, err when meta is unusable.
+-- read_meta returns size, epoch, fence and due (nil when the semaphore does
+-- not exist) or nil, nil, nil, nil, err when meta is unusable. due is a lower
+-- bound of every score in leases and waits: nothing can be expired or stale
+-- before it, so the sweeps are skipped until then (0 when unknown).
 local function read_meta()
-  local m = redis.call('HMGET', KEYS[1], 'size', 'epoch', 'fence')
-  if not m[1] and not m[2] then return nil, nil, nil, nil end
+  local m = redis.call('HMGET', KEYS[1], 'size', 'epoch', 'fence', 'due')
+  if not m[1] and not m[2] then return nil, nil, nil, nil, nil end
   local size = tonumber(m[1])
   local fence = tonumber(m[3])
   if not size or size < 1 or not m[2] or not fence then
-    return nil, nil, nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is not a redsem meta record'
+    return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is not a redsem meta record'
   end
-  return size, m[2], fence, nil
+  return size, m[2], fence, tonumber(m[4]) or 0, nil
+end
+
+-- NO_DUE stands for "no lease and no waiter": later than any real score.
+local NO_DUE = 9e15
+
+-- next_due is the earliest score in leases and waits, or NO_DUE.
+local function next_due()
+  local d = NO_DUE
+  for _, key in ipairs({KEYS[3], KEYS[5]}) do
+    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if first[2] then d = math.min(d, tonumber(first[2])) end
+  end
+  return d
 end
 
 -- is_valid reports whether tok is a token of this generation of the semaphore:

@@ -10,7 +10,9 @@ if not limit then return redis.error_reply('REDSEM_ARG invalid limit') end
 local err = check_types(5)
 if err then return redis.error_reply(err) end
 local size, epoch, _
-size, epoch, _, err = read_meta()
+size, epoch, _, _, err = read_meta()
 if err then return redis.error_reply(err) end
 local now_ms = math.floor(now_us() / 1000)
-return reclaim(now_ms, epoch, size, limit)
+local n = reclaim(now_ms, epoch, size, limit)
+if epoch then redis.call('HSET', KEYS[1], 'due', fmt_int(next_due())) end
+return n

@@ -14,5 +14,8 @@ local score = redis.call('ZSCORE', KEYS[3], tok)
 if not rec or owner_of(rec) ~= acq or not score or tonumber(score) <= now_ms then
   return {0, 0, now}
 end
-redis.call('ZADD', KEYS[3], 'XX', now_ms + ttl, tok)
+-- ZREM first: a write that frees memory lets the ZADD through when Redis is
+-- at maxmemory with noeviction, so holders can still refresh (FM-16).
+redis.call('ZREM', KEYS[3], tok)
+redis.call('ZADD', KEYS[3], now_ms + ttl, tok)
 return {1, now_ms + ttl, now}

@@ -12,7 +12,7 @@ if err then return redis.error_reply(err) end
 local rec = redis.call('HGET', KEYS[4], 't:' .. tok)
 if not rec or owner_of(rec) ~= acq then return 0 end
 local size, epoch, _
-size, epoch, _, err = read_meta()
+size, epoch, _, _, err = read_meta()
 redis.call('ZREM', KEYS[3], tok)
 redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. acq)
 if not err and epoch and is_valid(tok, epoch, size) then
