@@ -40,9 +40,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin = filepath.Join(dir, "redsem")
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goTool); err != nil {
-		goTool = "go"
+	// The go command that runs this test: on PATH, or under GOROOT.
+	goTool := "go"
+	if _, err := exec.LookPath(goTool); err != nil {
+		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	}
 	if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build redsem: %v\n%s", err, out)

@@ -235,16 +235,12 @@ func TestUnreachableRedis(t *testing.T) {
 	t.Logf("refused: Acquire -> %v after %v", err, took.Round(time.Millisecond))
 }
 
-// Library bug (see the suite's report): when the server accepts the
-// connection but does not answer (hung, SIGSTOPped, partitioned after the
-// handshake), Acquire returns only about 5s after its context ended, because
-// failedAcquire settles the acquisition with abort.lua under
-// context.WithoutCancel(ctx) and its own 5s timeout. Run it with
-// REDSEM_RUN_LIBBUGS=1.
+// When the server accepts the connection but does not answer (hung,
+// SIGSTOPped, partitioned after the handshake), Acquire still returns soon
+// after its context ends: settling the acquisition is waited for at most
+// 250ms and finishes in the background. (Regression test: it used to take
+// the settle's full 5s.)
 func TestAcquireHonoursContextOnUnresponsiveServer(t *testing.T) {
-	if os.Getenv("REDSEM_RUN_LIBBUGS") != "1" {
-		t.Skip("library bug: Acquire overruns its context by up to 5s against a server that accepts but never answers (abort.lua under WithoutCancel+5s); see the fault-suite report; REDSEM_RUN_LIBBUGS=1 runs it")
-	}
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	hole, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,9 +34,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	workerBin = filepath.Join(dir, "worker")
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		goBin = "go"
+	// The go command that runs this test: on PATH, or under GOROOT.
+	goBin := "go"
+	if _, err := exec.LookPath(goBin); err != nil {
+		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	}
 	cmd := exec.Command(goBin, "build", "-o", workerBin, "github.com/redsem/redsem/internal/faults/worker")
 	if out, err := cmd.CombinedOutput(); err != nil {
