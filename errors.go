@@ -45,6 +45,11 @@ var (
 	// without the meta record that says how many tokens there should be.
 	ErrCorrupt = errors.New("redsem: semaphore state is corrupt")
 
+	// ErrOutOfMemory is returned by Acquire and TryAcquire when Redis is at
+	// maxmemory under the noeviction policy and refuses new acquisitions.
+	// Release and Refresh still work then (their first write frees memory).
+	ErrOutOfMemory = errors.New("redsem: redis is out of memory")
+
 	// ErrInvalidName, ErrInvalidSize, ErrInvalidTTL and ErrInvalidOption are
 	// returned by the constructors for bad arguments, before any I/O.
 	ErrInvalidName   = errors.New("redsem: invalid name")
@@ -84,6 +89,8 @@ func (s *Semaphore) scriptError(op string, err error) error {
 		return fmt.Errorf("%w: %s", ErrWrongType, strings.TrimPrefix(msg, "REDSEM_WRONGTYPE "))
 	case strings.Contains(msg, "WRONGTYPE"):
 		return fmt.Errorf("%w: semaphore %q: %s", ErrWrongType, s.name, msg)
+	case strings.HasPrefix(msg, "OOM "):
+		return fmt.Errorf("%w: semaphore %q: %s", ErrOutOfMemory, printable(s.name), msg)
 	case strings.HasPrefix(msg, "REDSEM_CORRUPT "):
 		return fmt.Errorf("%w: %s", ErrCorrupt, strings.TrimPrefix(msg, "REDSEM_CORRUPT "))
 	}

@@ -71,6 +71,17 @@ if not msize then
   end
 end
 
+-- The fence of a grant by this call. A fresh acquisition writes it first:
+-- HSET is refused when Redis is at maxmemory under noeviction, so new
+-- acquisitions then fail clearly with OOM, while releases, refreshes and
+-- waiters already handed a token (whose first write frees memory) go on.
+local f = math.max(fence + 1, now)
+local fenced = false
+if fresh and msize then
+  redis.call('HSET', KEYS[1], 'fence', fmt_int(f))
+  fenced = true
+end
+
 if now_ms >= due then
   -- Something may have expired: sweep, then record the next due time.
   err = type_err(KEYS[2], 'list')
@@ -90,12 +101,11 @@ if aborted then
 end
 
 local function grant(tok)
-  local f = math.max(fence + 1, now)
   local deadline = now_ms + ttl
   redis.call('ZADD', KEYS[3], deadline, tok)
   if deadline < due then
     redis.call('HSET', KEYS[1], 'fence', fmt_int(f), 'due', deadline)
-  else
+  elseif not fenced then
     redis.call('HSET', KEYS[1], 'fence', fmt_int(f))
   end
   redis.call('HSET', KEYS[4], 't:' .. tok, acq .. '|' .. fmt_int(f) .. '|' .. now_ms .. '|' .. label, 'a:' .. acq, tok)

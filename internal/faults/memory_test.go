@@ -117,7 +117,7 @@ func TestCheckServerTooOld(t *testing.T) {
 }
 
 // Fault 8b: noeviction at maxmemory: Release still works (its first write
-// frees memory), and the test records what Acquire, Refresh and creation do.
+// frees memory), and so must Refresh; the test records what Acquire and creation do.
 func TestOOMNoEviction(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
@@ -142,8 +142,9 @@ func TestOOMNoEviction(t *testing.T) {
 
 	// Release must work at OOM.
 	assert.NoError(t, a.Release(ctx), "Release at OOM")
-	// Refresh: its first write is ZADD XX.
+	// Refresh must work at OOM too: its first write (ZREM) frees memory.
 	refErr := b.Refresh(ctx, 10*time.Second)
+	assert.NoError(t, refErr, "Refresh at OOM")
 	// Fast path with a token free.
 	fast, fastErr := sem.TryAcquire(ctx)
 	// Fast path again (one token left), then the blocking path with none free.
@@ -162,7 +163,13 @@ func TestOOMNoEviction(t *testing.T) {
 
 	t.Logf("at OOM (noeviction): Release ok; Refresh -> %v; TryAcquire with a free token -> lease=%v err=%v; again -> lease=%v err=%v; blocking Acquire with none free -> %v after %v; creating a new semaphore -> %v",
 		refErr, fast != nil, fastErr, fast2 != nil, fast2Err, blockErr, blockTook.Round(time.Millisecond), createErr)
-	assert.Error(t, blockErr, "a blocking Acquire at OOM should fail")
+	// New acquisitions fail clearly at OOM: the fast path's first write is
+	// the fence HSET, which Redis refuses; nothing is taken.
+	assert.Error(t, fastErr, "TryAcquire at OOM")
+	assert.Nil(t, fast)
+	assert.ErrorIs(t, fastErr, redsem.ErrOutOfMemory)
+	assert.Error(t, fast2Err, "TryAcquire at OOM, again")
+	assert.ErrorIs(t, blockErr, redsem.ErrOutOfMemory, "a blocking Acquire at OOM should fail")
 	if blockErr != nil {
 		assert.False(t, errors.Is(blockErr, context.DeadlineExceeded) && blockTook > 2*time.Second,
 			"a blocking Acquire at OOM waited out its context instead of failing clearly: %v", blockErr)
