@@ -388,7 +388,9 @@ func (s *Semaphore) ctxError(err error) error {
 // Reclaim gives back the tokens of every expired lease and of pending lists
 // whose waiter never confirmed, and returns how many tokens it put back.
 // Every Acquire does the same, and blocked waiters wake for it at the
-// earliest lease deadline, so calling Reclaim is never required.
+// earliest lease deadline, so calling Reclaim is never required. Like Status
+// and Delete it uses the size stored in Redis, not the one this Semaphore
+// was made with, so an administrator may open any semaphore with size 1.
 func (s *Semaphore) Reclaim(ctx context.Context) (int, error) {
 	v, _, err := s.call(ctx, reclaimScript, append(s.k.all(5), 1000)...)
 	n, err := redis.Int(v, err)

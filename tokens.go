@@ -66,7 +66,8 @@ type Holder struct {
 	Expired bool
 }
 
-// Status reads a snapshot of the semaphore.
+// Status reads a snapshot of the semaphore. It reports the size stored in
+// Redis, whatever size this Semaphore was made with.
 func (s *Semaphore) Status(ctx context.Context) (Status, error) {
 	vals, err := redis.Values(statusOnce(ctx, s))
 	if err != nil {
