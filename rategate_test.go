@@ -274,7 +274,7 @@ func TestRateGateHelperProcess(t *testing.T) {
 				mu.Lock()
 				if err == nil {
 					fmt.Fprintf(out, "START %d %d\n", st.At.UnixMicro(), now.UnixMicro())
-				} else if ctx.Err() == nil {
+				} else if !errors.Is(err, context.DeadlineExceeded) {
 					fmt.Fprintf(out, "ERROR %v\n", err)
 				}
 				out.Flush()
@@ -392,7 +392,7 @@ func TestRateGateThroughput64(t *testing.T) {
 				for {
 					st, err := g.Wait(ctx)
 					if err != nil {
-						if ctx.Err() == nil {
+						if !errors.Is(err, context.DeadlineExceeded) {
 							errs <- err
 						}
 						return
