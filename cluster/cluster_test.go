@@ -442,7 +442,7 @@ func median(ds []time.Duration) time.Duration {
 }
 
 // TestReclaimDuringMigration reproduces a library bug on Redis Cluster (see
-// cluster/README.md, "Known issue"): a script that runs on the source of a
+// the package documentation, "Known issue"): a script that runs on the source of a
 // migrating slot fails at its first access to a key that does not exist
 // there, even one it emptied itself, and keeps its earlier writes. Here
 // Reclaim removes an expired lease (the last one, so the leases key goes),
