@@ -40,5 +40,6 @@ local toks = redis.call('LRANGE', KEYS[6], 0, 9)
 redis.call('DEL', KEYS[6])
 redis.call('ZREM', KEYS[5], 'w:' .. acq)
 redis.call('ZADD', KEYS[5], now_ms + tomb, 'x:' .. acq)
+redis.call('HSET', KEYS[4], 'x:' .. acq, now_ms + tomb)
 for _, t in ipairs(toks) do give_back(t, epoch, size) end
 return {0, 0, now}

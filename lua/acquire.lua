@@ -30,12 +30,15 @@ if not size or #acq < 16 or string.find(acq, '[|:]')
   or (ARGV[8] ~= 'fresh' and ARGV[8] ~= 'wait') then
   return redis.error_reply('REDSEM_ARG invalid arguments to acquire')
 end
--- holders is written after the token is taken: check it up front. meta and
--- waits are read before any write; the pending list (wait phase) or the
--- token list (fresh phase) is the first key written, so a wrong type there
--- fails before anything changed; leases is checked as it is first read.
-local err = type_err(KEYS[4], 'hash')
-if err then return redis.error_reply(err) end
+-- Every key is read before it is written, except the pending list (wait
+-- phase) or the token list (fresh phase), whose pop is the first write, and
+-- leases, checked as it is first read: a key of the wrong type fails the
+-- script before anything changed.
+-- A tombstone means the client gave up on this acquisition and settled it
+-- (abort.lua) before this call reached Redis: a late script, or a BLMOVE that
+-- was still registered. Hand back anything pending and grant nothing.
+local aborted = redis.call('HGET', KEYS[4], 'x:' .. acq)
+local err
 
 local now = now_us()
 local now_ms = math.floor(now / 1000)
@@ -46,15 +49,12 @@ if err then return redis.error_reply(err) end
 if msize and msize ~= size then
   return redis.error_reply('REDSEM_SIZE ' .. msize)
 end
--- A tombstone means the client gave up on this acquisition and settled it
--- (abort.lua) before this call reached Redis: a late script, or a BLMOVE that
--- was still registered. Hand back anything pending and grant nothing.
-local aborted = redis.call('ZSCORE', KEYS[5], 'x:' .. acq)
 
 if not msize then
   -- First use, or the data was lost: create the semaphore. HSETNX is the
   -- guard; the script is atomic, so no client ever sees a half-filled list.
-  if redis.call('EXISTS', KEYS[2]) + redis.call('EXISTS', KEYS[3]) + redis.call('EXISTS', KEYS[4]) > 0 then
+  -- (holders may hold tombstones of acquisitions aborted before creation.)
+  if redis.call('EXISTS', KEYS[2]) + redis.call('EXISTS', KEYS[3]) > 0 then
     return redis.error_reply('REDSEM_CORRUPT ' .. KEYS[1] .. ' is missing but tokens or leases exist')
   end
   epoch, fence, due = string.sub(acq, 1, 12), now, NO_DUE

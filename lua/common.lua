@@ -6,9 +6,11 @@
 --   KEYS[2] tokens   list  free tokens; BLMOVE and LPOP take from the left
 --   KEYS[3] leases   zset  token -> lease deadline, ms of Redis TIME
 --   KEYS[4] holders  hash  "t:"..token -> "acqID|fence|grantedMs|label",
---                          "a:"..acqID -> token
+--                          "a:"..acqID -> token,
+--                          "x:"..acqID -> tombstone expiry (see waits)
 --   KEYS[5] waits    zset  "w:"..acqID -> when its pending list may be swept,
---                          "x:"..acqID -> tombstone of an aborted acquisition
+--                          "x:"..acqID -> when the tombstone of an aborted
+--                          acquisition (also in holders) may go
 -- A waiter's pending list is base.."pend:"..acqID, where base is KEYS[1]
 -- without its "meta" suffix: it shares the tag, so it lives in the same slot.
 --
@@ -126,6 +128,7 @@ local function reclaim(now_ms, epoch, size, limit)
     n = n + give_back(tok, epoch, size)
   end
   for _, w in ipairs(stale) do
+    if string.sub(w, 1, 2) == 'x:' then redis.call('HDEL', KEYS[4], w) end
     local pend = base() .. 'pend:' .. string.sub(w, 3)
     local toks = {}
     if not type_err(pend, 'list') then
