@@ -261,10 +261,13 @@ func testSpread(t *testing.T, c *redistest.Cluster, p *cluster.Pool) {
 		per[p.MasterOf("{"+s.Name()+"}")]++
 	}
 	require.Len(t, per, 3, "semaphores on every master: %v", per)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	// Cancel, not a deadline: an Acquire may see a deadline pass before
+	// ctx.Err() reports it, and the workers tell ending from failing by ctx.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	l := startLoad(ctx, sems, 40, 2*time.Millisecond)
-	<-ctx.Done()
+	time.Sleep(3 * time.Second)
+	cancel()
 	l.stop(t)
 	t.Logf("spread: %d semaphores over masters %v, %d acquisitions in 3s", len(sems), per, l.acquired.Load())
 	settled(t, sems...)
@@ -416,6 +419,8 @@ func testWait(t *testing.T, c *redistest.Cluster) {
 	l, err := s.Acquire(ctx)
 	require.NoError(t, err)
 	require.NoError(t, l.Release(ctx))
+	held, err := s.Acquire(ctx)
+	require.NoError(t, err)
 	replica := c.ReplicaOf(c.Node(waiting.MasterOf("{wait-stopped}")))
 	require.NoError(t, replica.Signal(syscall.SIGSTOP))
 	stopped := true
@@ -428,6 +433,8 @@ func testWait(t *testing.T, c *redistest.Cluster) {
 	require.ErrorIs(t, err, cluster.ErrNotReplicated)
 	_, err = s.TryAcquire(ctx)
 	require.ErrorIs(t, err, cluster.ErrNotReplicated)
+	// The release happened on the master but is not acknowledged.
+	require.ErrorIs(t, held.Release(ctx), cluster.ErrNotReplicated)
 	require.NoError(t, replica.Signal(syscall.SIGCONT))
 	stopped = false
 	c.WaitStable(10 * time.Second)
