@@ -53,12 +53,16 @@
 // Every key of a semaphore shares the hash tag {<encoded name>}, so it works
 // on Redis Cluster (one slot per semaphore):
 //
-//	<prefix>{<name>}:meta      hash: size, epoch, fence, rejected, created
+//	<prefix>{<name>}:meta      hash: size, epoch, fence, due, rejected, created
 //	<prefix>{<name>}:tokens    list: free tokens "<epoch>:<slot>"
 //	<prefix>{<name>}:leases    zset: token -> lease deadline (ms, Redis TIME)
-//	<prefix>{<name>}:holders   hash: t:<token> -> acqID|fence|granted|label, a:<acqID> -> token
+//	<prefix>{<name>}:holders   hash: t:<token> -> acqID|fence|granted|label, a:<acqID> -> token, x:<acqID> tombstones
 //	<prefix>{<name>}:waits     zset: blocked acquisitions and tombstones
 //	<prefix>{<name>}:pend:<id> list: a blocked waiter's BLMOVE destination
+//
+// A RateGate of the same name keeps the same layout under
+// <prefix>{<name>}:rate: (plus a queue list and one doorbell list per
+// waiter), in the same slot and never on a semaphore's key.
 //
 // The prefix defaults to "redsem:". Names may hold any bytes: bytes other
 // than ASCII letters, digits and "-_.:/@+=," are written as %XX.

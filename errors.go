@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -73,28 +74,82 @@ func (e *SizeMismatchError) Error() string {
 // Unwrap lets errors.Is(err, ErrSizeMismatch) hold.
 func (e *SizeMismatchError) Unwrap() error { return ErrSizeMismatch }
 
-// scriptError turns the error replies of the scripts and of Redis itself into
-// the package's sentinels; other errors pass through unchanged.
+// Rate gate errors. Test for them with errors.Is.
+var (
+	// ErrRateLimited is returned by Allow when no start is possible now; the
+	// error is a *RateLimitedError that says when to try again.
+	ErrRateLimited = errors.New("redsem: rate limited")
+
+	// ErrInvalidInterval is returned by NewRateGate when per is not between
+	// 1ms and MaxTTL (per <= 0 included), before any I/O.
+	ErrInvalidInterval = errors.New("redsem: invalid interval")
+
+	// ErrRateMismatch is returned when the n or per a client asked for differ
+	// from those stored in Redis by the client that created the gate.
+	// Nothing was written. The error is a *RateMismatchError.
+	ErrRateMismatch = errors.New("redsem: rate mismatch")
+)
+
+// RateLimitedError is Allow's refusal. It matches ErrRateLimited.
+type RateLimitedError struct {
+	Name string
+	// RetryAfter is how long until another start may be possible.
+	RetryAfter time.Duration
+}
+
+func (e *RateLimitedError) Error() string {
+	return fmt.Sprintf("redsem: rate gate %q: rate limited, retry after %v", e.Name, e.RetryAfter)
+}
+
+// Unwrap lets errors.Is(err, ErrRateLimited) hold.
+func (e *RateLimitedError) Unwrap() error { return ErrRateLimited }
+
+// RateMismatchError reports the rate a client asked for and the rate stored
+// in Redis. It matches ErrRateMismatch.
+type RateMismatchError struct {
+	Name      string
+	N         int
+	Per       time.Duration
+	StoredN   int
+	StoredPer time.Duration
+}
+
+func (e *RateMismatchError) Error() string {
+	return fmt.Sprintf("redsem: rate gate %q is %d per %v in Redis, this client asked for %d per %v",
+		e.Name, e.StoredN, e.StoredPer, e.N, e.Per)
+}
+
+// Unwrap lets errors.Is(err, ErrRateMismatch) hold.
+func (e *RateMismatchError) Unwrap() error { return ErrRateMismatch }
+
 func (s *Semaphore) scriptError(op string, err error) error {
+	return scriptError(op, "semaphore", s.name, s.size, err)
+}
+
+// scriptError turns the error replies of the scripts and of Redis itself into
+// the package's sentinels; other errors pass through, wrapped. kind and name
+// say whose scripts ran ("semaphore", "rate gate"); size is the size the
+// client asked for.
+func scriptError(op, kind, name string, size int, err error) error {
 	var re redis.Error
 	if !errors.As(err, &re) {
-		return fmt.Errorf("redsem: %s %q: %w", op, s.name, err)
+		return fmt.Errorf("redsem: %s %s %q: %w", op, kind, printable(name), err)
 	}
 	msg := string(re)
 	switch {
 	case strings.HasPrefix(msg, "REDSEM_SIZE "):
 		stored, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(msg, "REDSEM_SIZE ")))
-		return &SizeMismatchError{Name: s.name, Want: s.size, Stored: stored}
+		return &SizeMismatchError{Name: name, Want: size, Stored: stored}
 	case strings.HasPrefix(msg, "REDSEM_WRONGTYPE "):
 		return fmt.Errorf("%w: %s", ErrWrongType, strings.TrimPrefix(msg, "REDSEM_WRONGTYPE "))
 	case strings.Contains(msg, "WRONGTYPE"):
-		return fmt.Errorf("%w: semaphore %q: %s", ErrWrongType, s.name, msg)
+		return fmt.Errorf("%w: %s %q: %s", ErrWrongType, kind, printable(name), msg)
 	case strings.HasPrefix(msg, "OOM "):
-		return fmt.Errorf("%w: semaphore %q: %s", ErrOutOfMemory, printable(s.name), msg)
+		return fmt.Errorf("%w: %s %q: %s", ErrOutOfMemory, kind, printable(name), msg)
 	case strings.HasPrefix(msg, "REDSEM_CORRUPT "):
 		return fmt.Errorf("%w: %s", ErrCorrupt, strings.TrimPrefix(msg, "REDSEM_CORRUPT "))
 	}
-	return fmt.Errorf("redsem: %s %q: %w", op, s.name, err)
+	return fmt.Errorf("redsem: %s %s %q: %w", op, kind, printable(name), err)
 }
 
 // isRedisError reports whether err is an error reply from Redis (the

@@ -19,7 +19,12 @@ type keys struct {
 }
 
 func newKeys(prefix, name string) keys {
-	base := prefix + "{" + encodeName(name) + "}:"
+	return keysAt(prefix + "{" + encodeName(name) + "}:")
+}
+
+// keysAt returns the key set under base; a RateGate's lives under
+// base+"rate:".
+func keysAt(base string) keys {
 	return keys{
 		base:    base,
 		meta:    base + "meta",

@@ -34,7 +34,9 @@ const (
 	minBlock   = 10 * time.Millisecond
 )
 
-// Option configures a Semaphore or Mutex.
+// Option configures a Semaphore, Mutex or RateGate. A RateGate takes
+// WithPrefix, WithGrace and WithBlockingPool and refuses the lease options
+// (WithTTL, WithAutoRefresh, WithLabel).
 type Option interface {
 	apply(*config) error
 }

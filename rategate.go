@@ -81,54 +81,6 @@ type Start struct {
 	RetryAfter time.Duration
 }
 
-// Rate gate errors. Test for them with errors.Is.
-var (
-	// ErrRateLimited is returned by Allow when no start is possible now; the
-	// error is a *RateLimitedError that says when to try again.
-	ErrRateLimited = errors.New("redsem: rate limited")
-
-	// ErrInvalidInterval is returned by NewRateGate when per is not between
-	// 1ms and MaxTTL (per <= 0 included), before any I/O.
-	ErrInvalidInterval = errors.New("redsem: invalid interval")
-
-	// ErrRateMismatch is returned when the n or per a client asked for differ
-	// from those stored in Redis by the client that created the gate.
-	// Nothing was written. The error is a *RateMismatchError.
-	ErrRateMismatch = errors.New("redsem: rate mismatch")
-)
-
-// RateLimitedError is Allow's refusal. It matches ErrRateLimited.
-type RateLimitedError struct {
-	Name string
-	// RetryAfter is how long until another start may be possible.
-	RetryAfter time.Duration
-}
-
-func (e *RateLimitedError) Error() string {
-	return fmt.Sprintf("redsem: rate gate %q: rate limited, retry after %v", e.Name, e.RetryAfter)
-}
-
-// Unwrap lets errors.Is(err, ErrRateLimited) hold.
-func (e *RateLimitedError) Unwrap() error { return ErrRateLimited }
-
-// RateMismatchError reports the rate a client asked for and the rate stored
-// in Redis. It matches ErrRateMismatch.
-type RateMismatchError struct {
-	Name      string
-	N         int
-	Per       time.Duration
-	StoredN   int
-	StoredPer time.Duration
-}
-
-func (e *RateMismatchError) Error() string {
-	return fmt.Sprintf("redsem: rate gate %q is %d per %v in Redis, this client asked for %d per %v",
-		e.Name, e.StoredN, e.StoredPer, e.N, e.Per)
-}
-
-// Unwrap lets errors.Is(err, ErrRateMismatch) hold.
-func (e *RateMismatchError) Unwrap() error { return ErrRateMismatch }
-
 // localWake is how close to its wake-up time the queue's head stops sleeping
 // in BLPOP and sleeps on a local timer instead: Redis times blocking commands
 // out on its cron tick (1/hz, 100ms by default), far too coarse for a rate.
@@ -185,15 +137,7 @@ func NewRateGate(pool Pool, name string, n int, per time.Duration, opts ...Optio
 // <prefix>{<name>}:rate:, so a gate and a semaphore of one name share a slot
 // but never a key. lua/rate_common.lua says what each key holds.
 func newRateKeys(prefix, name string) keys {
-	base := prefix + "{" + encodeName(name) + "}:rate:"
-	return keys{
-		base:    base,
-		meta:    base + "meta",
-		tokens:  base + "tokens",
-		leases:  base + "leases",
-		holders: base + "holders",
-		waits:   base + "waits",
-	}
+	return keysAt(prefix + "{" + encodeName(name) + "}:rate:")
 }
 
 // rateKeys returns the keys the rate scripts take for acquisition acq.
@@ -468,8 +412,8 @@ func (g *RateGate) scriptError(op string, err error) error {
 		_, _ = fmt.Sscanf(string(re), "REDSEM_RATE %d %d", &n, &perUs)
 		return &RateMismatchError{Name: g.name, N: g.n, Per: g.per, StoredN: n, StoredPer: usDuration(perUs)}
 	}
-	// The semaphore's mapping covers the rest (wrong type, corrupt state).
-	return (&Semaphore{name: g.name, size: g.n}).scriptError("rate gate "+op, err)
+	// The common mapping covers the rest (wrong type, corrupt state).
+	return scriptError(op, "rate gate", g.name, g.n, err)
 }
 
 func usDuration(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
