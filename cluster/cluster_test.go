@@ -452,14 +452,11 @@ func median(ds []time.Duration) time.Duration {
 // the package documentation, "Known issue"): a script that runs on the source of a
 // migrating slot fails at its first access to a key that does not exist
 // there, even one it emptied itself, and keeps its earlier writes. Here
-// Reclaim removes an expired lease (the last one, so the leases key goes),
-// then fails giving its token back: the token is gone for good. It runs only
-// with REDSEM_CLUSTER_REPRO=1 until the library's scripts step aside
-// (TRYAGAIN) on a migrating slot before their first write.
+// Reclaim removed an expired lease (the last one, so the leases key went),
+// then failed giving its token back: the token was gone for good. The
+// scripts now step aside (TRYAGAIN) on a migrating slot before their first
+// write, and the cluster pool retries once the move is over.
 func TestReclaimDuringMigration(t *testing.T) {
-	if os.Getenv("REDSEM_CLUSTER_REPRO") != "1" {
-		t.Skip("reproducer of a known library bug; set REDSEM_CLUSTER_REPRO=1 to run it")
-	}
 	c := redistest.StartCluster(t, 2, 0)
 	p := newPool(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

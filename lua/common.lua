@@ -17,6 +17,21 @@
 -- Every script reads and validates before its first write (a script that
 -- fails half way is not rolled back), and every loop is bounded.
 
+-- On Redis Cluster, a script that runs on the source node of a slot being
+-- migrated fails at its first access to a key that does not exist there
+-- ("Script attempted to access a non local key"), even a key it emptied
+-- itself a moment before, and keeps the writes it made before (no rollback):
+-- a token popped or a lease removed would be lost. So probe with a key that
+-- never exists and step aside before any write; TRYAGAIN makes a cluster
+-- client retry once the migration is over. Anywhere else the probe is one
+-- EXISTS that returns 0.
+do
+  local probe = redis.pcall('EXISTS', string.sub(KEYS[1], 1, #KEYS[1] - 4) .. 'probe')
+  if type(probe) == 'table' and probe['err'] then
+    return redis.error_reply('TRYAGAIN redsem: slot is migrating')
+  end
+end
+
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
