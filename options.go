@@ -52,6 +52,7 @@ type config struct {
 	label       string
 	autoRefresh bool
 	blockPool   Pool
+	waitConns   int // blocking calls shared by a Semaphore's waiters; 0: one per waiter
 }
 
 // WithPrefix sets the prefix of every key of the semaphore. Default
@@ -145,6 +146,8 @@ func buildConfig(opts []Option) (config, error) {
 		ttl:    DefaultTTL,
 		grace:  DefaultGrace,
 		label:  defaultLabel(),
+		// One blocking call per semaphore serves all its waiters.
+		waitConns: 1,
 	}
 	for _, o := range opts {
 		if o == nil {
