@@ -91,7 +91,7 @@ func TestCancelAfterTokenServed(t *testing.T) {
 			<-served
 			<-wctx.Done()
 		}}
-		ws, err := NewSemaphore(hp, "cancel-served", 1)
+		ws, err := NewSemaphore(hp, "cancel-served", 1, WithWaitConnections(0))
 		require.NoError(t, err)
 		wctx, cancel := context.WithCancel(ctx)
 		errc := make(chan error, 1)

@@ -79,15 +79,24 @@ func TestRoundTrips(t *testing.T) {
 	assert.Equal(t, int64(1), count(func() { l, err = s.TryAcquire(ctx); require.NoError(t, err) }), "TryAcquire")
 	assert.Equal(t, int64(1), count(func() { require.NoError(t, l.Refresh(ctx, time.Minute)) }), "Refresh")
 
-	wp := &countPool{Pool: b.pool}
-	ws, err := NewSemaphore(wp, "trips", 1)
-	require.NoError(t, err)
-	got := acquireAsync(ctx, ws.Acquire)
-	require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) == 1 }, 5*time.Second, time.Millisecond)
-	time.Sleep(20 * time.Millisecond)
+	// A blocked Acquire on a connection of its own: the fast path, then one
+	// pipelined wait. With shared waiting (the default) the first waiter
+	// also pays its own try before joining the queue: three.
+	for _, c := range []struct {
+		conns int
+		want  int64
+	}{{0, 2}, {1, 3}} {
+		wp := &countPool{Pool: b.pool}
+		ws, err := NewSemaphore(wp, "trips", 1, WithWaitConnections(c.conns))
+		require.NoError(t, err)
+		got := acquireAsync(ctx, ws.Acquire)
+		require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) == 1 }, 5*time.Second, time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
+		require.NoError(t, l.Release(ctx))
+		w, ok := <-got
+		require.True(t, ok)
+		assert.Equal(t, c.want, wp.trips.Load(), "blocked Acquire, %d wait connections", c.conns)
+		l = w
+	}
 	require.NoError(t, l.Release(ctx))
-	w, ok := <-got
-	require.True(t, ok)
-	assert.Equal(t, int64(2), wp.trips.Load(), "blocked Acquire: fast path + one pipelined wait")
-	require.NoError(t, w.Release(ctx))
 }

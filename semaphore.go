@@ -33,6 +33,7 @@ type Semaphore struct {
 	cfg   config
 	k     keys
 	clock serverClock
+	q     waitQueue // goroutines of this process waiting (wait.go)
 	// maxBlock caps one blocking wait (ns). It starts at maxBlock and shrinks
 	// when the connection's read timeout turns out to be shorter.
 	maxBlock atomic.Int64
@@ -90,6 +91,9 @@ func (s *Semaphore) TTL() time.Duration { return s.cfg.ttl }
 // meantime is given back. Other errors: *SizeMismatchError, ErrWrongType,
 // ErrCorrupt, or a connection error.
 func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
+	if s.cfg.waitConns > 0 {
+		return s.acquireShared(ctx)
+	}
 	return s.acquire(ctx, true)
 }
 
@@ -293,10 +297,15 @@ func (s *Semaphore) blockOnce(ctx context.Context, conn redis.Conn, acq string, 
 // *brokenWait tells acquire to start over on a fresh connection.
 func (s *Semaphore) failedAcquire(ctx context.Context, acq string, err error, blockLeft time.Duration) (acquireReply, error) {
 	if isRedisError(err) {
+		// The script refused (size mismatch, wrong type, OOM...). Behind a
+		// BLMOVE a token may already sit in our pending list: give it back
+		// now rather than at the pending sweep.
+		s.settle(ctx, acq)
 		return acquireReply{}, s.scriptError("acquire", err)
 	}
 	var se *scriptErr
 	if errors.As(err, &se) {
+		s.settle(ctx, acq)
 		return acquireReply{}, se.err
 	}
 	if ctxErr(ctx) == nil {
@@ -321,11 +330,16 @@ func (s *Semaphore) failedAcquire(ctx context.Context, acq string, err error, bl
 			return acquireReply{}, fmt.Errorf("redsem: acquire %q: %w (settling it failed too: %v)", printable(s.name), err, aerr)
 		}
 	}
-	// ctx has ended: give back whatever this acquisition may hold. Wait for
-	// that briefly, so that normally the semaphore is settled when Acquire
-	// returns, but never hold the caller long past its context against a
-	// server that does not answer; the settle goes on in the background for
-	// at most settleTimeout.
+	s.settle(ctx, acq)
+	return acquireReply{}, s.ctxError(ctxErr(ctx))
+}
+
+// settle gives back whatever acquisition acq may hold. It waits for that
+// briefly, so that normally the semaphore is settled when the caller
+// returns, but never holds the caller long (its context may have ended)
+// against a server that does not answer: the settle goes on in the
+// background for at most settleTimeout.
+func (s *Semaphore) settle(ctx context.Context, acq string) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -333,11 +347,12 @@ func (s *Semaphore) failedAcquire(ctx context.Context, acq string, err error, bl
 		defer cancel()
 		_, _ = s.abort(actx, acq, "release")
 	}()
+	t := time.NewTimer(settleWait)
+	defer t.Stop()
 	select {
 	case <-done:
-	case <-time.After(settleWait):
+	case <-t.C:
 	}
-	return acquireReply{}, s.ctxError(ctxErr(ctx))
 }
 
 // settleTimeout bounds settling an acquisition whose reply was lost;

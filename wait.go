@@ -1,0 +1,189 @@
+package redsem
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Shared waiting. Goroutines that wait on the same Semaphore queue up in
+// this process, first come, first served, behind a few blocking Redis calls
+// (one by default: WithWaitConnections). Each such call, a pump, runs the
+// ordinary acquire protocol (fast path, then BLMOVE and the lease script in
+// one write) on its own connection and hands every lease it is granted to
+// the goroutine at the head of the queue. A thousand goroutines waiting on
+// one semaphore therefore hold one connection, not a thousand.
+//
+// A waiter whose context ends leaves the queue with no round trip. A lease
+// that reaches a waiter that has just left is handed to the next one, or
+// released when nobody is left. When the queue empties, the pumps stop: a
+// pump blocked in Redis is cancelled, which settles its acquisition as any
+// cancelled Acquire does (the token, if Redis handed one over, goes back).
+//
+// Order: within a process, waiters are served in arrival order. Between
+// processes, Redis serves the blocked calls in arrival order, and a pump
+// that was served queues again behind the others: processes take turns.
+
+// WithWaitConnections sets how many blocking Redis calls the goroutines
+// waiting on one Semaphore share. Default 1. With n = 0 every waiting
+// Acquire blocks on a connection of its own, as BLPOP-based semaphores
+// usually do: more connections, but Redis itself orders every waiter.
+func WithWaitConnections(n int) Option {
+	return optionFunc(func(c *config) error {
+		if n < 0 || n > 1024 {
+			return fmt.Errorf("%w: %d wait connections is not between 0 and 1024", ErrInvalidOption, n)
+		}
+		c.waitConns = n
+		return nil
+	})
+}
+
+// waitQueue is a Semaphore's local queue of waiting goroutines.
+type waitQueue struct {
+	mu      sync.Mutex
+	waiters list.List // of *waiter, oldest first
+	pumps   int       // pumps running
+	stop    context.CancelFunc
+	stopCtx context.Context
+}
+
+// waiter is one goroutine in Acquire. ch receives its lease or the error
+// that ended the pump serving it; it is buffered, so handing over never
+// blocks the pump.
+type waiter struct {
+	ch   chan waitResult
+	elem *list.Element
+}
+
+type waitResult struct {
+	lease *Lease
+	err   error
+}
+
+// acquireShared is Acquire with shared waiting.
+func (s *Semaphore) acquireShared(ctx context.Context) (*Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, s.ctxError(err)
+	}
+	q := &s.q
+	q.mu.Lock()
+	empty := q.waiters.Len() == 0
+	q.mu.Unlock()
+	if empty {
+		// Nobody here is waiting: try once, without queueing. (With others
+		// queued, a newcomer must not overtake them.)
+		l, err := s.acquire(ctx, false)
+		if !errors.Is(err, ErrNoToken) {
+			return l, err
+		}
+	}
+	w := &waiter{ch: make(chan waitResult, 1)}
+	q.mu.Lock()
+	w.elem = q.waiters.PushBack(w)
+	if q.stopCtx == nil || q.stopCtx.Err() != nil {
+		q.stopCtx, q.stop = context.WithCancel(context.Background())
+	}
+	if q.pumps < s.cfg.waitConns && q.pumps < q.waiters.Len() {
+		q.pumps++
+		go s.pump()
+	}
+	q.mu.Unlock()
+
+	select {
+	case r := <-w.ch:
+		return r.lease, r.err
+	case <-ctx.Done():
+	}
+	q.mu.Lock()
+	if w.elem != nil {
+		// Still queued: leave without a trace.
+		q.waiters.Remove(w.elem)
+		w.elem = nil
+		if q.waiters.Len() == 0 {
+			q.stop()
+		}
+		q.mu.Unlock()
+		return nil, s.ctxError(ctx.Err())
+	}
+	q.mu.Unlock()
+	// Served while leaving: pass the lease on.
+	if r := <-w.ch; r.lease != nil {
+		s.handOff(r.lease)
+	}
+	return nil, s.ctxError(ctx.Err())
+}
+
+// pump acquires on behalf of the queue until the queue is empty. Whether to
+// go on is decided under the queue's lock, together with the count of
+// pumps, so a waiter that arrives as a pump leaves always finds one running.
+func (s *Semaphore) pump() {
+	q := &s.q
+	for {
+		q.mu.Lock()
+		if q.waiters.Len() == 0 {
+			q.pumps--
+			q.mu.Unlock()
+			return
+		}
+		stop := q.stopCtx
+		q.mu.Unlock()
+		l, err := s.acquire(stop, true)
+		switch {
+		case err == nil:
+			s.handOff(l)
+		case stop.Err() != nil:
+			// The queue emptied while we waited, and acquire gave back
+			// anything Redis had handed over. Look again: someone may have
+			// come since.
+		default:
+			// Tell every waiter: each would have met the same error.
+			q.mu.Lock()
+			for e := q.waiters.Front(); e != nil; e = q.waiters.Front() {
+				w := q.waiters.Remove(e).(*waiter)
+				w.elem = nil
+				w.ch <- waitResult{err: err}
+			}
+			q.mu.Unlock()
+		}
+	}
+}
+
+// handOff gives l to the oldest waiter, or releases it if none is left.
+func (s *Semaphore) handOff(l *Lease) {
+	q := &s.q
+	q.mu.Lock()
+	if e := q.waiters.Front(); e != nil && l.Valid() {
+		w := q.waiters.Remove(e).(*waiter)
+		w.elem = nil
+		w.ch <- waitResult{lease: l}
+		q.mu.Unlock()
+		return
+	}
+	q.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	_ = l.Release(ctx)
+}
+
+// waitingHere reports how many goroutines wait in this process's queue and
+// how many pumps serve them.
+func (s *Semaphore) waitingHere() (waiters, pumps int) {
+	s.q.mu.Lock()
+	defer s.q.mu.Unlock()
+	return s.q.waiters.Len(), s.q.pumps
+}
+
+// pumpsIdleWithin waits until no pump runs, for tests and Close-like uses.
+func (s *Semaphore) pumpsIdleWithin(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if _, p := s.waitingHere(); p == 0 {
+			return true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return false
+}

@@ -1,0 +1,226 @@
+package redsem
+
+import (
+	"context"
+	"errors"
+	"math/rand"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// boundedPool is a pool of at most n connections that waits for a free one:
+// with one connection per waiter, more than n waiters would starve it.
+func boundedPool(t testing.TB, addr string, n int) *redis.Pool {
+	p := &redis.Pool{
+		MaxIdle: n, MaxActive: n, Wait: true,
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialContext(ctx, "tcp", addr)
+		},
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// Many goroutines wait on one Semaphore through a pool of two connections:
+// they queue in the process behind one blocking call, and are served in
+// the order they started waiting, each exactly once.
+func TestSharedWaitFIFOOnFewConnections(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		const waiters = 100
+		ctx := ctxT(t, 60*time.Second)
+		holder := newSem(t, b, "shared", 1)
+		held, err := holder.Acquire(ctx)
+		require.NoError(t, err)
+
+		s, err := NewSemaphore(boundedPool(t, b.addr, 2), "shared", 1)
+		require.NoError(t, err)
+		var mu sync.Mutex
+		var served []int
+		var wg sync.WaitGroup
+		errs := make(chan error, waiters)
+		for i := 0; i < waiters; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				l, err := s.Acquire(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				served = append(served, i)
+				mu.Unlock()
+				if err := l.Release(ctx); err != nil {
+					errs <- err
+				}
+			}(i)
+			require.Eventually(t, func() bool { w, _ := s.waitingHere(); return w == i+1 }, 5*time.Second, time.Millisecond)
+		}
+		_, pumps := s.waitingHere()
+		assert.Equal(t, 1, pumps, "one blocking call serves all waiters")
+		require.NoError(t, held.Release(ctx))
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		want := make([]int, waiters)
+		for i := range want {
+			want[i] = i
+		}
+		assert.Equal(t, want, served, "served in arrival order")
+		assert.True(t, s.pumpsIdleWithin(2*time.Second), "the pump stops when nobody waits")
+		requireInventory(t, holder, 1, 0)
+	})
+}
+
+// A waiter whose context ends leaves the local queue without a round trip;
+// the others keep their places.
+func TestSharedWaitCancelCostsNoRoundTrip(t *testing.T) {
+	b := realRedis(t)
+	ctx := ctxT(t, 30*time.Second)
+	holder := newSem(t, b, "leave", 1)
+	held, err := holder.Acquire(ctx)
+	require.NoError(t, err)
+
+	cp := &countPool{Pool: b.pool}
+	s, err := NewSemaphore(cp, "leave", 1)
+	require.NoError(t, err)
+	type w struct {
+		cancel context.CancelFunc
+		got    <-chan *Lease
+	}
+	var ws []w
+	for i := 0; i < 6; i++ {
+		wctx, cancel := context.WithCancel(ctx)
+		ws = append(ws, w{cancel, acquireAsync(wctx, s.Acquire)})
+		require.Eventually(t, func() bool { n, _ := s.waitingHere(); return n == i+1 }, 5*time.Second, time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // the pump is blocked in Redis
+	before := cp.trips.Load()
+	for _, i := range []int{1, 2, 4} {
+		ws[i].cancel()
+		_, ok := <-ws[i].got
+		assert.False(t, ok, "waiter %d gave up", i)
+	}
+	assert.Equal(t, before, cp.trips.Load(), "leaving the queue cost no round trip")
+	n, _ := s.waitingHere()
+	assert.Equal(t, 3, n)
+
+	require.NoError(t, held.Release(ctx))
+	for _, i := range []int{0, 3, 5} {
+		l, ok := <-ws[i].got
+		require.True(t, ok, "waiter %d", i)
+		require.NoError(t, l.Release(ctx))
+	}
+	for _, x := range ws {
+		x.cancel()
+	}
+	assert.True(t, s.pumpsIdleWithin(2*time.Second))
+	requireInventory(t, holder, 1, 0)
+}
+
+// A storm of local waiters with tiny deadlines on one Semaphore while
+// holders come and go: a lease that reaches a waiter that has just left is
+// handed on or given back, so exactly the tokens remain.
+func TestSharedWaitCancellationStorm(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		const size, waiters = 2, 200
+		ctx := ctxT(t, 60*time.Second)
+		s := newSem(t, b, "shared-storm", size)
+		var grants, timeouts atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, waiters)
+		for i := 0; i < waiters; i++ {
+			wg.Add(1)
+			go func(seed int64) {
+				defer wg.Done()
+				rng := rand.New(rand.NewSource(seed))
+				time.Sleep(time.Duration(rng.Intn(300)) * time.Millisecond)
+				wctx, cancel := context.WithTimeout(ctx, time.Duration(1+rng.Intn(20))*time.Millisecond)
+				defer cancel()
+				l, err := s.Acquire(wctx)
+				switch {
+				case err == nil:
+					grants.Add(1)
+					time.Sleep(time.Duration(rng.Intn(3)) * time.Millisecond)
+					if err := l.Release(ctx); err != nil {
+						errs <- err
+					}
+				case errors.Is(err, context.DeadlineExceeded):
+					timeouts.Add(1)
+				default:
+					errs <- err
+				}
+			}(int64(i))
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		t.Logf("%s: %d waiters, %d grants, %d timed out", b.name, waiters, grants.Load(), timeouts.Load())
+		assert.Positive(t, grants.Load())
+		assert.Positive(t, timeouts.Load())
+		assert.True(t, s.pumpsIdleWithin(5*time.Second), "pumps stop")
+		require.Eventually(t, func() bool {
+			st, err := s.Status(ctx)
+			return err == nil && st.Available == size && len(st.Holders) == 0
+		}, 5*time.Second, 10*time.Millisecond)
+		requireInventory(t, s, size, 0)
+	})
+}
+
+// An error that ends the pump's wait reaches every waiter: here the
+// semaphore is deleted and recreated with another size under them.
+func TestSharedWaitErrorReachesWaiters(t *testing.T) {
+	b := realRedis(t)
+	ctx := ctxT(t, 30*time.Second)
+	holder := newSem(t, b, "shifting", 1)
+	_, err := holder.Acquire(ctx)
+	require.NoError(t, err)
+	s := newSem(t, b, "shifting", 1, WithGrace(100*time.Millisecond))
+	var got []<-chan error
+	for i := 0; i < 3; i++ {
+		c := make(chan error, 1)
+		go func() { _, err := s.Acquire(ctx); c <- err }()
+		got = append(got, c)
+	}
+	require.Eventually(t, func() bool { n, _ := s.waitingHere(); return n == 3 }, 5*time.Second, time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	require.NoError(t, holder.Delete(ctx))
+	other := newSem(t, b, "shifting", 2)
+	l, err := other.Acquire(ctx) // creates it with size 2; a token reaches the pump
+	require.NoError(t, err)
+	for _, c := range got {
+		select {
+		case err := <-c:
+			assert.ErrorIs(t, err, ErrSizeMismatch)
+		case <-time.After(10 * time.Second):
+			t.Fatal("a waiter never heard of the mismatch")
+		}
+	}
+	require.NoError(t, l.Release(ctx))
+	assert.True(t, s.pumpsIdleWithin(2*time.Second))
+	// The token the BLMOVE moved into the pump's pending list went back when
+	// the script refused it.
+	require.Eventually(t, func() bool {
+		_, _ = other.Reclaim(ctx)
+		st, err := other.Status(ctx)
+		return err == nil && st.Available == 2
+	}, 10*time.Second, 50*time.Millisecond)
+}
+
+func TestWithWaitConnectionsRejectsBadValues(t *testing.T) {
+	b := &backend{pool: &redis.Pool{}}
+	for _, n := range []int{-1, 1025} {
+		_, err := NewSemaphore(b.pool, "x", 1, WithWaitConnections(n))
+		assert.ErrorIs(t, err, ErrInvalidOption, "%d", n)
+	}
+}
