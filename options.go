@@ -53,6 +53,8 @@ type config struct {
 	autoRefresh bool
 	blockPool   Pool
 	waitConns   int // blocking calls shared by a Semaphore's waiters; 0: one per waiter
+	adoptSize   bool
+	observer    Observer
 }
 
 // WithPrefix sets the prefix of every key of the semaphore. Default
@@ -136,6 +138,20 @@ func WithBlockingPool(pool Pool) Option {
 			return fmt.Errorf("%w: nil blocking pool", ErrInvalidOption)
 		}
 		c.blockPool = pool
+		return nil
+	})
+}
+
+// WithAdoptSize makes Acquire and TryAcquire take the size stored in Redis
+// instead of failing with ErrSizeMismatch when it differs from the size given
+// to NewSemaphore, so that a long-lived client follows Resize. The size given
+// is then used only to create the semaphore if it does not exist yet, and
+// Size still returns it (Status and Check report the size in force). Off by
+// default. A Mutex made with it stops being one once the semaphore is
+// resized above 1.
+func WithAdoptSize() Option {
+	return optionFunc(func(c *config) error {
+		c.adoptSize = true
 		return nil
 	})
 }

@@ -91,16 +91,23 @@ func (s *Semaphore) TTL() time.Duration { return s.cfg.ttl }
 // meantime is given back. Other errors: *SizeMismatchError, ErrWrongType,
 // ErrCorrupt, or a connection error.
 func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
+	start := time.Now()
+	var l *Lease
+	var err error
 	if s.cfg.waitConns > 0 {
-		return s.acquireShared(ctx)
+		l, err = s.acquireShared(ctx)
+	} else {
+		l, err = s.acquire(ctx, true)
 	}
-	return s.acquire(ctx, true)
+	return s.observeAcquire(start, l, err)
 }
 
 // TryAcquire returns a lease if a token is free now, and ErrNoToken if none
 // is. It never waits for a token; it is one round trip.
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
-	return s.acquire(ctx, false)
+	start := time.Now()
+	l, err := s.acquire(ctx, false)
+	return s.observeAcquire(start, l, err)
 }
 
 // acquireReply is a decoded reply of acquire.lua or abort.lua.
@@ -134,7 +141,7 @@ func parseAcquireReply(v interface{}, err error) (acquireReply, error) {
 func (s *Semaphore) acquireArgs(acq string, blockMs int64, phase string) []interface{} {
 	return append(s.k.all(5), s.k.pend(acq),
 		s.size, acq, s.cfg.ttl.Milliseconds(), s.cfg.label, blockMs,
-		s.cfg.grace.Milliseconds(), s.tombMs(), phase)
+		s.cfg.grace.Milliseconds(), s.tombMs(), phase, s.sizeMode())
 }
 
 // tombMs is how long an aborted acquisition's tombstone lives: longer than
@@ -411,6 +418,9 @@ func (s *Semaphore) Reclaim(ctx context.Context) (int, error) {
 	n, err := redis.Int(v, err)
 	if err != nil {
 		return 0, s.scriptError("reclaim", err)
+	}
+	if o := s.cfg.observer; o != nil && n > 0 {
+		o.Reclaimed(s.name, n)
 	}
 	return n, nil
 }

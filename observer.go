@@ -1,0 +1,144 @@
+package redsem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Observer receives a Semaphore's events, for metrics. Its methods run on
+// the goroutine that caused the event and must be fast and safe for
+// concurrent use. Counters is a ready-made Observer; an adapter to
+// Prometheus or OpenTelemetry is a few lines (see the README).
+type Observer interface {
+	// Acquired reports a lease granted by Acquire or TryAcquire after wait.
+	Acquired(name string, wait time.Duration)
+	// AcquireFailed reports an Acquire or TryAcquire that returned err after
+	// wait: ErrNoToken (none free), the context's error (a timeout or a
+	// cancellation), or another failure.
+	AcquireFailed(name string, wait time.Duration, err error)
+	// Released reports a lease released after being held for held.
+	Released(name string, held time.Duration)
+	// LeaseLost reports a lease that ended without Release after being held
+	// for held: cause is ErrLeaseExpired or ErrLeaseLost.
+	LeaseLost(name string, held time.Duration, cause error)
+	// Reclaimed reports tokens of expired leases put back by Reclaim.
+	Reclaimed(name string, n int)
+}
+
+// WithObserver makes the Semaphore report its events to o. Default: none.
+func WithObserver(o Observer) Option {
+	return optionFunc(func(c *config) error {
+		if o == nil {
+			return fmt.Errorf("%w: nil observer", ErrInvalidOption)
+		}
+		c.observer = o
+		return nil
+	})
+}
+
+// observeAcquire reports the outcome of an acquisition that started at
+// start, and arranges for the lease's end to be reported.
+func (s *Semaphore) observeAcquire(start time.Time, l *Lease, err error) (*Lease, error) {
+	o := s.cfg.observer
+	if o == nil {
+		return l, err
+	}
+	wait := time.Since(start)
+	if err != nil {
+		o.AcquireFailed(s.name, wait, err)
+		return l, err
+	}
+	o.Acquired(s.name, wait)
+	granted := time.Now()
+	context.AfterFunc(l.Context(), func() {
+		held := time.Since(granted)
+		if cause := context.Cause(l.Context()); errors.Is(cause, ErrReleased) {
+			o.Released(s.name, held)
+		} else {
+			o.LeaseLost(s.name, held, cause)
+		}
+	})
+	return l, nil
+}
+
+// Counters is an Observer that counts, with atomic counters safe to read at
+// any time. Its String method prints JSON, so a *Counters can be published
+// with expvar.Publish.
+type Counters struct {
+	acquired, busy, timeouts, cancels, failures atomic.Int64
+	released, lost, reclaimed                   atomic.Int64
+	waitNs, holdNs                              atomic.Int64
+}
+
+// CountersSnapshot is a consistent-enough reading of Counters.
+type CountersSnapshot struct {
+	Acquired      int64         // leases granted
+	Busy          int64         // TryAcquire calls that found no token
+	Timeouts      int64         // Acquire calls whose context's deadline passed
+	Cancellations int64         // Acquire calls whose context was cancelled
+	Failures      int64         // other failed acquisitions
+	Released      int64         // leases released
+	Lost          int64         // leases that expired or were lost
+	Reclaimed     int64         // tokens put back by Reclaim
+	Holding       int64         // leases of this process held now
+	WaitTotal     time.Duration // time spent in successful acquisitions
+	HoldTotal     time.Duration // time leases were held, until released or lost
+}
+
+// Acquired implements Observer.
+func (c *Counters) Acquired(_ string, wait time.Duration) {
+	c.acquired.Add(1)
+	c.waitNs.Add(int64(wait))
+}
+
+// AcquireFailed implements Observer.
+func (c *Counters) AcquireFailed(_ string, _ time.Duration, err error) {
+	switch {
+	case errors.Is(err, ErrNoToken):
+		c.busy.Add(1)
+	case errors.Is(err, context.DeadlineExceeded):
+		c.timeouts.Add(1)
+	case errors.Is(err, context.Canceled):
+		c.cancels.Add(1)
+	default:
+		c.failures.Add(1)
+	}
+}
+
+// Released implements Observer.
+func (c *Counters) Released(_ string, held time.Duration) {
+	c.released.Add(1)
+	c.holdNs.Add(int64(held))
+}
+
+// LeaseLost implements Observer.
+func (c *Counters) LeaseLost(_ string, held time.Duration, _ error) {
+	c.lost.Add(1)
+	c.holdNs.Add(int64(held))
+}
+
+// Reclaimed implements Observer.
+func (c *Counters) Reclaimed(_ string, n int) { c.reclaimed.Add(int64(n)) }
+
+// Snapshot reads the counters.
+func (c *Counters) Snapshot() CountersSnapshot {
+	s := CountersSnapshot{
+		Acquired: c.acquired.Load(), Busy: c.busy.Load(), Timeouts: c.timeouts.Load(),
+		Cancellations: c.cancels.Load(), Failures: c.failures.Load(),
+		Released: c.released.Load(), Lost: c.lost.Load(), Reclaimed: c.reclaimed.Load(),
+		WaitTotal: time.Duration(c.waitNs.Load()), HoldTotal: time.Duration(c.holdNs.Load()),
+	}
+	s.Holding = s.Acquired - s.Released - s.Lost
+	return s
+}
+
+// String prints the counters as JSON (durations in seconds).
+func (c *Counters) String() string {
+	s := c.Snapshot()
+	return fmt.Sprintf(`{"acquired":%d,"busy":%d,"timeouts":%d,"cancellations":%d,"failures":%d,"released":%d,"lost":%d,"reclaimed":%d,"holding":%d,"wait_seconds":%g,"hold_seconds":%g}`,
+		s.Acquired, s.Busy, s.Timeouts, s.Cancellations, s.Failures, s.Released, s.Lost, s.Reclaimed, s.Holding,
+		s.WaitTotal.Seconds(), s.HoldTotal.Seconds())
+}
