@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -24,6 +25,9 @@ type lib struct {
 	// sem: it can be a semaphore of size > 1. blocking: waiters sleep in
 	// Redis (BLPOP/BLMOVE) rather than poll, so INFO blocked_clients shows them.
 	sem, blocking bool
+	// sharedWait: waiters of one client queue in the process behind one
+	// blocking call, so INFO blocked_clients shows one, not one per waiter.
+	sharedWait bool
 	// settle is how long, in the handoff scenario, the holder keeps the lock
 	// after the waiter started (plus a uniform jitter of up to jitter), so
 	// that a poller's retry phase is random when the lock is released. Slow
@@ -54,7 +58,8 @@ const peerTTL = 10 * time.Second
 
 func libs() []*lib {
 	return []*lib{
-		{name: "redsem", kind: "redsem", sem: true, blocking: true, jitter: time.Millisecond, parallel: 1, newClient: newRedsem},
+		{name: "redsem", kind: "redsem", sem: true, blocking: true, sharedWait: true, jitter: time.Millisecond, parallel: 1, newClient: newRedsem(1)},
+		{name: "redsem:per-waiter", kind: "redsem", sem: true, blocking: true, jitter: time.Millisecond, parallel: 1, newClient: newRedsem(0)},
 		{name: "floor:ping", kind: "floor", only: "uncontended", parallel: 1, newClient: newPing},
 		{name: "floor:blpop", kind: "floor", sem: true, blocking: true, jitter: time.Millisecond, parallel: 1, newClient: newRaw},
 		{name: "redsync:default", kind: "peer", settle: 500 * time.Millisecond, jitter: 250 * time.Millisecond, parallel: 50,
@@ -97,20 +102,37 @@ func warmRedigo(ctx context.Context, p *countingPool) error {
 
 // redsem
 
-type redsemClient struct{ pool *countingPool }
+// redsemClient keeps one Semaphore per key, as an application would, so
+// that goroutines sharing a client share waiting (WithWaitConnections).
+type redsemClient struct {
+	pool  *countingPool
+	conns int
+	mu    sync.Mutex
+	sems  map[string]*redsem.Semaphore
+}
 
-func newRedsem(addr string, c *counters, shared bool) (client, error) {
-	return &redsemClient{pool: newRedigoPool(addr, c, shared)}, nil
+// newRedsem makes redsem clients whose semaphores share conns blocking
+// calls among their waiters (0: one connection per waiter).
+func newRedsem(conns int) func(addr string, c *counters, shared bool) (client, error) {
+	return func(addr string, c *counters, shared bool) (client, error) {
+		return &redsemClient{pool: newRedigoPool(addr, c, shared), conns: conns, sems: map[string]*redsem.Semaphore{}}, nil
+	}
 }
 
 func (r *redsemClient) warm(ctx context.Context) error { return warmRedigo(ctx, r.pool) }
 func (r *redsemClient) close()                         { r.pool.Close() }
 
 func (r *redsemClient) locker(key string, size int) (locker, error) {
-	s, err := redsem.NewSemaphore(r.pool, key, size)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s, ok := r.sems[key]; ok {
+		return redsemLocker{s}, nil
+	}
+	s, err := redsem.NewSemaphore(r.pool, key, size, redsem.WithWaitConnections(r.conns))
 	if err != nil {
 		return nil, err
 	}
+	r.sems[key] = s
 	return redsemLocker{s}, nil
 }
 

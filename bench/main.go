@@ -25,6 +25,7 @@ type config struct {
 	Dur     time.Duration `json:"contended_window_ns"`
 	Trials  int           `json:"handoff_trials_per_rep"`
 	Waiters int           `json:"waiters"`
+	Queue   int           `json:"queue_waiters"`
 	SemK    int           `json:"semaphore_k"`
 	SemW    int           `json:"semaphore_workers"`
 	Work    time.Duration `json:"semaphore_work_ns"`
@@ -89,6 +90,14 @@ func scenarios(cfg config) []scenario {
 			},
 			ok: notPing,
 		},
+		scenario{
+			name: fmt.Sprintf("queue/%d/pool%d", cfg.Queue, queuePool),
+			run: func(e *env, l *lib) (metrics, []float64, error) {
+				m, err := e.queue(l, cfg.Queue, queuePool)
+				return m, nil, err
+			},
+			ok: func(l *lib) bool { return l.name == "redsem" },
+		},
 	)
 	return list
 }
@@ -109,9 +118,9 @@ func main() {
 	libsFlag := flag.String("libs", "", "comma-separated library names to run (default all; redsem always runs)")
 	flag.Parse()
 
-	cfg := config{Reps: 3, Pairs: 1000, Dur: time.Second, Trials: 200, Waiters: 1000, SemK: 4, SemW: 16, Work: time.Millisecond}
+	cfg := config{Reps: 3, Pairs: 1000, Dur: time.Second, Trials: 200, Waiters: 1000, Queue: 10000, SemK: 4, SemW: 16, Work: time.Millisecond}
 	if *quick {
-		cfg = config{Quick: true, Reps: 1, Pairs: 300, Dur: 300 * time.Millisecond, Trials: 60, Waiters: 1000, SemK: 4, SemW: 16, Work: time.Millisecond}
+		cfg = config{Quick: true, Reps: 1, Pairs: 300, Dur: 300 * time.Millisecond, Trials: 60, Waiters: 1000, Queue: 2000, SemK: 4, SemW: 16, Work: time.Millisecond}
 	}
 	if *reps > 0 {
 		cfg.Reps = *reps

@@ -215,6 +215,9 @@ func columnsFor(sc string) (cols []column, ratio string) {
 	case strings.HasPrefix(sc, "waiting/"):
 		return []column{{"connections", "Redis conns", 1, 0}, {"client_mem_kib", "client KiB", 1, 0}, {"mem_per_waiter_b", "B/waiter", 1, 0},
 			{"goroutines", "goroutines", 1, 0}, {"redis_cmds_per_s", "Redis cmds/s while waiting", 1, 0}}, "connections"
+	case strings.HasPrefix(sc, "queue/"):
+		return []column{{"connections", "Redis conns", 1, 0}, {"mem_per_waiter_b", "B/waiter", 1, 0},
+			{"redis_cmds_per_s", "Redis cmds/s while waiting", 1, 0}, {"drain_s", "drain s", 1, 2}, {"acq_per_s", "acq/s draining", 1, 0}}, ""
 	}
 	return nil, ""
 }
@@ -236,11 +239,17 @@ func (r *report) print(w io.Writer) {
 		for _, c := range cols {
 			fmt.Fprintf(w, " %s |", c.head)
 		}
-		fmt.Fprintf(w, " redsem/this (%s) |\n|---|", ratio)
+		if ratio != "" {
+			fmt.Fprintf(w, " redsem/this (%s) |", ratio)
+		}
+		fmt.Fprint(w, "\n|---|")
 		for range cols {
 			fmt.Fprint(w, "--:|")
 		}
-		fmt.Fprintln(w, "--:|")
+		if ratio != "" {
+			fmt.Fprint(w, "--:|")
+		}
+		fmt.Fprintln(w)
 		for _, l := range r.libOrder {
 			if _, ok := r.perRep[sc.Name][l.name]; !ok {
 				continue
@@ -249,9 +258,12 @@ func (r *report) print(w io.Writer) {
 			for _, c := range cols {
 				fmt.Fprintf(w, " %s |", fmtNum(r.med(sc.Name, l.name, c.metric)/c.scale, c.prec))
 			}
-			if l.name == "redsem" {
+			switch {
+			case ratio == "":
+				fmt.Fprintln(w)
+			case l.name == "redsem":
 				fmt.Fprintln(w, " — |")
-			} else {
+			default:
 				fmt.Fprintf(w, " %s |\n", fmtNum(r.med(sc.Name, "redsem", ratio)/r.med(sc.Name, l.name, ratio), 3))
 			}
 		}

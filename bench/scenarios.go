@@ -403,7 +403,12 @@ func (e *env) waiting(l *lib, n int) (metrics, error) {
 			}
 		}()
 	}
-	if l.blocking {
+	if l.sharedWait {
+		if !e.waitBlocked(1, 20*time.Second) {
+			return nil, fmt.Errorf("%s: the shared wait never blocked", l.name)
+		}
+		time.Sleep(500 * time.Millisecond) // the rest queue in the process
+	} else if l.blocking {
 		if !e.waitBlocked(n, 20*time.Second) {
 			return nil, fmt.Errorf("%s: %d waiters never all blocked", l.name, n)
 		}
