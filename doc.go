@@ -69,10 +69,18 @@
 //
 // # Concurrency
 //
-// Semaphore, Mutex and Lease are safe for concurrent use. Every blocked
-// Acquire holds one connection of the pool (or of WithBlockingPool) while it
-// waits: size the pool for your waiters plus the Release and Refresh calls.
-// The pool's read timeout should be 0 or above 32s; with a shorter one,
-// waits are cut into shorter blocks, and every new block loses its place in
-// the queue.
+// Semaphore, Mutex, RateGate and Lease are safe for concurrent use. Share one
+// Semaphore per name in a process: goroutines waiting on it queue in the
+// process, first come, first served, behind one blocking Redis call
+// (WithWaitConnections), so a thousand waiters hold one connection. Between
+// processes Redis serves the blocked calls in arrival order. The read
+// timeout of the connections a wait blocks on should be 0 or above 32s; with
+// a shorter one, waits are cut into shorter blocks, and every new block
+// loses its place in Redis's queue.
+//
+// # Metrics
+//
+// WithObserver reports waits, holds, timeouts, cancellations, lost leases
+// and reclaimed tokens; Counters is a ready-made Observer that is also an
+// expvar.Var. Status reads the cluster-wide picture from Redis.
 package redsem
