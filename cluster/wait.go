@@ -65,8 +65,12 @@ func newWaitConn(inner redis.Conn, replicas int, timeout time.Duration) *waitCon
 func (w *waitConn) Close() error { return w.inner.Close() }
 func (w *waitConn) Err() error   { return w.inner.Err() }
 
+// noCtx stands for "no context": Do and DoWithTimeout keep the node
+// connection's own read timeout, as redigo's do.
+var noCtx context.Context
+
 func (w *waitConn) Do(cmd string, args ...interface{}) (interface{}, error) {
-	return w.do(nil, 0, cmd, args)
+	return w.do(noCtx, 0, cmd, args)
 }
 
 func (w *waitConn) DoContext(ctx context.Context, cmd string, args ...interface{}) (interface{}, error) {
@@ -74,7 +78,7 @@ func (w *waitConn) DoContext(ctx context.Context, cmd string, args ...interface{
 }
 
 func (w *waitConn) DoWithTimeout(timeout time.Duration, cmd string, args ...interface{}) (interface{}, error) {
-	return w.do(nil, timeout, cmd, args)
+	return w.do(noCtx, timeout, cmd, args)
 }
 
 func (w *waitConn) do(ctx context.Context, timeout time.Duration, cmd string, args []interface{}) (interface{}, error) {
