@@ -7,7 +7,8 @@
 -- KEYS: meta, tokens, leases, holders, waits, pend (base.."pend:"..acqID)
 -- ARGV: size, acqID, ttlMs, label, blockMs (0: never wait), graceMs, tombMs,
 --       phase ("fresh" for an acquisition's first call, when nothing of it can
---       be pending yet; "wait" behind a BLMOVE)
+--       be pending yet; "wait" behind a BLMOVE), and optionally "adopt" (use
+--       the size stored in meta instead of failing on a mismatch)
 -- Returns one of
 --   {1, token, fence, deadlineMs, nowUs}  granted
 --   {0, blockMs, nowUs}                   none free: block this long, then call again
@@ -47,7 +48,12 @@ local msize, epoch, fence, due
 msize, epoch, fence, due, err = read_meta()
 if err then return redis.error_reply(err) end
 if msize and msize ~= size then
-  return redis.error_reply('REDSEM_SIZE ' .. msize)
+  -- A client made WithAdoptSize takes the stored size (Resize changes it);
+  -- its own size only creates the semaphore.
+  if ARGV[9] ~= 'adopt' then
+    return redis.error_reply('REDSEM_SIZE ' .. msize)
+  end
+  size = msize
 end
 
 if not msize then

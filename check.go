@@ -1,0 +1,158 @@
+package redsem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+var (
+	checkScript  = newScript(5, "check.lua", "common.lua", "inventory.lua")
+	repairScript = newScript(5, "repair.lua", "common.lua", "inventory.lua")
+)
+
+// ErrRepairUnsafe is returned by Repair when tokens are missing but minting
+// them again could hand out an extra permit: something is held or in flight.
+// The error says what; everything else Repair does was done.
+var ErrRepairUnsafe = errors.New("redsem: repair unsafe")
+
+// Inventory is where every token of a semaphore is, read in one script by
+// Check. Leased, Pending and Free hold valid tokens ("<epoch>:<slot>", slot
+// 1..Size), each once, in the first place it was found in this order: a
+// lease, a waiter's pending list, the token list.
+type Inventory struct {
+	Name   string
+	Exists bool // false when the semaphore was never created (or deleted)
+	Size   int  // as stored in Redis; 0 when it does not exist
+	Epoch  string
+	// Leased are the valid tokens with a lease (expired ones included until
+	// they are reclaimed).
+	Leased []string
+	// Pending are the valid tokens a blocked waiter's BLMOVE has moved into
+	// its pending list and its lease script has not yet taken.
+	Pending []string
+	// Free are the valid tokens on the token list.
+	Free []string
+	// Retired are leases on tokens that are not valid now: tokens above the
+	// size still held after a shrink (they drain as the holders give them
+	// back), or leases someone wrote by hand. They are not counted in
+	// Healthy.
+	Retired []string
+	// Duplicates lists every further copy of a valid token: on the list
+	// twice, or on the list or in a pending list while leased or pending
+	// elsewhere.
+	Duplicates []string
+	// Strangers lists the elements of the token list and of pending lists
+	// that are not valid tokens: forged, of an older epoch, not canonical,
+	// or above the size (retired).
+	Strangers []string
+	// Missing lists the slots, 1..Size, whose token is nowhere.
+	Missing []int
+	// ServerTime is Redis TIME when the inventory was read.
+	ServerTime time.Time
+}
+
+// Healthy reports whether the inventory is whole: every slot's token in
+// exactly one place (len(Free)+len(Pending)+len(Leased) == Size), no
+// duplicate and no stranger. A semaphore that does not exist and has no
+// keys is healthy.
+func (inv Inventory) Healthy() bool {
+	return len(inv.Free)+len(inv.Pending)+len(inv.Leased) == inv.Size &&
+		len(inv.Duplicates) == 0 && len(inv.Strangers) == 0
+}
+
+// Check reads the token inventory of the semaphore in one script that
+// writes nothing. It reports the size stored in Redis, whatever size this
+// Semaphore was made with. Errors: ErrWrongType, ErrCorrupt (unreadable
+// meta), or a connection error.
+func (s *Semaphore) Check(ctx context.Context) (Inventory, error) {
+	v, _, err := s.call(ctx, checkScript, s.k.all(5)...)
+	vals, err := redis.Values(v, err)
+	if err != nil {
+		return Inventory{}, s.scriptError("check", err)
+	}
+	inv := Inventory{Name: s.name}
+	var exists int
+	var nowUs int64
+	_, err = redis.Scan(vals, &exists, &inv.Size, &inv.Epoch, &nowUs, &inv.Leased, &inv.Pending,
+		&inv.Free, &inv.Retired, &inv.Duplicates, &inv.Strangers, &inv.Missing)
+	if err != nil {
+		return Inventory{}, fmt.Errorf("redsem: check %q: %w", printable(s.name), err)
+	}
+	inv.Exists = exists == 1
+	inv.ServerTime = time.UnixMicro(nowUs)
+	return inv, nil
+}
+
+// RepairReport says what Repair did.
+type RepairReport struct {
+	// Reclaimed counts the tokens of expired leases and of stale pending
+	// lists that were given back first, as Reclaim does.
+	Reclaimed int
+	// Dropped lists the strangers and duplicate copies removed from the
+	// token list.
+	Dropped []string
+	// Minted lists the missing tokens that were pushed again.
+	Minted []string
+	// Missing lists the slots still missing: not minted because it was
+	// unsafe (Repair then returns ErrRepairUnsafe).
+	Missing []int
+}
+
+// Repair restores the token inventory that Check reports, in one atomic
+// script. First it gives back the tokens of expired leases and stale
+// pending lists (as Reclaim does). Then it removes the strangers and the
+// duplicate copies from the token list, keeping the order of the rest; it
+// never touches a lease or a pending list (a stranger in a pending list is
+// dropped by its waiter's script or by the pending sweep). Last it mints the
+// missing slots again, if that is safe.
+//
+// The rule: missing tokens are minted only when Redis records no holder at
+// all, neither a lease (retired ones included) nor a lease record, and no
+// pending list holds a token. Then no client Redis knows of holds or is
+// being handed a missing token, and minting it cannot make an extra permit.
+// Otherwise a missing token may be one that is held (its lease record lost
+// or damaged), so nothing is minted: Repair returns the report, whose
+// Missing lists the slots, and an error matching ErrRepairUnsafe that says
+// what blocks it. Release the leases (or let them expire) and run Repair
+// again.
+//
+// What Redis does not record, Repair cannot see: if leases were lost with
+// their records (eviction, a failover, keys deleted by hand), their holders
+// may still be running. Run Repair after such a loss only once every lease
+// of that time has ended, one lease TTL later.
+//
+// Repair of a semaphore that does not exist does nothing; with tokens or
+// leases but no meta record it fails with ErrCorrupt (Delete it).
+func (s *Semaphore) Repair(ctx context.Context) (RepairReport, error) {
+	v, _, err := s.call(ctx, repairScript, s.k.all(5)...)
+	vals, err := redis.Values(v, err)
+	if err != nil {
+		return RepairReport{}, s.scriptError("repair", err)
+	}
+	var r RepairReport
+	var leases, records, pending int
+	if _, err := redis.Scan(vals, &r.Reclaimed, &r.Dropped, &r.Minted, &r.Missing, &leases, &records, &pending); err != nil {
+		return RepairReport{}, fmt.Errorf("redsem: repair %q: %w", printable(s.name), err)
+	}
+	if len(r.Missing) == 0 {
+		return r, nil
+	}
+	var why []string
+	for _, c := range []struct {
+		n    int
+		what string
+	}{{leases, "lease"}, {records, "lease record"}, {pending, "pending list"}} {
+		if c.n == 1 {
+			why = append(why, "1 "+c.what)
+		} else if c.n > 1 {
+			why = append(why, fmt.Sprintf("%d %ss", c.n, c.what))
+		}
+	}
+	return r, fmt.Errorf("%w: semaphore %q: %d missing slots not minted: Redis records %s",
+		ErrRepairUnsafe, printable(s.name), len(r.Missing), strings.Join(why, ", "))
+}

@@ -1,0 +1,16 @@
+-- check.lua: the token inventory, read in one script (Semaphore.Check). It
+-- writes nothing.
+-- KEYS: meta, tokens, leases, holders, waits
+-- Returns {exists, size, epoch, nowUs, leased, pending, free, retired, dups,
+-- strangers, missing}; see inventory.lua for what each list holds.
+
+local err = check_types(5)
+if err then return redis.error_reply(err) end
+local size, epoch, _
+size, epoch, _, _, err = read_meta()
+if err then return redis.error_reply(err) end
+local exists = 1
+if not size then exists, size, epoch = 0, 0, '' end
+local inv = inventory(epoch, size)
+return {exists, size, epoch, now_us(), inv.leased, inv.pending, inv.free,
+  inv.retired, inv.dups, inv.strangers, inv.missing}

@@ -1,0 +1,86 @@
+-- resize.lua: set the semaphore's size, atomically (Semaphore.Resize).
+-- KEYS: meta, tokens, leases, holders, waits
+-- ARGV: n (the new size), seed (random hex: the epoch if this creates the
+--       semaphore)
+-- Returns {old, n, minted, removed}; old is 0 when this created the semaphore.
+--
+-- meta.size is the only record of the size, and is_valid reads it, so the
+-- HSET alone moves every script to the new size at once:
+--   grow:   tokens of the new slots are minted and pushed (blocked waiters
+--           are served as soon as the script ends), except a token that is
+--           still somewhere: leased or pending (retired by an earlier shrink
+--           and still held, it comes back valid when it is given back) or
+--           already on the list. Minting it again would make a duplicate.
+--   shrink: tokens above n are invalid from now on. The free ones leave the
+--           list now; a leased one is dropped when it comes back (release,
+--           reclaim and abort push only valid tokens), a pending one when its
+--           waiter's script pops it.
+
+local n = int_arg(ARGV[1], 1, 100000)
+local seed = ARGV[2]
+if not n or not seed or #seed < 12 or string.find(seed, '[|:]') then
+  return redis.error_reply('REDSEM_ARG invalid arguments to resize')
+end
+local err = check_types(5)
+if err then return redis.error_reply(err) end
+local size, epoch, _
+size, epoch, _, _, err = read_meta()
+if err then return redis.error_reply(err) end
+
+-- push appends toks to the token list, in batches that unpack can take.
+local function push(toks)
+  for i = 1, #toks, 1000 do
+    redis.call('RPUSH', KEYS[2], unpack(toks, i, math.min(i + 999, #toks)))
+  end
+end
+
+if not size then
+  -- Not created yet: create it with size n, as acquire.lua would.
+  if redis.call('EXISTS', KEYS[2]) + redis.call('EXISTS', KEYS[3]) > 0 then
+    return redis.error_reply('REDSEM_CORRUPT ' .. KEYS[1] .. ' is missing but tokens or leases exist')
+  end
+  local now = now_us()
+  epoch = string.sub(seed, 1, 12)
+  redis.call('HSET', KEYS[1], 'size', n, 'epoch', epoch, 'fence', fmt_int(now),
+    'due', fmt_int(NO_DUE), 'rejected', 0, 'created', math.floor(now / 1000))
+  local toks = {}
+  for i = 1, n do toks[i] = epoch .. ':' .. i end
+  push(toks)
+  return {0, n, n, 0}
+end
+if n == size then return {size, n, 0, 0} end
+
+if n > size then
+  -- Where is each token of slots size+1..n now? All reads come first.
+  local here = {}
+  for _, tok in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do here[tok] = true end
+  for _, w in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
+    local pend = base() .. 'pend:' .. string.sub(w, 3)
+    if not type_err(pend, 'list') then
+      for _, tok in ipairs(redis.call('LRANGE', pend, 0, 99)) do here[tok] = true end
+    end
+  end
+  local mint = {}
+  for i = size + 1, n do
+    local tok = epoch .. ':' .. i
+    if not here[tok] and not redis.call('ZSCORE', KEYS[3], tok) then mint[#mint + 1] = tok end
+  end
+  redis.call('HSET', KEYS[1], 'size', n)
+  push(mint)
+  return {size, n, #mint, 0}
+end
+
+-- Shrink: keep the list as it is (order, strangers) but for the free tokens
+-- this retires. One pass over the list, however many slots go.
+local list = redis.call('LRANGE', KEYS[2], 0, -1)
+local keep = {}
+for _, tok in ipairs(list) do
+  if not (is_valid(tok, epoch, size) and not is_valid(tok, epoch, n)) then keep[#keep + 1] = tok end
+end
+redis.call('HSET', KEYS[1], 'size', n)
+local removed = #list - #keep
+if removed > 0 then
+  redis.call('DEL', KEYS[2])
+  push(keep)
+end
+return {size, n, 0, removed}
