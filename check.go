@@ -127,7 +127,9 @@ type RepairReport struct {
 // of that time has ended, one lease TTL later.
 //
 // Repair of a semaphore that does not exist does nothing; with tokens or
-// leases but no meta record it fails with ErrCorrupt (Delete it).
+// leases but no meta record it fails with ErrCorrupt (Delete it). Running it
+// again is safe; after a connection error it is run once more on a fresh
+// connection, and the report is then that of the second run.
 func (s *Semaphore) Repair(ctx context.Context) (RepairReport, error) {
 	v, _, err := s.call(ctx, repairScript, s.k.all(5)...)
 	vals, err := redis.Values(v, err)
