@@ -243,6 +243,11 @@ func (s *Semaphore) acquireOn(ctx context.Context, conn redis.Conn, wait bool) (
 			}
 		}
 		if err := ctxErr(ctx); err != nil {
+			if r.code == 0 {
+				// The script registered this acquisition as waiting: take
+				// the registration back rather than leave it to the sweep.
+				s.settle(ctx, acq)
+			}
 			return nil, s.ctxError(err)
 		}
 		sent = monoNow()

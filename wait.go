@@ -46,8 +46,16 @@ type waitQueue struct {
 	mu      sync.Mutex
 	waiters list.List // of *waiter, oldest first
 	pumps   int       // pumps running
-	stop    context.CancelFunc
-	stopCtx context.Context
+	gen     *pumpGen  // the pumps' current run, cancelled when the queue empties
+}
+
+// pumpGen is one run of the pumps, from the first waiter to an empty queue.
+// busy counts the acquisitions started under it, so that the waiter that
+// empties the queue can wait for them to be settled.
+type pumpGen struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	busy   sync.WaitGroup
 }
 
 // waiter is one goroutine in Acquire. ch receives its lease or the error
@@ -83,8 +91,10 @@ func (s *Semaphore) acquireShared(ctx context.Context) (*Lease, error) {
 	w := &waiter{ch: make(chan waitResult, 1)}
 	q.mu.Lock()
 	w.elem = q.waiters.PushBack(w)
-	if q.stopCtx == nil || q.stopCtx.Err() != nil {
-		q.stopCtx, q.stop = context.WithCancel(context.Background())
+	if q.gen == nil || q.gen.ctx.Err() != nil {
+		g := &pumpGen{}
+		g.ctx, g.cancel = context.WithCancel(context.Background())
+		q.gen = g
 	}
 	if q.pumps < s.cfg.waitConns && q.pumps < q.waiters.Len() {
 		q.pumps++
@@ -99,13 +109,27 @@ func (s *Semaphore) acquireShared(ctx context.Context) (*Lease, error) {
 	}
 	q.mu.Lock()
 	if w.elem != nil {
-		// Still queued: leave without a trace.
+		// Still queued: leave without a round trip.
 		q.waiters.Remove(w.elem)
 		w.elem = nil
-		if q.waiters.Len() == 0 {
-			q.stop()
+		if q.waiters.Len() > 0 {
+			q.mu.Unlock()
+			return nil, s.ctxError(ctx.Err())
 		}
+		// The last one out stops the pumps, and waits (briefly: settleWait)
+		// for their waits in Redis to be settled, so that, as with a waiter
+		// on its own connection, a returned Acquire leaves nothing behind.
+		g := q.gen
+		g.cancel()
 		q.mu.Unlock()
+		settled := make(chan struct{})
+		go func() { g.busy.Wait(); close(settled) }()
+		t := time.NewTimer(settleWait)
+		defer t.Stop()
+		select {
+		case <-settled:
+		case <-t.C:
+		}
 		return nil, s.ctxError(ctx.Err())
 	}
 	q.mu.Unlock()
@@ -128,13 +152,15 @@ func (s *Semaphore) pump() {
 			q.mu.Unlock()
 			return
 		}
-		stop := q.stopCtx
+		g := q.gen
+		g.busy.Add(1)
 		q.mu.Unlock()
-		l, err := s.acquire(stop, true)
+		l, err := s.acquire(g.ctx, true)
+		g.busy.Done()
 		switch {
 		case err == nil:
 			s.handOff(l)
-		case stop.Err() != nil:
+		case g.ctx.Err() != nil:
 			// The queue emptied while we waited, and acquire gave back
 			// anything Redis had handed over. Look again: someone may have
 			// come since.
