@@ -13,13 +13,13 @@ const deleteHelp = `Usage: redsem delete --force [connection flags] NAME
 Removes every key of semaphore NAME. Current holders lose their leases at
 their next refresh (a redsem run holder then stops its command and exits 75);
 blocked waiters keep waiting and are served by the semaphore the next acquire
-creates afresh. Use it to change a semaphore's size.
+creates afresh. To change a semaphore's size, use redsem resize instead.
 
   --force          required: without it, delete only says what it would remove
 
 ` + connHelp + `
 Example:
-  redsem delete --force encoders && redsem run --size 8 encoders -- ./encode.sh
+  redsem delete --force encoders
 `
 
 func cmdDelete(args []string, stdout, _ io.Writer) error {

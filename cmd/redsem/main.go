@@ -7,6 +7,9 @@
 //	redsem run [flags] NAME -- COMMAND [ARGS...]
 //	redsem status [--json] NAME
 //	redsem reclaim NAME
+//	redsem resize NAME N
+//	redsem check [--json] NAME
+//	redsem repair NAME
 //	redsem delete --force NAME
 //	redsem demo [--workers W] [--size K] [--work D]
 //
@@ -27,6 +30,9 @@ Usage:
   redsem run [flags] NAME -- COMMAND [ARGS...]   run COMMAND holding a slot of NAME
   redsem status [--json] NAME                    show size, free slots, holders
   redsem reclaim NAME                            give back the slots of expired leases
+  redsem resize NAME N                           set the number of slots for everyone
+  redsem check [--json] NAME                     where every slot is; exit 65 if unhealthy
+  redsem repair NAME                             drop stray tokens, mint missing ones safely
   redsem delete --force NAME                     remove the semaphore's keys
   redsem demo [--workers W] [--size K]           watch W workers share K slots (no Redis needed)
   redsem help COMMAND                            help for one command
@@ -57,6 +63,9 @@ func init() {
 		"run":     {runHelp, cmdRun},
 		"status":  {statusHelp, cmdStatus},
 		"reclaim": {reclaimHelp, cmdReclaim},
+		"resize":  {resizeHelp, cmdResize},
+		"check":   {checkHelp, cmdCheck},
+		"repair":  {repairHelp, cmdRepair},
 		"delete":  {deleteHelp, cmdDelete},
 		"demo":    {demoHelp, cmdDemo},
 	}
@@ -76,7 +85,7 @@ func main() {
 // dispatch runs the subcommand args[0] and returns the exit code.
 func dispatch(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		return report(stderr, usagef("missing command: run, status, reclaim, delete or demo (see redsem help)"))
+		return report(stderr, usagef("missing command: run, status, reclaim, resize, check, repair, delete or demo (see redsem help)"))
 	}
 	name, rest := args[0], args[1:]
 	switch name {
@@ -87,7 +96,7 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		}
 		c, ok := commands[rest[0]]
 		if !ok {
-			return report(stderr, usagef("help: unknown command %q; commands: run, status, reclaim, delete, demo", rest[0]))
+			return report(stderr, usagef("help: unknown command %q; commands: run, status, reclaim, resize, check, repair, delete, demo", rest[0]))
 		}
 		fmt.Fprint(stdout, c.help)
 		return exitOK
@@ -96,7 +105,7 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	}
 	c, ok := commands[name]
 	if !ok {
-		return report(stderr, usagef("unknown command %q; commands: run, status, reclaim, delete, demo (see redsem help)", name))
+		return report(stderr, usagef("unknown command %q; commands: run, status, reclaim, resize, check, repair, delete, demo (see redsem help)", name))
 	}
 	err := c.run(rest, stdout, stderr)
 	var h *helpRequest

@@ -264,7 +264,7 @@ func acquire(sem *redsem.Semaphore, o *runOptions, sigs <-chan os.Signal) (*reds
 		}
 		return nil, exitf(o.busyCode, "")
 	case errors.Is(r.err, redsem.ErrSizeMismatch):
-		return nil, fmt.Errorf("%w (every user of a name must give the same --size; delete --force it to resize)", r.err)
+		return nil, fmt.Errorf("%w (every user of a name must give the same --size; redsem resize changes it)", r.err)
 	default:
 		return nil, r.err
 	}

@@ -1,0 +1,155 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/redsem/redsem"
+)
+
+const resizeHelp = `Usage: redsem resize [connection flags] NAME N
+
+Sets the size of semaphore NAME to N for every client at once (and creates
+it if it does not exist). Growing serves waiters at once; shrinking retires
+the slots above N: free ones now, held ones when their holders give them
+back. Clients started with another --size then get exit code 65 until they
+use N; the library's WithAdoptSize follows resizes instead.
+
+` + connHelp + `
+Example:
+  redsem resize encoders 8
+`
+
+const checkHelp = `Usage: redsem check [--json] [connection flags] NAME
+
+Reads where every slot of semaphore NAME is (free, pending, leased, retired)
+and lists duplicates, strangers (forged or stale tokens) and missing slots.
+Exits 0 when healthy, 65 when not.
+
+  --json           print the inventory as JSON
+
+` + connHelp + `
+Example:
+  redsem check encoders || redsem repair encoders
+`
+
+const repairHelp = `Usage: redsem repair [connection flags] NAME
+
+Restores semaphore NAME's tokens: reclaims what expired, drops strangers and
+duplicate copies, and mints missing slots again, but only while no slot is
+held or in flight (a missing slot might still be held); otherwise it says
+what blocks it and exits 65. After Redis lost lease records (eviction, a
+failover), wait one lease TTL before repairing.
+
+` + connHelp + `
+Example:
+  redsem repair encoders
+`
+
+func cmdResize(args []string, stdout, _ io.Writer) error {
+	fs := newFlagSet("resize")
+	var c connFlags
+	c.register(fs)
+	pos, err := parseArgs(fs, args, resizeHelp)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return usagef("resize: NAME and N expected (see redsem resize --help)")
+	}
+	n, err := strconv.Atoi(pos[1])
+	if err != nil || n < 1 {
+		return usagef("resize: N must be a whole number of at least 1, not %q", pos[1])
+	}
+	sem, p, err := openSemaphore(c, pos[0])
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := sem.Resize(ctx, n); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%q now has %d slot(s)\n", pos[0], n)
+	return nil
+}
+
+func cmdCheck(args []string, stdout, _ io.Writer) error {
+	fs := newFlagSet("check")
+	var c connFlags
+	c.register(fs)
+	asJSON := fs.Bool("json", false, "")
+	pos, err := parseArgs(fs, args, checkHelp)
+	if err != nil {
+		return err
+	}
+	name, err := oneName("check", pos)
+	if err != nil {
+		return err
+	}
+	sem, p, err := openSemaphore(c, name)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	inv, err := sem.Check(ctx)
+	if err != nil {
+		return err
+	}
+	healthy := inv.Healthy()
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(struct {
+			redsem.Inventory
+			Healthy bool `json:"healthy"`
+		}{inv, healthy}); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(stdout, "%s: size %d, free %d, pending %d, leased %d, retired %d, duplicates %d, strangers %d, missing %v\n",
+			name, inv.Size, len(inv.Free), len(inv.Pending), len(inv.Leased), len(inv.Retired),
+			len(inv.Duplicates), len(inv.Strangers), inv.Missing)
+	}
+	if !healthy {
+		return exitf(exitData, "")
+	}
+	return nil
+}
+
+func cmdRepair(args []string, stdout, _ io.Writer) error {
+	fs := newFlagSet("repair")
+	var c connFlags
+	c.register(fs)
+	pos, err := parseArgs(fs, args, repairHelp)
+	if err != nil {
+		return err
+	}
+	name, err := oneName("repair", pos)
+	if err != nil {
+		return err
+	}
+	sem, p, err := openSemaphore(c, name)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	rep, err := sem.Repair(ctx)
+	fmt.Fprintf(stdout, "%s: reclaimed %d, dropped %d, minted %d, still missing %v\n",
+		name, rep.Reclaimed, len(rep.Dropped), len(rep.Minted), rep.Missing)
+	if errors.Is(err, redsem.ErrRepairUnsafe) {
+		return exitf(exitData, "%v", err)
+	}
+	return err
+}

@@ -1,0 +1,67 @@
+//go:build unix
+
+package main
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// resize, check and repair against a real server: resize creates and
+// changes the size, check reports a sabotaged inventory with exit 65, and
+// repair restores it.
+func TestResizeCheckRepair(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.run(t, "resize", "adm", "3")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "3 slot(s)")
+
+	r = e.run(t, "check", "--json", "adm")
+	require.Equal(t, 0, r.code, r.stderr)
+	var inv struct {
+		Size    int
+		Free    []string
+		Healthy bool `json:"healthy"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &inv), r.stdout)
+	assert.Equal(t, 3, inv.Size)
+	assert.Len(t, inv.Free, 3)
+	assert.True(t, inv.Healthy)
+
+	// Sabotage: a token taken away by hand, garbage pushed.
+	c, err := redis.Dial("tcp", e.srv.Addr, redis.DialDatabase(2))
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Do("LPOP", "redsem:{adm}:tokens")
+	require.NoError(t, err)
+	_, err = c.Do("LPUSH", "redsem:{adm}:tokens", "garbage")
+	require.NoError(t, err)
+
+	r = e.run(t, "check", "adm")
+	assert.Equal(t, 65, r.code, "an unhealthy inventory exits 65")
+	assert.Contains(t, r.stdout, "strangers 1")
+	assert.Empty(t, r.stderr)
+
+	r = e.run(t, "repair", "adm")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "dropped 1, minted 1")
+	r = e.run(t, "check", "adm")
+	assert.Equal(t, 0, r.code, r.stdout)
+
+	r = e.run(t, "resize", "adm", "5")
+	require.Equal(t, 0, r.code, r.stderr)
+	r = e.run(t, "status", "--json", "adm")
+	require.Equal(t, 0, r.code, r.stderr)
+	var st statusJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
+	assert.Equal(t, 5, st.Size)
+	assert.Equal(t, 5, st.Available)
+
+	r = e.run(t, "resize", "adm", "zero")
+	assert.Equal(t, 64, r.code)
+}
