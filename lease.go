@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,8 +13,10 @@ import (
 	"github.com/redsem/redsem/internal/failpoint"
 )
 
-// Lease is one held token of a Semaphore. It is immutable but for its
-// deadline, and safe for concurrent use.
+// Lease is a held token of a Semaphore, or k of them from AcquireN. It is
+// immutable but for its deadline, and safe for concurrent use. The tokens of
+// a lease share one fence and one deadline, and Release and Refresh act on
+// all of them at once.
 //
 // A lease ends when it is released, when its local deadline passes without a
 // refresh, or when Refresh learns that Redis no longer records it. Done is
@@ -24,10 +27,11 @@ import (
 // could have been handed to someone else, unless its machine was suspended
 // (the monotonic clock stops in suspend).
 type Lease struct {
-	sem   *Semaphore
-	acqID string
-	token string
-	fence int64
+	sem    *Semaphore
+	acqID  string
+	token  string   // tokens[0]
+	tokens []string // every token held, in grant order
+	fence  int64
 
 	ctx    context.Context
 	end    context.CancelCauseFunc
@@ -45,11 +49,17 @@ type Lease struct {
 }
 
 func (s *Semaphore) newLease(acq string, r acquireReply, sentUs int64) *Lease {
-	l := &Lease{sem: s, acqID: acq, token: r.token, fence: r.fence, ttl: s.cfg.ttl}
+	return s.newLeaseN(acq, []string{r.token}, r.fence, r.deadlineMs, sentUs)
+}
+
+// newLeaseN is the lease of acquisition acq on toks (at least one), granted
+// with fence and server deadline deadlineMs by a request sent at sentUs.
+func (s *Semaphore) newLeaseN(acq string, toks []string, fence, deadlineMs, sentUs int64) *Lease {
+	l := &Lease{sem: s, acqID: acq, token: toks[0], tokens: toks, fence: fence, ttl: s.cfg.ttl}
 	l.ctx, l.end = context.WithCancelCause(context.Background())
 	stopCtx, stop := context.WithCancel(context.Background())
 	l.stop, l.stopCh = stop, stopCtx.Done()
-	l.deadline = s.clock.localDeadline(r.deadlineMs, s.cfg.ttl, sentUs)
+	l.deadline = s.clock.localDeadline(deadlineMs, s.cfg.ttl, sentUs)
 	l.timer = time.AfterFunc(time.Until(l.deadline), func() { l.end(ErrLeaseExpired) })
 	if s.cfg.autoRefresh {
 		l.wg.Add(1)
@@ -59,12 +69,33 @@ func (s *Semaphore) newLease(acq string, r acquireReply, sentUs int64) *Lease {
 }
 
 // Token returns the token this lease holds, e.g. "3f2a9c0d41be:2". The part
-// after the colon is the slot, 1 to Size.
+// after the colon is the slot, 1 to Size. For a lease of several tokens
+// (AcquireN) it is the first of Tokens.
 func (l *Lease) Token() string {
 	if l == nil {
 		return ""
 	}
 	return l.token
+}
+
+// Tokens returns every token this lease holds: one for Acquire, k for
+// AcquireN(ctx, k), each a distinct slot. The slice is a copy.
+func (l *Lease) Tokens() []string {
+	if l == nil {
+		return nil
+	}
+	return append([]string(nil), l.tokens...)
+}
+
+// tokenArgs are the script arguments that name the lease's tokens after the
+// first token, the acquisition id and extra (release.lua, refresh.lua).
+func (l *Lease) tokenArgs(extra ...interface{}) []interface{} {
+	args := append(l.sem.k.all(4), l.token, l.acqID)
+	args = append(args, extra...)
+	for _, t := range l.tokens[1:] {
+		args = append(args, t)
+	}
+	return args
 }
 
 // Fence returns the fencing token of this acquisition: strictly greater than
@@ -138,11 +169,14 @@ func (l *Lease) Context() context.Context {
 	return l.ctx
 }
 
-// Release gives the token back. It succeeds only while Redis still records
-// this lease, and it never pushes a second copy of the token: releasing
-// twice returns ErrReleased, releasing after the lease expired and its token
-// was reclaimed returns ErrLeaseLost. A lease that expired but was not yet
-// reclaimed is released normally.
+// Release gives the token back (all of them, in one script, for a lease of
+// several). It succeeds only while Redis still records this lease, and it
+// never pushes a second copy of a token: releasing twice returns
+// ErrReleased, releasing after the lease expired and its token was reclaimed
+// returns ErrLeaseLost. A lease that expired but was not yet reclaimed is
+// released normally. If only some tokens of a lease of several are still
+// recorded (the rest were reclaimed), those are given back and Release
+// returns ErrLeaseLost.
 //
 // Release stops auto-refresh whatever it returns. On a connection error it
 // may or may not have taken effect; calling it again is safe (it then returns
@@ -160,12 +194,12 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	s := l.sem
 	failpoint.Hit("release.sent")
-	v, retried, err := s.call(ctx, releaseScript, append(s.k.all(4), l.token, l.acqID)...)
-	ok, err := redis.Bool(v, err)
+	v, retried, err := s.call(ctx, releaseScript, l.tokenArgs()...)
+	n, err := redis.Int(v, err)
 	if err != nil {
 		return s.scriptError("release", err)
 	}
-	if !ok && !(retried && l.Valid()) {
+	if n != len(l.tokens) && !(n == 0 && retried && l.Valid()) {
 		// Not recorded any more. (After a retry on a fresh connection, a
 		// lease whose deadline has not passed can only be missing because
 		// the first attempt released it.)
@@ -175,8 +209,9 @@ func (l *Lease) Release(ctx context.Context) error {
 	return nil
 }
 
-// Refresh extends the lease to ttl from now (Redis time). It fails with
-// ErrLeaseLost once Redis no longer records the lease, with ErrLeaseExpired
+// Refresh extends the lease to ttl from now (Redis time): every token of it,
+// in one script, or none. It fails with ErrLeaseLost once Redis no longer
+// records the lease (any of its tokens), with ErrLeaseExpired
 // once the local deadline has passed, and with ErrReleased after Release; it
 // never brings back a lease that expired (FM-09).
 func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
@@ -194,7 +229,7 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	s := l.sem
 	sent := monoNow()
-	v, _, err := s.call(ctx, refreshScript, append(s.k.all(4), l.token, l.acqID, ttl.Milliseconds())...)
+	v, _, err := s.call(ctx, refreshScript, l.tokenArgs(ttl.Milliseconds())...)
 	vals, err := redis.Int64s(v, err)
 	if err != nil {
 		return s.scriptError("refresh", err)
@@ -237,6 +272,9 @@ func (l *Lease) finish(cause error) {
 
 func (l *Lease) lost() error {
 	l.finish(ErrLeaseLost)
+	if len(l.tokens) > 1 {
+		return fmt.Errorf("%w: semaphore %q, tokens %s", ErrLeaseLost, printable(l.sem.name), strings.Join(l.tokens, " "))
+	}
 	return fmt.Errorf("%w: semaphore %q, token %s", ErrLeaseLost, printable(l.sem.name), l.token)
 }
 

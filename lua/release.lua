@@ -1,24 +1,84 @@
--- release.lua: give a leased token back, only if this acquisition still owns it.
+-- release.lua: give leased tokens back, only those this acquisition still owns.
 -- KEYS: meta, tokens, leases, holders
--- ARGV: token, acqID
--- Returns 1 when released, 0 when the lease is no longer recorded (expired and
--- reclaimed, released before, or the semaphore was deleted or lost).
+-- ARGV: token, acqID, then the other tokens of a weighted lease (if any)
+-- Returns how many of the tokens were released: 1 (or k) when released, 0
+-- when the lease is no longer recorded (expired and reclaimed, released
+-- before, or the semaphore was deleted or lost). A token is given back only
+-- once: its record is gone after the first release.
 -- The first write is ZREM, which frees memory: release works at OOM.
+--
+-- While a weighted acquisition holds the collector ticket and at least one
+-- token (meta "coll", see weighted.lua), a released token goes to it instead
+-- of onto the token list, as one more of its partial leases, until it has
+-- all it asked for; its doorbell rings. That is how it holds the head of
+-- the queue.
 
-local tok, acq = ARGV[1], ARGV[2]
+local acq = ARGV[2]
+local toks = {ARGV[1]}
+for i = 3, #ARGV do toks[#toks + 1] = ARGV[i] end
 -- holders and meta are read, and leases freed, before tokens is written.
-local rec = redis.call('HGET', KEYS[4], 't:' .. tok)
-if not rec or owner_of(rec) ~= acq then return 0 end
-local size, epoch, _, _, err = read_meta()
-redis.call('ZREM', KEYS[3], tok)
-if not err and epoch and is_valid(tok, epoch, size) then
-  local pushed = redis.pcall('LPUSH', KEYS[2], tok)
+local owned = {}
+for _, tok in ipairs(toks) do
+  local rec = redis.call('HGET', KEYS[4], 't:' .. tok)
+  if rec and owner_of(rec) == acq then owned[#owned + 1] = tok end
+end
+if #owned == 0 then return 0 end
+local size, epoch, _, due, err = read_meta()
+local coll = nil
+if not err and epoch then coll = redis.call('HGET', KEYS[1], 'coll') end
+for _, tok in ipairs(owned) do redis.call('ZREM', KEYS[3], tok) end
+
+local back, routed = {}, {}
+for _, tok in ipairs(owned) do
+  if not err and epoch and is_valid(tok, epoch, size) then back[#back + 1] = tok end
+end
+
+if coll and #back > 0 then
+  -- Keep in step with parse_coll in weighted.lua.
+  local a, k, have, dl, label = string.match(coll, '^([^|]+)|(%d+)|(%d+)|(%d+)|(.*)$')
+  k, have, dl = tonumber(k), tonumber(have), tonumber(dl)
+  local now_ms = math.floor(now_us() / 1000)
+  if a and a ~= acq and have > 0 and have < k and dl > now_ms then
+    local idx = redis.call('HGET', KEYS[4], 'a:' .. a) or ''
+    local rest = {}
+    for _, tok in ipairs(back) do
+      if have < k then
+        redis.call('ZADD', KEYS[3], dl, tok)
+        redis.call('HSET', KEYS[4], 't:' .. tok, a .. '|0|' .. now_ms .. '|' .. label)
+        idx = idx .. ' ' .. tok
+        have = have + 1
+        routed[tok] = true
+      else
+        rest[#rest + 1] = tok
+      end
+    end
+    redis.call('HSET', KEYS[4], 'a:' .. a, idx)
+    redis.call('HSET', KEYS[1], 'coll', a .. '|' .. k .. '|' .. have .. '|' .. fmt_int(dl) .. '|' .. label)
+    if dl < due then redis.call('HSET', KEYS[1], 'due', fmt_int(dl)) end
+    local bell = base() .. 'bell:' .. a
+    redis.call('RPUSH', bell, 1)
+    redis.call('PEXPIRE', bell, dl - now_ms + 1000)
+    back = rest
+  end
+end
+
+for i = 1, #back, 1000 do
+  local pushed = redis.pcall('LPUSH', KEYS[2], unpack(back, i, math.min(i + 999, #back)))
   if type(pushed) == 'table' and pushed['err'] then
-    -- The token list was overwritten with another type. Keep the lease (as
-    -- expired, so it is reclaimed once the list is sound again) and fail.
-    redis.call('ZADD', KEYS[3], math.floor(now_us() / 1000), tok)
+    -- The token list was overwritten with another type. Keep the leases not
+    -- yet pushed (as expired, so they are reclaimed once the list is sound
+    -- again) and fail.
+    local now_ms = math.floor(now_us() / 1000)
+    for j = i, #back do redis.call('ZADD', KEYS[3], now_ms, back[j]) end
     return redis.error_reply('REDSEM_WRONGTYPE ' .. KEYS[2] .. ' is not a list')
   end
 end
-redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. acq)
-return 1
+local gone = {}
+for _, tok in ipairs(owned) do
+  if not routed[tok] then gone[#gone + 1] = 't:' .. tok end
+end
+gone[#gone + 1] = 'a:' .. acq
+for i = 1, #gone, 1000 do
+  redis.call('HDEL', KEYS[4], unpack(gone, i, math.min(i + 999, #gone)))
+end
+return #owned

@@ -1,0 +1,392 @@
+package redsem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/redsem/redsem/internal/failpoint"
+)
+
+// Weighted acquisition: AcquireN and TryAcquireN take k tokens at once.
+//
+// Only one weighted acquisition of a semaphore at a time may hold tokens
+// before it has all it asked for: the holder of the collector ticket (meta
+// field "coll", see lua/weighted.lua). The others queue for the ticket in a
+// Redis list, first come, first served, each sleeping in BLPOP on a doorbell
+// of its own. The collector waits for its first token in the ordinary token
+// queue (BLMOVE into its pending list, with the script right behind it in
+// the same write); once it holds one, release.lua hands it every released
+// token until it has k, and rings its doorbell. What it holds meanwhile are
+// leases with the ticket's deadline (fence 0), pushed forward each time its
+// script runs: a collector that dies gives them back within one block plus
+// the grace, through the ordinary reclaim, and the next weighted script
+// hands the ticket on. A collector whose context ends gives them back at once
+// (abort_n.lua).
+
+var (
+	acquireNScript = newScript(8, "acquire_n.lua", "common.lua", "weighted.lua")
+	abortNScript   = newScript(8, "abort_n.lua", "common.lua", "weighted.lua")
+)
+
+// collectPoll caps how long a collector that holds some of its tokens sleeps
+// between runs of its script. Released tokens wake it at once; this bounds
+// how late it notices tokens that came back another way (reclaimed from an
+// expired lease or a cancelled waiter) and sets how soon a dead collector's
+// tokens and ticket come back (collectPoll plus the grace).
+const collectPoll = time.Second
+
+// bell is the doorbell a weighted waiter sleeps on (BLPOP).
+func (k keys) bell(acqID string) string { return k.base + "bell:" + acqID }
+
+// wqueue is the list of weighted acquisitions waiting for the collector
+// ticket, oldest first.
+func (k keys) wqueue() string { return k.base + "wqueue" }
+
+// AcquireN blocks until k tokens are free for this caller and returns one
+// lease that holds all k (Lease.Tokens), or until ctx ends. It is all or
+// nothing: it never returns a lease on fewer tokens, and when it fails it
+// holds none. AcquireN(ctx, 1) is Acquire(ctx). k must be between 1 and the
+// size (ErrInvalidSize otherwise, before any I/O). Made WithAdoptSize, the
+// semaphore checks k against the size stored in Redis instead, and fails
+// with ErrInvalidSize when k is more; a shrink by Resize while a request
+// collects retires the tokens it collected above the new size (they are
+// dropped, never granted) and it collects others.
+//
+// # Fairness
+//
+// The rule is golang.org/x/sync/semaphore's: a request at the head of the
+// queue is not overtaken by later, smaller ones, so large requests are not
+// starved by a stream of small ones. In Redis it holds as follows.
+//
+//   - Weighted requests (k > 1) queue for a single collector ticket, first
+//     come, first served. Only the ticket's holder collects tokens, so two
+//     weighted requests never each hold part of what they need (no
+//     deadlock), and the others hold nothing while they wait.
+//   - The collector takes the tokens that are free, then waits for the next
+//     one in the same Redis queue as Acquire's waiters (first come, first
+//     served). Acquire callers already waiting there go first.
+//   - Once it holds a token it holds the head of the queue: every token a
+//     Release gives back goes to it until it has k, and Acquire and
+//     AcquireN callers that come later wait behind it, even though some
+//     tokens are with it and not in use.
+//   - Not FIFO: a request waiting for the ticket is not in the token queue,
+//     so Acquire callers that arrive meanwhile may go before it; x/sync has a
+//     single queue for all callers, redsem one for the ticket and Redis's
+//     for tokens. A token that comes back other than by Release (reclaimed
+//     from an expired lease or a cancelled waiter) goes to the first waiter
+//     blocked in Redis, which may want one token; the collector picks up
+//     free tokens whenever its script runs, at least every second while it
+//     collects.
+//
+// TryAcquireN, like x/sync's TryAcquire, fails when a weighted request is
+// collecting or waiting, even if k tokens are free.
+//
+// # Failure
+//
+// When ctx ends, AcquireN returns an error for which errors.Is(err,
+// ctx.Err()) holds, and the tokens it had collected go back at once. If the
+// process dies while collecting, they come back within about a second plus
+// the grace (WithGrace), and the ticket passes on. While a request collects,
+// Status lists the tokens it has so far as holders with Fence 0; a granted
+// lease of k tokens shows as k holders with one fence, strictly greater than
+// every earlier fence. Other errors: ErrInvalidSize, *SizeMismatchError,
+// ErrWrongType, ErrCorrupt, ErrOutOfMemory, or a connection error.
+func (s *Semaphore) AcquireN(ctx context.Context, k int) (*Lease, error) {
+	if err := s.checkN(k); err != nil {
+		return nil, err
+	}
+	if k == 1 {
+		return s.Acquire(ctx)
+	}
+	return s.acquireN(ctx, k, true)
+}
+
+// TryAcquireN returns a lease on k tokens if k are free now and no weighted
+// request is collecting or waiting, and ErrNoToken otherwise; it holds no
+// token after a failure. It never waits; it is one round trip.
+// TryAcquireN(ctx, 1) is TryAcquire(ctx).
+func (s *Semaphore) TryAcquireN(ctx context.Context, k int) (*Lease, error) {
+	if err := s.checkN(k); err != nil {
+		return nil, err
+	}
+	if k == 1 {
+		return s.TryAcquire(ctx)
+	}
+	return s.acquireN(ctx, k, false)
+}
+
+func (s *Semaphore) checkN(k int) error {
+	if s.cfg.adoptSize && k >= 1 && k <= MaxSize {
+		return nil // checked against the stored size by the script
+	}
+	if k < 1 || k > s.size {
+		return fmt.Errorf("%w: %d permits of semaphore %q of size %d", ErrInvalidSize, k, printable(s.name), s.size)
+	}
+	return nil
+}
+
+// acquireNReply is a decoded reply of acquire_n.lua or abort_n.lua.
+type acquireNReply struct {
+	code       int64 // 1 granted, 0 not yet, 2 settled, 3 released
+	fence      int64
+	deadlineMs int64
+	nowUs      int64
+	blockMs    int64
+	mode       int64 // with code 0: 0 queued, 1 BLMOVE, 2 collecting at the head
+	tokens     []string
+}
+
+// Wait modes of acquire_n.lua's code 0 reply.
+const (
+	modeQueued  = 0 // waiting for the ticket: BLPOP on the bell
+	modeMove    = 1 // collector without a token: BLMOVE tokens -> pend
+	modeCollect = 2 // collector holding tokens: BLPOP on the bell
+)
+
+func parseAcquireNReply(v interface{}, err error) (acquireNReply, error) {
+	vals, err := redis.Values(v, err)
+	if err != nil {
+		return acquireNReply{}, err
+	}
+	var r acquireNReply
+	if len(vals) == 0 {
+		return r, fmt.Errorf("unexpected reply %v", vals)
+	}
+	if r.code, err = redis.Int64(vals[0], nil); err != nil {
+		return r, err
+	}
+	switch {
+	case r.code == 1 && len(vals) >= 5:
+		_, err = redis.Scan(vals[1:4], &r.fence, &r.deadlineMs, &r.nowUs)
+		if err == nil {
+			r.tokens, err = redis.Strings(vals[4:], nil)
+		}
+	case r.code == 0 && len(vals) == 5:
+		var have int64
+		_, err = redis.Scan(vals[1:], &r.blockMs, &r.nowUs, &r.mode, &have)
+	case len(vals) == 3 && r.code != 1: // settled, or abort_n.lua's replies
+
+		_, err = redis.Scan(vals[2:], &r.nowUs)
+	default:
+		err = fmt.Errorf("unexpected reply %v", vals)
+	}
+	return r, err
+}
+
+// acquireNArgs are acquire_n.lua's keys and arguments.
+func (s *Semaphore) acquireNArgs(acq string, k int, blockMs int64, phase string) []interface{} {
+	return append(s.k.all(5), s.k.pend(acq), s.k.bell(acq), s.k.wqueue(),
+		s.size, acq, k, s.cfg.ttl.Milliseconds(), s.cfg.label, blockMs,
+		s.cfg.grace.Milliseconds(), s.tombMs(), collectPoll.Milliseconds(), phase, s.sizeMode())
+}
+
+func (s *Semaphore) acquireN(ctx context.Context, k int, wait bool) (*Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, s.ctxError(err)
+	}
+	pool := s.pool
+	if wait {
+		pool = s.block
+	}
+	broken := 0
+	for {
+		conn, err := pool.GetContext(ctx)
+		if err != nil {
+			if err := ctxErr(ctx); err != nil {
+				return nil, s.ctxError(err)
+			}
+			return nil, fmt.Errorf("redsem: acquire %q: %w", printable(s.name), err)
+		}
+		l, err := s.acquireNOn(ctx, conn, k, wait)
+		conn.Close()
+		var be *brokenWait
+		if !errors.As(err, &be) {
+			return l, err
+		}
+		if broken++; broken >= maxBrokenWaits {
+			return nil, fmt.Errorf("redsem: acquire %q: %w", printable(s.name), be.err)
+		}
+	}
+}
+
+// acquireNOn runs one weighted acquisition on conn: the first script, then
+// blocking waits until a grant, ctx's end, or a broken connection.
+func (s *Semaphore) acquireNOn(ctx context.Context, conn redis.Conn, k int, wait bool) (*Lease, error) {
+	acq := newAcqID()
+	var block int64
+	if wait {
+		block = s.blockFor(ctx)
+	}
+	sent := monoNow()
+	failpoint.Hit("acquire.sent")
+	r, err := parseAcquireNReply(runScript(ctx, conn, acquireNScript, s.acquireNArgs(acq, k, block, "fresh")...))
+	var blockLeft time.Duration
+	for {
+		if err != nil {
+			if r, err = s.failedAcquireN(ctx, acq, k, err, blockLeft); err != nil {
+				return nil, err
+			}
+		}
+		s.clock.observe(sent, r.nowUs)
+		switch r.code {
+		case 1:
+			failpoint.Hit("acquire.granted")
+			l := s.newLeaseN(acq, r.tokens, r.fence, r.deadlineMs, sent)
+			if l.Valid() {
+				return l, nil
+			}
+			// A grant older than its lease allows (this process was frozen):
+			// never use it; give it back and start over.
+			_ = l.Release(context.WithoutCancel(ctx))
+			acq = newAcqID()
+		case 2, 3:
+			acq = newAcqID()
+		case 0:
+			if !wait {
+				return nil, fmt.Errorf("%w: semaphore %q: %d permits", ErrNoToken, printable(s.name), k)
+			}
+		}
+		if err := ctxErr(ctx); err != nil {
+			if r.code == 0 {
+				// Queued or collecting: leave the queue, give back at once
+				// what was collected, hand the ticket on.
+				s.settleN(ctx, acq, k)
+			}
+			return nil, s.ctxError(err)
+		}
+		sent = monoNow()
+		if r.code != 0 {
+			blockLeft = 0
+			r, err = parseAcquireNReply(runScript(ctx, conn, acquireNScript, s.acquireNArgs(acq, k, s.blockFor(ctx), "fresh")...))
+			continue
+		}
+		used, started := time.Duration(r.blockMs)*time.Millisecond, time.Now()
+		r, err = s.blockOnceN(ctx, conn, acq, k, r)
+		blockLeft = used - time.Since(started)
+	}
+}
+
+// blockOnceN writes the wait r asks for (BLMOVE into the pending list, or
+// BLPOP on the doorbell) and acquire_n.lua in one write, so that the script
+// runs on the server the moment the wait ends. Returns the script's reply.
+func (s *Semaphore) blockOnceN(ctx context.Context, conn redis.Conn, acq string, k int, r acquireNReply) (acquireNReply, error) {
+	args := s.acquireNArgs(acq, k, s.blockFor(ctx), "wait")
+	secs := strconv.FormatFloat(float64(r.blockMs)/1000, 'f', 3, 64)
+	var err error
+	if r.mode == modeMove {
+		err = conn.Send("BLMOVE", s.k.tokens, s.k.pend(acq), "LEFT", "RIGHT", secs)
+	} else {
+		err = conn.Send("BLPOP", s.k.bell(acq), secs)
+	}
+	if err != nil {
+		return acquireNReply{}, err
+	}
+	skip := failpoint.Hit("wait.script")
+	if !skip {
+		if err := acquireNScript.SendHash(conn, args...); err != nil {
+			return acquireNReply{}, err
+		}
+	}
+	if err := conn.Flush(); err != nil {
+		return acquireNReply{}, err
+	}
+	failpoint.Hit("wait.sent")
+	rctx, cancel := context.WithTimeout(ctx, time.Duration(r.blockMs)*time.Millisecond+blockSlack)
+	defer cancel()
+	_, waitErr := redis.ReceiveContext(conn, rctx)
+	if waitErr != nil && !isRedisError(waitErr) {
+		return acquireNReply{}, waitErr
+	}
+	if skip {
+		return acquireNReply{}, errSkipped
+	}
+	v, err := redis.ReceiveContext(conn, rctx)
+	if re, ok := err.(redis.Error); ok && len(re) >= 8 && string(re[:8]) == "NOSCRIPT" {
+		v, err = acquireNScript.DoContext(ctx, conn, args...)
+	}
+	if waitErr != nil {
+		return acquireNReply{}, &scriptErr{s.scriptError("acquire", waitErr)}
+	}
+	return parseAcquireNReply(v, err)
+}
+
+// failedAcquireN settles a weighted acquisition whose reply was not read, as
+// failedAcquire does for one token: with ctx live, a grant is kept and
+// returned, and anything else is given back and reported as a *brokenWait
+// (start over); with ctx ended everything goes back and ctx's error is
+// returned. After an error reply (nothing read is in doubt, but the
+// acquisition may hold collected tokens and the ticket) it settles too.
+func (s *Semaphore) failedAcquireN(ctx context.Context, acq string, k int, err error, blockLeft time.Duration) (acquireNReply, error) {
+	var se *scriptErr
+	if isRedisError(err) || errors.As(err, &se) {
+		s.settleN(ctx, acq, k)
+		if se != nil {
+			return acquireNReply{}, se.err
+		}
+		var re redis.Error
+		if errors.As(err, &re) && strings.HasPrefix(string(re), "REDSEM_TOOMANY ") {
+			stored := strings.TrimPrefix(string(re), "REDSEM_TOOMANY ")
+			return acquireNReply{}, fmt.Errorf("%w: %d permits of semaphore %q, whose size in Redis is %s", ErrInvalidSize, k, printable(s.name), stored)
+		}
+		return acquireNReply{}, s.scriptError("acquire", err)
+	}
+	if ctxErr(ctx) == nil {
+		rctx, cancel := context.WithTimeout(ctx, settleTimeout)
+		r, aerr := s.abortN(rctx, acq, k, "resolve")
+		cancel()
+		switch {
+		case aerr == nil && r.code == 1:
+			return r, nil
+		case aerr == nil:
+			var ne net.Error
+			if blockLeft > time.Second && errors.As(err, &ne) && ne.Timeout() {
+				// The connection's read timeout is shorter than our block.
+				if cur := time.Duration(s.maxBlock.Load()); cur > time.Second {
+					s.maxBlock.Store(int64(cur / 2))
+				}
+			}
+			return acquireNReply{}, &brokenWait{err}
+		case ctxErr(ctx) == nil:
+			return acquireNReply{}, fmt.Errorf("redsem: acquire %q: %w (settling it failed too: %v)", printable(s.name), err, aerr)
+		}
+	}
+	s.settleN(ctx, acq, k)
+	return acquireNReply{}, s.ctxError(ctxErr(ctx))
+}
+
+// settleN gives back everything acquisition acq holds or collects, leaves
+// the ticket queue and hands the ticket on. It waits for that briefly (so
+// that normally the semaphore is settled when AcquireN returns) and lets it
+// go on in the background for at most settleTimeout.
+func (s *Semaphore) settleN(ctx context.Context, acq string, k int) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		defer cancel()
+		_, _ = s.abortN(actx, acq, k, "release")
+	}()
+	select {
+	case <-done:
+	case <-time.After(settleWait):
+	}
+}
+
+// abortN runs abort_n.lua for acq in the given mode ("release" or "resolve").
+func (s *Semaphore) abortN(actx context.Context, acq string, k int, mode string) (acquireNReply, error) {
+	sent := monoNow()
+	args := append(s.k.all(5), s.k.pend(acq), s.k.bell(acq), s.k.wqueue(), acq, k, mode, s.tombMs())
+	v, _, err := s.call(actx, abortNScript, args...)
+	r, err := parseAcquireNReply(v, err)
+	if err == nil {
+		s.clock.observe(sent, r.nowUs)
+	}
+	return r, err
+}

@@ -1,0 +1,808 @@
+package redsem
+
+import (
+	"context"
+	"errors"
+	"math/rand"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// collecting returns the tokens Status shows as held with fence 0: those of
+// a weighted acquisition that is still collecting.
+func collecting(t testing.TB, s *Semaphore) []string {
+	t.Helper()
+	st, err := s.Status(context.Background())
+	require.NoError(t, err)
+	var toks []string
+	for _, h := range st.Holders {
+		if h.Fence == 0 {
+			toks = append(toks, h.Token)
+		}
+	}
+	return toks
+}
+
+// extraKeys counts the keys a weighted acquisition may create besides the
+// five of the semaphore (doorbells, the ticket queue, pending lists).
+func extraKeys(t testing.TB, b *backend, s *Semaphore) int {
+	t.Helper()
+	ks, err := redis.Strings(b.do(t, "KEYS", s.k.base+"*"), nil)
+	require.NoError(t, err)
+	n := 0
+	for _, k := range ks {
+		switch k {
+		case s.k.meta, s.k.tokens, s.k.leases, s.k.holders, s.k.waits:
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+func TestAcquireNBasics(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "weighted", 4)
+		for _, k := range []int{-1, 0, 5} {
+			_, err := s.AcquireN(ctx, k)
+			require.ErrorIs(t, err, ErrInvalidSize, "k=%d", k)
+			_, err = s.TryAcquireN(ctx, k)
+			require.ErrorIs(t, err, ErrInvalidSize, "k=%d", k)
+		}
+
+		one, err := s.AcquireN(ctx, 1)
+		require.NoError(t, err)
+		assert.Equal(t, []string{one.Token()}, one.Tokens())
+
+		l, err := s.AcquireN(ctx, 3)
+		require.NoError(t, err)
+		toks := l.Tokens()
+		require.Len(t, toks, 3)
+		assert.Equal(t, toks[0], l.Token())
+		assert.Greater(t, l.Fence(), one.Fence())
+		seen := map[string]bool{one.Token(): true}
+		for _, tok := range toks {
+			assert.False(t, seen[tok], "token %s twice", tok)
+			seen[tok] = true
+		}
+		st, err := s.Status(ctx)
+		require.NoError(t, err)
+		require.Len(t, st.Holders, 4)
+		fences := map[int64]int{}
+		for _, h := range st.Holders {
+			fences[h.Fence]++
+		}
+		assert.Equal(t, map[int64]int{one.Fence(): 1, l.Fence(): 3}, fences, "one holder per token, one fence per lease")
+
+		_, err = s.TryAcquireN(ctx, 2)
+		require.ErrorIs(t, err, ErrNoToken)
+		require.NoError(t, one.Release(ctx))
+		_, err = s.TryAcquireN(ctx, 2)
+		require.ErrorIs(t, err, ErrNoToken)
+		requireInventory(t, s, 1, 3)
+
+		// Double release: ErrReleased, and nothing pushed.
+		require.NoError(t, l.Release(ctx))
+		assert.Equal(t, 4, b.llen(t, s.k.tokens))
+		require.ErrorIs(t, l.Release(ctx), ErrReleased)
+		require.ErrorIs(t, l.Refresh(ctx, time.Second), ErrReleased)
+		assert.Equal(t, 4, b.llen(t, s.k.tokens))
+		requireInventory(t, s, 4, 0)
+
+		all, err := s.TryAcquireN(ctx, 4)
+		require.NoError(t, err)
+		assert.Len(t, all.Tokens(), 4)
+		require.NoError(t, all.Release(ctx))
+		requireInventory(t, s, 4, 0)
+		assert.Equal(t, 0, extraKeys(t, b, s), "no doorbell, queue or pending list left")
+	})
+}
+
+// All or nothing: a weighted request that times out or finds too few tokens
+// holds none afterwards, and the semaphore is exactly as before.
+func TestAcquireNAllOrNothing(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "all-or-nothing", 4)
+		h1, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		h2, err := s.Acquire(ctx)
+		require.NoError(t, err)
+
+		_, err = s.TryAcquireN(ctx, 3)
+		require.ErrorIs(t, err, ErrNoToken)
+		requireInventory(t, s, 2, 2)
+
+		tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err = s.AcquireN(tctx, 3)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Less(t, time.Since(start), 2*time.Second)
+		requireInventory(t, s, 2, 2)
+		assert.Empty(t, collecting(t, s))
+
+		require.NoError(t, h1.Release(ctx))
+		l, err := s.TryAcquireN(ctx, 3)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		require.NoError(t, h2.Release(ctx))
+		requireInventory(t, s, 4, 0)
+	})
+}
+
+// Head of the queue: once a weighted request holds a token, released tokens
+// go to it, and a single-permit Acquire that came later waits behind it.
+func TestAcquireNHoldsTheHead(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "head", 3)
+		var hs []*Lease
+		for i := 0; i < 3; i++ {
+			h, err := s.Acquire(ctx)
+			require.NoError(t, err)
+			hs = append(hs, h)
+		}
+		big := acquireAsync(ctx, func(ctx context.Context) (*Lease, error) { return s.AcquireN(ctx, 3) })
+		require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) == 1 }, 5*time.Second, 5*time.Millisecond, "collector waits")
+		time.Sleep(50 * time.Millisecond) // its BLMOVE reaches Redis
+		require.NoError(t, hs[0].Release(ctx))
+		require.Eventually(t, func() bool { return len(collecting(t, s)) == 1 }, 5*time.Second, 5*time.Millisecond, "first token by the FIFO")
+
+		small := acquireAsync(ctx, s.Acquire)
+		require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) == 2 }, 5*time.Second, 5*time.Millisecond, "single waiter behind")
+		time.Sleep(50 * time.Millisecond)
+		require.NoError(t, hs[1].Release(ctx))
+		require.Eventually(t, func() bool { return len(collecting(t, s)) == 2 }, 5*time.Second, 5*time.Millisecond, "released token goes to the collector")
+		assert.Equal(t, 0, b.llen(t, s.k.tokens))
+		require.NoError(t, hs[2].Release(ctx))
+
+		l, ok := <-big
+		require.True(t, ok, "the weighted request is granted")
+		assert.Len(t, l.Tokens(), 3)
+		select {
+		case x := <-small:
+			t.Fatalf("the later single-permit waiter overtook the collector: %v", x.Token())
+		case <-time.After(100 * time.Millisecond):
+		}
+		require.NoError(t, l.Release(ctx))
+		x, ok := <-small
+		require.True(t, ok)
+		require.NoError(t, x.Release(ctx))
+		requireInventory(t, s, 3, 0)
+		assert.Equal(t, 0, extraKeys(t, b, s))
+	})
+}
+
+// Weighted requests get the collector ticket first come, first served.
+func TestAcquireNTicketOrder(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "ticket-order", 4)
+		var hs []*Lease
+		for i := 0; i < 4; i++ {
+			h, err := s.Acquire(ctx)
+			require.NoError(t, err)
+			hs = append(hs, h)
+		}
+		order := make(chan int, 3)
+		leases := make(chan *Lease, 3)
+		errs := make(chan error, 3)
+		for i, k := range []int{2, 3, 2} {
+			go func() {
+				l, err := s.AcquireN(ctx, k)
+				if err != nil {
+					errs <- err
+					return
+				}
+				order <- i
+				leases <- l
+			}()
+			require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) == i+1 }, 5*time.Second, 5*time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond)
+		// Four tokens come back one at a time; each grant is released at once.
+		released := make(chan error, 1)
+		go func() {
+			var err error
+			for _, h := range hs {
+				err = errors.Join(err, h.Release(ctx))
+				time.Sleep(20 * time.Millisecond)
+			}
+			released <- err
+		}()
+		var got []int
+		for len(got) < 3 {
+			select {
+			case i := <-order:
+				got = append(got, i)
+				require.NoError(t, (<-leases).Release(ctx))
+			case err := <-errs:
+				require.NoError(t, err)
+			case <-ctx.Done():
+				t.Fatalf("granted only %v", got)
+			}
+		}
+		assert.Equal(t, []int{0, 1, 2}, got)
+		require.NoError(t, <-released)
+		requireInventory(t, s, 4, 0)
+	})
+}
+
+// A collector cancelled mid-collection gives its tokens back at once: the
+// inventory is exact the moment AcquireN returns.
+func TestAcquireNCancelReturnsTokensAtOnce(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "cancel-collect", 4)
+		var hs []*Lease
+		for i := 0; i < 3; i++ {
+			h, err := s.Acquire(ctx)
+			require.NoError(t, err)
+			hs = append(hs, h)
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := s.AcquireN(cctx, 4)
+			errc <- err
+		}()
+		require.Eventually(t, func() bool { return len(collecting(t, s)) == 1 }, 5*time.Second, 5*time.Millisecond)
+		require.NoError(t, hs[0].Release(ctx))
+		require.Eventually(t, func() bool { return len(collecting(t, s)) == 2 }, 5*time.Second, 5*time.Millisecond)
+		inv, err := s.Check(ctx)
+		require.NoError(t, err)
+		assert.True(t, inv.Healthy(), "%+v", inv)
+		assert.Len(t, inv.Leased, 4, "collected tokens count as leased")
+		cancel()
+		require.ErrorIs(t, <-errc, context.Canceled)
+		requireInventory(t, s, 2, 2)
+		assert.Empty(t, collecting(t, s))
+
+		// The ticket is free again: another weighted request goes through.
+		l, err := s.TryAcquireN(ctx, 2)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		require.NoError(t, hs[1].Release(ctx))
+		require.NoError(t, hs[2].Release(ctx))
+		requireInventory(t, s, 4, 0)
+		assert.Equal(t, 0, extraKeys(t, b, s))
+	})
+}
+
+// A collector that dies mid-collection (a raw client that runs the first
+// script and vanishes) loses its tokens and the ticket within one block plus
+// the grace: the next weighted request takes over.
+func TestAcquireNCrashedCollector(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		const grace = 100 * time.Millisecond
+		s := newSem(t, b, "crash-collect", 4, WithGrace(grace))
+		var hs []*Lease
+		for i := 0; i < 2; i++ {
+			h, err := s.Acquire(ctx)
+			require.NoError(t, err)
+			hs = append(hs, h)
+		}
+		c, err := redis.Dial("tcp", b.addr)
+		require.NoError(t, err)
+		const block = 300
+		r, err := parseAcquireNReply(acquireNScript.Do(c, s.acquireNArgs(newAcqID(), 3, block, "fresh")...))
+		c.Close()
+		crashed := time.Now()
+		require.NoError(t, err)
+		require.Equal(t, int64(0), r.code)
+		require.Equal(t, int64(modeCollect), r.mode)
+		require.Len(t, collecting(t, s), 2, "the dead collector holds the two free tokens")
+
+		// A live weighted request queues for the ticket, takes it over at the
+		// dead collector's deadline, and is granted once a holder releases.
+		got := acquireAsync(ctx, func(ctx context.Context) (*Lease, error) { return s.AcquireN(ctx, 3) })
+		require.Eventually(t, func() bool {
+			toks := collecting(t, s)
+			return len(toks) == 2 && time.Since(crashed) > block*time.Millisecond
+		}, 5*time.Second, 5*time.Millisecond)
+		require.NoError(t, hs[0].Release(ctx))
+		l, ok := <-got
+		require.True(t, ok)
+		took := time.Since(crashed)
+		assert.Less(t, took, block*time.Millisecond+grace+time.Second, "back within block + grace")
+		t.Logf("%s: weighted request granted %v after the collector died", b.name, took)
+		require.NoError(t, l.Release(ctx))
+		require.NoError(t, hs[1].Release(ctx))
+		requireInventory(t, s, 4, 0)
+
+		// With no weighted request around, the tokens come back by the
+		// ordinary reclaim, even one a Release handed to the dead collector.
+		h, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		c, err = redis.Dial("tcp", b.addr)
+		require.NoError(t, err)
+		_, err = acquireNScript.Do(c, s.acquireNArgs(newAcqID(), 4, block, "fresh")...)
+		require.NoError(t, err)
+		c.Close()
+		crashed = time.Now()
+		require.NoError(t, h.Release(ctx))
+		assert.Len(t, collecting(t, s), 4)
+		_, err = s.TryAcquire(ctx) // the dead collector holds every token
+		require.ErrorIs(t, err, ErrNoToken)
+		require.Eventually(t, func() bool {
+			l, err := s.TryAcquire(ctx)
+			if err != nil {
+				return false
+			}
+			return l.Release(ctx) == nil
+		}, 5*time.Second, 10*time.Millisecond)
+		assert.Less(t, time.Since(crashed), block*time.Millisecond+grace+time.Second)
+		requireInventory(t, s, 4, 0)
+	})
+}
+
+// No starvation: a stream of single-permit acquirers keeps a size-4
+// semaphore busy; a request for 3 still completes within a bound.
+func TestAcquireNNotStarved(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 20*time.Second)
+		const size, workers = 4, 8
+		s := newSem(t, b, "starve", size)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		var singles atomic.Int64
+		errs := make(chan error, workers)
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func(seed int64) {
+				defer wg.Done()
+				rng := rand.New(rand.NewSource(seed))
+				ws, err := NewSemaphore(newPool(t, b.addr), "starve", size)
+				if err != nil {
+					errs <- err
+					return
+				}
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					l, err := ws.Acquire(ctx)
+					if err != nil {
+						errs <- err
+						return
+					}
+					singles.Add(1)
+					time.Sleep(time.Duration(2+rng.Intn(4)) * time.Millisecond)
+					if err := l.Release(ctx); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}(int64(w))
+		}
+		require.Eventually(t, func() bool { return singles.Load() > 50 }, 5*time.Second, time.Millisecond)
+		var took []time.Duration
+		for i := 0; i < 3; i++ {
+			start := time.Now()
+			l, err := s.AcquireN(ctx, 3)
+			require.NoError(t, err)
+			took = append(took, time.Since(start))
+			time.Sleep(5 * time.Millisecond)
+			require.NoError(t, l.Release(ctx))
+			time.Sleep(20 * time.Millisecond)
+		}
+		close(stop)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		t.Logf("%s: AcquireN(3) took %v among %d single-permit grants", b.name, took, singles.Load())
+		for _, d := range took {
+			assert.Less(t, d, time.Second, "the weighted request is not starved")
+		}
+		requireInventory(t, s, size, 0)
+	})
+}
+
+// Two weighted requests that together want more than the size never
+// deadlock, with or without single-permit traffic around them.
+func TestAcquireNNoDeadlock(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 20*time.Second)
+		const size, rounds = 4, 15
+		s := newSem(t, b, "deadlock", size)
+		var wg sync.WaitGroup
+		errs := make(chan error, 3)
+		var done atomic.Int64
+		for w := 0; w < 3; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				ws, err := NewSemaphore(newPool(t, b.addr), "deadlock", size)
+				if err != nil {
+					errs <- err
+					return
+				}
+				for i := 0; i < rounds; i++ {
+					k := 3
+					if w == 2 {
+						k = 1
+					}
+					l, err := ws.AcquireN(ctx, k)
+					if err != nil {
+						errs <- err
+						return
+					}
+					time.Sleep(time.Millisecond)
+					if err := l.Release(ctx); err != nil {
+						errs <- err
+						return
+					}
+					done.Add(1)
+				}
+			}(w)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		assert.Equal(t, int64(3*rounds), done.Load())
+		requireInventory(t, s, size, 0)
+	})
+}
+
+// The hammer, weighted: goroutines mix Acquire and AcquireN(k). At every
+// instant the permits held sum to at most the size, no token is held twice,
+// the size is reached, and afterwards exactly size tokens are free.
+func TestHammerWeighted(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		const size, workers = 5, 10
+		dur := 1500 * time.Millisecond
+		ctx := ctxT(t, 30*time.Second)
+		var (
+			mu       sync.Mutex
+			holding  = map[string]bool{}
+			fences   = map[int64]bool{}
+			cur, max int
+			grants   [6]int
+			problems []string
+		)
+		deadline := time.Now().Add(dur)
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func(seed int64) {
+				defer wg.Done()
+				rng := rand.New(rand.NewSource(seed))
+				s, err := NewSemaphore(newPool(t, b.addr), "hammer-n", size, WithGrace(200*time.Millisecond))
+				if err != nil {
+					errs <- err
+					return
+				}
+				for time.Now().Before(deadline) {
+					k := 1 + rng.Intn(4)
+					var l *Lease
+					if rng.Intn(2) == 0 {
+						k = 1
+						l, err = s.Acquire(ctx)
+					} else {
+						l, err = s.AcquireN(ctx, k)
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+					toks := l.Tokens()
+					mu.Lock()
+					if len(toks) != k {
+						problems = append(problems, "wrong token count")
+					}
+					cur += len(toks)
+					grants[k]++
+					if cur > max {
+						max = cur
+					}
+					for _, tok := range toks {
+						if holding[tok] {
+							problems = append(problems, "token held twice: "+tok)
+						}
+						holding[tok] = true
+					}
+					if fences[l.Fence()] {
+						problems = append(problems, "fence reused")
+					}
+					fences[l.Fence()] = true
+					mu.Unlock()
+					time.Sleep(time.Duration(rng.Intn(2000)) * time.Microsecond)
+					mu.Lock()
+					cur -= len(toks)
+					for _, tok := range toks {
+						holding[tok] = false
+					}
+					mu.Unlock()
+					if err := l.Release(ctx); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}(int64(w))
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		t.Logf("%s: grants by k %v, max permits held at once %d of %d", b.name, grants[1:5], max, size)
+		assert.Empty(t, problems)
+		assert.Equal(t, size, max, "the limit was reached, so the check could fail")
+		for k := 1; k <= 4; k++ {
+			assert.Positive(t, grants[k], "k=%d was granted", k)
+		}
+		s := newSem(t, b, "hammer-n", size)
+		requireInventory(t, s, size, 0)
+		assert.Equal(t, 0, extraKeys(t, b, s))
+	})
+}
+
+// A weighted lease whose TTL passed and whose tokens were reclaimed: Release
+// reports ErrLeaseLost and pushes nothing.
+func TestAcquireNReleaseAfterReclaim(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "lost-n", 3, WithTTL(150*time.Millisecond))
+		l, err := s.AcquireN(ctx, 2)
+		require.NoError(t, err)
+		time.Sleep(200 * time.Millisecond)
+		n, err := s.Reclaim(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 2, n)
+		next, err := s.AcquireN(ctx, 3)
+		require.NoError(t, err)
+		assert.Greater(t, next.Fence(), l.Fence())
+		require.ErrorIs(t, l.Release(ctx), ErrLeaseLost)
+		assert.Equal(t, 0, b.llen(t, s.k.tokens), "no second copy of any token")
+		require.NoError(t, next.Release(ctx))
+		requireInventory(t, s, 3, 0)
+	})
+}
+
+// Refresh extends every token of a weighted lease, or reports it lost if
+// any is lost, and then extends none.
+func TestAcquireNRefresh(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "refresh-n", 3, WithTTL(300*time.Millisecond))
+		l, err := s.AcquireN(ctx, 3)
+		require.NoError(t, err)
+		scores := func() map[string]float64 {
+			m := map[string]float64{}
+			for _, tok := range l.Tokens() {
+				f, err := redis.Float64(b.do(t, "ZSCORE", s.k.leases, tok), nil)
+				require.NoError(t, err)
+				m[tok] = f
+			}
+			return m
+		}
+		before := scores()
+		for i := 0; i < 4; i++ {
+			time.Sleep(150 * time.Millisecond)
+			require.NoError(t, l.Refresh(ctx, 300*time.Millisecond))
+		}
+		assert.True(t, l.Valid(), "held for 600ms on a 300ms TTL by refreshing")
+		after := scores()
+		var first float64
+		for _, tok := range l.Tokens() {
+			assert.Greater(t, after[tok], before[tok]+500, "token %s extended", tok)
+			if first == 0 {
+				first = after[tok]
+			}
+			assert.Equal(t, first, after[tok], "one deadline for all tokens")
+		}
+
+		// One token's server deadline moves into the past: Refresh reports
+		// the lease lost and extends none of the others.
+		lost := l.Tokens()[1]
+		b.do(t, "ZADD", s.k.leases, "XX", 1, lost)
+		kept := scores()
+		require.ErrorIs(t, l.Refresh(ctx, time.Minute), ErrLeaseLost)
+		assert.Equal(t, kept, scores())
+		require.ErrorIs(t, l.Release(ctx), ErrLeaseLost)
+		time.Sleep(350 * time.Millisecond)
+		n, err := s.Reclaim(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 3, n)
+		requireInventory(t, s, 3, 0)
+	})
+}
+
+// A weighted lease's Release whose reply is lost is retried safely.
+func TestAcquireNLostReleaseReply(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		var lose atomic.Bool
+		hp := &hookPool{Pool: b.pool, afterDo: func(cmd string, args []interface{}) error {
+			if isScript(releaseScript, cmd, args) && lose.Swap(false) {
+				return errLostReply
+			}
+			return nil
+		}}
+		s, err := NewSemaphore(hp, "lost-release-n", 3)
+		require.NoError(t, err)
+		l, err := s.AcquireN(ctx, 3)
+		require.NoError(t, err)
+		lose.Store(true)
+		require.NoError(t, l.Release(ctx))
+		assert.False(t, lose.Load())
+		require.ErrorIs(t, l.Release(ctx), ErrReleased)
+		requireInventory(t, s, 3, 0)
+	})
+}
+
+// A weighted grant whose reply is lost is resolved by its id: the client
+// adopts the lease instead of leaking it.
+func TestAcquireNLostGrantReply(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		var lost atomic.Int32
+		hp := &hookPool{Pool: b.pool, afterDo: func(cmd string, args []interface{}) error {
+			if isScript(acquireNScript, cmd, args) && lost.Add(1) == 1 {
+				return errLostReply
+			}
+			return nil
+		}}
+		s, err := NewSemaphore(hp, "lost-grant-n", 3)
+		require.NoError(t, err)
+		l, err := s.AcquireN(ctx, 2)
+		require.NoError(t, err)
+		assert.Len(t, l.Tokens(), 2)
+		requireInventory(t, s, 1, 2)
+		require.NoError(t, l.Release(ctx))
+		requireInventory(t, s, 3, 0)
+		assert.True(t, errors.Is(l.Err(), ErrReleased))
+	})
+}
+
+// Resize and weighted requests: a client made WithAdoptSize checks k against
+// the stored size; a shrink while a request collects retires what it
+// collected above the new size (never granted), and a client of the old
+// size gives back what it collected and reports the mismatch.
+func TestAcquireNAndResize(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "resize-n", 2, WithAdoptSize())
+		require.NoError(t, s.Resize(ctx, 5))
+		l, err := s.AcquireN(ctx, 4)
+		require.NoError(t, err, "4 permits of the stored size 5")
+		require.NoError(t, l.Release(ctx))
+		_, err = s.AcquireN(ctx, 6)
+		require.ErrorIs(t, err, ErrInvalidSize, "too many for the stored size")
+
+		// A new semaphore of size 4: singles hold slots 1-3, the collector
+		// takes slot 4, then the semaphore shrinks to 3 under it.
+		s = newSem(t, b, "resize-n2", 4, WithAdoptSize())
+		var hs []*Lease
+		for i := 0; i < 3; i++ {
+			h, err := s.Acquire(ctx)
+			require.NoError(t, err)
+			hs = append(hs, h)
+		}
+		got := acquireAsync(ctx, func(ctx context.Context) (*Lease, error) { return s.AcquireN(ctx, 2) })
+		require.Eventually(t, func() bool { return len(collecting(t, s)) == 1 }, 5*time.Second, 5*time.Millisecond)
+		retired := collecting(t, s)[0]
+		require.NoError(t, s.Resize(ctx, 3))
+		require.NoError(t, hs[0].Release(ctx))
+		require.NoError(t, hs[1].Release(ctx))
+		l, ok := <-got
+		require.True(t, ok)
+		assert.True(t, strings.HasSuffix(retired, ":4"), retired)
+		assert.NotContains(t, l.Tokens(), retired, "a retired token is never granted")
+		for _, tok := range l.Tokens() {
+			assert.True(t, validToken(tok, tokenEpoch(tok), 3), tok)
+		}
+		require.NoError(t, l.Release(ctx))
+		require.NoError(t, hs[2].Release(ctx))
+		requireInventory(t, s, 3, 0)
+
+		// A client of the old size that is collecting when the size changes.
+		old := newSem(t, b, "resize-n2", 3)
+		h, err := old.Acquire(ctx)
+		require.NoError(t, err)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := old.AcquireN(ctx, 3)
+			errc <- err
+		}()
+		require.Eventually(t, func() bool { return len(collecting(t, s)) == 2 }, 5*time.Second, 5*time.Millisecond)
+		require.NoError(t, s.Resize(ctx, 4))
+		require.NoError(t, h.Release(ctx)) // wakes the collector
+		require.ErrorIs(t, <-errc, ErrSizeMismatch)
+		requireInventory(t, s, 4, 0)
+	})
+}
+
+func tokenEpoch(tok string) string {
+	epoch, _, _ := strings.Cut(tok, ":")
+	return epoch
+}
+
+// FM-20: malformed arguments to the weighted scripts change nothing.
+func TestWeightedScriptsRejectBadArgs(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "args-n", 3)
+		l, err := s.AcquireN(ctx, 2)
+		require.NoError(t, err)
+		before, err := s.Status(ctx)
+		require.NoError(t, err)
+		c, err := redis.Dial("tcp", b.addr)
+		require.NoError(t, err)
+		defer c.Close()
+		acq := newAcqID()
+		good := s.acquireNArgs(acq, 2, 100, "fresh")
+		nk := len(good) - 11
+		for i, bad := range []interface{}{"x", "short", 0, "-1", nil, "nan", "-5", "inf", 0, "later"} {
+			if bad == nil {
+				continue // the label is free text
+			}
+			args := append([]interface{}{}, good...)
+			args[nk+i] = bad
+			_, err := acquireNScript.Do(c, args...)
+			assert.Error(t, err, "argument %d = %v", i, bad)
+		}
+		args := append([]interface{}{}, good...)
+		args[nk+9] = "wait"
+		args[nk+5] = 0
+		_, err = acquireNScript.Do(c, args...)
+		assert.Error(t, err, "a wait phase never tries only")
+		_, err = abortNScript.Do(c, append(good[:nk:nk], acq, 2, "explode", 10)...)
+		assert.Error(t, err)
+		_, err = abortNScript.Do(c, append(good[:nk:nk], acq, 0, "release", 10)...)
+		assert.Error(t, err)
+		_, err = refreshScript.Do(c, append(s.k.all(4), l.Token(), l.acqID, "soon", l.Tokens()[1])...)
+		assert.Error(t, err)
+		after, err := s.Status(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, before.Available, after.Available)
+		assert.Equal(t, before.Holders, after.Holders)
+		assert.Equal(t, before.Rejected, after.Rejected)
+		require.NoError(t, l.Release(ctx))
+		requireInventory(t, s, 3, 0)
+	})
+}
+
+// A weighted waiter blocked while the script cache is flushed: the script
+// queued behind its wait answers NOSCRIPT and is run again with EVAL.
+func TestAcquireNScriptFlushWhileBlocked(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "flush-n", 2)
+		h1, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		h2, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		got := acquireAsync(ctx, func(ctx context.Context) (*Lease, error) { return s.AcquireN(ctx, 2) })
+		require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) == 1 }, 5*time.Second, 5*time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
+		b.do(t, "SCRIPT", "FLUSH")
+		require.NoError(t, h1.Release(ctx)) // BLMOVE: the first token
+		require.Eventually(t, func() bool { return len(collecting(t, s)) == 1 }, 5*time.Second, 5*time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
+		b.do(t, "SCRIPT", "FLUSH")
+		require.NoError(t, h2.Release(ctx)) // BLPOP on the bell: the second
+		l, ok := <-got
+		require.True(t, ok)
+		assert.Len(t, l.Tokens(), 2)
+		require.NoError(t, l.Release(ctx))
+		requireInventory(t, s, 2, 0)
+	})
+}
