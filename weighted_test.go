@@ -773,7 +773,7 @@ func TestWeightedScriptsRejectBadArgs(t *testing.T) {
 		after, err := s.Status(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, before.Available, after.Available)
-		assert.Equal(t, before.Holders, after.Holders)
+		assert.ElementsMatch(t, before.Holders, after.Holders) // one fence: any order
 		assert.Equal(t, before.Rejected, after.Rejected)
 		require.NoError(t, l.Release(ctx))
 		requireInventory(t, s, 3, 0)
