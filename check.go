@@ -52,16 +52,19 @@ type Inventory struct {
 	Strangers []string
 	// Missing lists the slots, 1..Size, whose token is nowhere.
 	Missing []int
+	// Withheld are valid tokens kept off the list while a shrink drains:
+	// as many as there are leases on retired tokens still out (see Resize).
+	Withheld []string
 	// ServerTime is Redis TIME when the inventory was read.
 	ServerTime time.Time
 }
 
 // Healthy reports whether the inventory is whole: every slot's token in
-// exactly one place (len(Free)+len(Pending)+len(Leased) == Size), no
-// duplicate and no stranger. A semaphore that does not exist and has no
-// keys is healthy.
+// exactly one place (len(Free)+len(Pending)+len(Leased)+len(Withheld) ==
+// Size), no duplicate and no stranger. A semaphore that does not exist and
+// has no keys is healthy.
 func (inv Inventory) Healthy() bool {
-	return len(inv.Free)+len(inv.Pending)+len(inv.Leased) == inv.Size &&
+	return len(inv.Free)+len(inv.Pending)+len(inv.Leased)+len(inv.Withheld) == inv.Size &&
 		len(inv.Duplicates) == 0 && len(inv.Strangers) == 0
 }
 
@@ -79,7 +82,7 @@ func (s *Semaphore) Check(ctx context.Context) (Inventory, error) {
 	var exists int
 	var nowUs int64
 	_, err = redis.Scan(vals, &exists, &inv.Size, &inv.Epoch, &nowUs, &inv.Leased, &inv.Pending,
-		&inv.Free, &inv.Retired, &inv.Duplicates, &inv.Strangers, &inv.Missing)
+		&inv.Free, &inv.Retired, &inv.Duplicates, &inv.Strangers, &inv.Missing, &inv.Withheld)
 	if err != nil {
 		return Inventory{}, fmt.Errorf("redsem: check %q: %w", printable(s.name), err)
 	}

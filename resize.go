@@ -21,10 +21,11 @@ var resizeScript = newScript(5, "resize.lua", "common.lua")
 // Shrinking retires the tokens above n at once: the free ones leave the list
 // now, and no retired token is granted again. Holders of retired tokens keep
 // their leases until they release them or the leases expire, and their
-// tokens are then dropped instead of given back. So the number of holders
-// drains down to n: until the retired holders are gone it may exceed n by
-// the number of retired tokens still held (never more, and that excess only
-// falls). The tokens 1..n are granted as usual in the meantime.
+// tokens are then dropped instead of given back. Until then, as many valid
+// tokens as there are retired leases still out are withheld from the list
+// (Status.Withheld, Inventory.Withheld): a shrink never grants anything
+// while more than n hold, so the holders drain down to n and stay at or
+// below it. Each retired lease that ends lets one withheld token go back.
 //
 // Afterwards Acquire and TryAcquire of a client made with another size fail
 // with a *SizeMismatchError (ErrSizeMismatch), this Semaphore included,

@@ -165,7 +165,8 @@ func TestResizeGrowWakesWaiters(t *testing.T) {
 }
 
 // Shrinking retires the tokens above n: free ones at once, held ones when
-// they come back, never granted again. Holders drain down to n.
+// they come back, never granted again. Holders drain down to n: while
+// retired leases are out, as many valid tokens are withheld.
 func TestResizeShrinkRetiresHeldTokens(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
@@ -221,28 +222,82 @@ func TestResizeShrinkRetiresHeldTokens(t *testing.T) {
 		assert.Empty(t, inv.Retired)
 		assert.True(t, inv.Healthy(), "%+v", inv)
 
-		// When a valid holder gives back first, its token is granted while
-		// the retired ones still hold: the excess over n only falls.
+		// When a valid holder gives back first, its token is withheld while
+		// the retired ones still hold: holders only drain, down to n.
 		s2 := newSem(t, b, "shrink-2", 5, WithAdoptSize())
 		held = takeAll(t, ctx, s2)
 		require.NoError(t, s2.Resize(ctx, 3))
 		require.NoError(t, held[1].Release(ctx))
-		l, err = s2.TryAcquire(ctx)
+		_, err = s2.TryAcquire(ctx)
+		require.ErrorIs(t, err, ErrNoToken, "4 holders of 3: slot 1 is withheld")
+		inv, err = s2.Check(ctx)
 		require.NoError(t, err)
+		assert.Equal(t, []string{held[1].Token()}, inv.Withheld)
+		assert.True(t, inv.Healthy(), "%+v", inv)
+		require.NoError(t, held[4].Release(ctx))
+		_, err = s2.TryAcquire(ctx)
+		require.ErrorIs(t, err, ErrNoToken, "3 holders of 3: one retired lease is still out")
+		require.NoError(t, held[5].Release(ctx))
+		l, err = s2.TryAcquire(ctx)
+		require.NoError(t, err, "the last retired lease ended: the withheld token is free again")
 		assert.Equal(t, held[1].Token(), l.Token())
 		held[1] = l
-		st, err = s2.Status(ctx)
-		require.NoError(t, err)
-		assert.Len(t, st.Holders, 5, "3 valid and 2 retired holders")
-		for _, slot := range []int{4, 5} {
-			require.NoError(t, held[slot].Release(ctx))
-		}
 		_, err = s2.TryAcquire(ctx)
 		require.ErrorIs(t, err, ErrNoToken, "3 holders of 3")
 		for _, slot := range []int{1, 2, 3} {
 			require.NoError(t, held[slot].Release(ctx))
 		}
 		requireInventory(t, s2, 3, 0)
+		inv, err = s2.Check(ctx)
+		require.NoError(t, err)
+		assert.Empty(t, inv.Withheld)
+		assert.True(t, inv.Healthy(), "%+v", inv)
+	})
+}
+
+// A shrink drains strictly whatever order tokens come back in, including
+// a retired lease that expires instead of being released: holders never
+// exceed the new size once they have drained to it, and no token is lost.
+func TestResizeShrinkDrainsStrictly(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 20*time.Second)
+		s := newSem(t, b, "drain", 4, WithAdoptSize(), WithTTL(300*time.Millisecond))
+		held := takeAll(t, ctx, s)
+		require.Len(t, held, 4)
+		require.NoError(t, s.Resize(ctx, 2))
+		// Slot 3 and 4 are retired; 4 expires unreleased, 1 is released.
+		require.NoError(t, held[1].Release(ctx))
+		require.NoError(t, held[3].Release(ctx))
+		require.NoError(t, held[2].Refresh(ctx, 5*time.Second))
+		_, err := s.TryAcquire(ctx)
+		require.ErrorIs(t, err, ErrNoToken, "holders 2 and 4: the size is reached")
+		time.Sleep(400 * time.Millisecond) // 4's lease expires
+		l, err := s.TryAcquire(ctx)         // reclaims 4 (dropped) and frees the withheld 1
+		require.NoError(t, err)
+		assert.Equal(t, held[1].Token(), l.Token())
+		_, err = s.TryAcquire(ctx)
+		require.ErrorIs(t, err, ErrNoToken, "holders 1 and 2")
+		require.NoError(t, l.Release(ctx))
+		require.NoError(t, held[2].Release(ctx))
+		requireInventory(t, s, 2, 0)
+		inv, err := s.Check(ctx)
+		require.NoError(t, err)
+		assert.True(t, inv.Healthy(), "%+v", inv)
+		assert.Empty(t, inv.Withheld)
+
+		// Growing back while retired leases are out returns them to service.
+		g := newSem(t, b, "regrow-drain", 3, WithAdoptSize())
+		gh := takeAll(t, ctx, g)
+		require.NoError(t, g.Resize(ctx, 1))
+		require.NoError(t, gh[1].Release(ctx)) // withheld: 3 and 2 still out
+		require.NoError(t, g.Resize(ctx, 3))  // nothing is retired now
+		l, err = g.TryAcquire(ctx)
+		require.NoError(t, err, "the withheld token went back to the list")
+		assert.Equal(t, gh[1].Token(), l.Token())
+		for _, x := range []*Lease{l, gh[2], gh[3]} {
+			require.NoError(t, x.Release(ctx))
+		}
+		requireInventory(t, g, 3, 0)
 	})
 }
 

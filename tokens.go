@@ -40,6 +40,9 @@ type Status struct {
 	Epoch  string
 	// Available counts the valid tokens free now.
 	Available int
+	// Withheld counts the valid tokens kept off the list while a shrink
+	// drains (see Resize): not free, not held.
+	Withheld int
 	// Holders lists the leases, in the order they were granted.
 	Holders []Holder
 	// Waiting counts the acquisitions registered as blocked. It may include
@@ -107,6 +110,7 @@ func parseStatus(vals []interface{}) (Status, error) {
 		st.Size, _ = strconv.Atoi(m["size"])
 		st.Epoch = m["epoch"]
 		st.Rejected, _ = strconv.ParseInt(m["rejected"], 10, 64)
+		st.Withheld = len(strings.Fields(m["held"]))
 	}
 	deadlines := map[string]int64{}
 	for i := 0; i+1 < len(leases); i += 2 {

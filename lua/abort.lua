@@ -33,7 +33,7 @@ if tok then
   end
   redis.call('ZREM', KEYS[3], tok)
   redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. acq)
-  if rec and owner_of(rec) == acq then give_back(tok, epoch, size) end
+  if rec and owner_of(rec) == acq then give_back(tok, epoch, size, true) end
   return {3, 0, now}
 end
 local toks = redis.call('LRANGE', KEYS[6], 0, 9)

@@ -55,7 +55,7 @@ if not granted then
   redis.call('ZADD', KEYS[5], now_ms + tomb, 'x:' .. acq)
   redis.call('HSET', KEYS[4], 'x:' .. acq, now_ms + tomb)
 end
-for _, tok in ipairs(toks) do give_back(tok, epoch, size) end
+for _, tok in ipairs(toks) do give_back(tok, epoch, size, true) end
 for _, tok in ipairs(pend) do give_back(tok, epoch, size) end
 if granted then return {3, 0, now} end
 return {0, 0, now}

@@ -116,7 +116,7 @@ if coll and coll.dl <= now_ms then
   -- ticket and anything it collected that the sweep has not returned yet.
   local toks = held_by(coll.acq)
   unlease(coll.acq, toks)
-  for _, tok in ipairs(toks) do give_back(tok, epoch, size) end
+  for _, tok in ipairs(toks) do give_back(tok, epoch, size, true) end
   redis.call('DEL', bell_of(coll.acq))
   local was_me = coll.acq == acq
   coll = nil
@@ -220,7 +220,7 @@ for _, tok in ipairs(held_by(acq)) do
 end
 if #retired > 0 then
   unlease(acq, retired)
-  redis.call('HINCRBY', KEYS[1], 'rejected', #retired)
+  returned({}, #retired)
 end
 local kept = #have
 if not fresh then

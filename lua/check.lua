@@ -2,7 +2,7 @@
 -- writes nothing.
 -- KEYS: meta, tokens, leases, holders, waits
 -- Returns {exists, size, epoch, nowUs, leased, pending, free, retired, dups,
--- strangers, missing}; see inventory.lua for what each list holds.
+-- strangers, missing, held}; see inventory.lua for what each list holds.
 
 local err = check_types(5)
 if err then return redis.error_reply(err) end
@@ -13,4 +13,4 @@ local exists = 1
 if not size then exists, size, epoch = 0, 0, '' end
 local inv = inventory(epoch, size)
 return {exists, size, epoch, now_us(), inv.leased, inv.pending, inv.free,
-  inv.retired, inv.dups, inv.strangers, inv.missing}
+  inv.retired, inv.dups, inv.strangers, inv.missing, inv.held}

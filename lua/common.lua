@@ -68,19 +68,21 @@ local function check_types(n)
   return nil
 end
 
--- read_meta returns size, epoch, fence and due (nil when the semaphore does
--- not exist) or nil, nil, nil, nil, err when meta is unusable. due is a lower
--- bound of every score in leases and waits: nothing can be expired or stale
--- before it, so the sweeps are skipped until then (0 when unknown).
+-- read_meta returns size, epoch, fence, due, nil (no error), coll, over and
+-- held (all nil when the semaphore does not exist), or nil, nil, nil, nil,
+-- err when meta is unusable. due is a lower bound of every score in leases and waits: nothing
+-- can be expired or stale before it, so the sweeps are skipped until then
+-- (0 when unknown). coll is the collector ticket of a weighted acquisition
+-- (weighted.lua); over and held are those of a shrink (see returned).
 local function read_meta()
-  local m = redis.call('HMGET', KEYS[1], 'size', 'epoch', 'fence', 'due')
+  local m = redis.call('HMGET', KEYS[1], 'size', 'epoch', 'fence', 'due', 'coll', 'over', 'held')
   if not m[1] and not m[2] then return nil, nil, nil, nil, nil end
   local size = tonumber(m[1])
   local fence = tonumber(m[3])
   if not size or size < 1 or not m[2] or not fence then
     return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is not a redsem meta record'
   end
-  return size, m[2], fence, tonumber(m[4]) or 0, nil
+  return size, m[2], fence, tonumber(m[4]) or 0, nil, m[5], tonumber(m[6]) or 0, m[7]
 end
 
 -- NO_DUE stands for "no lease and no waiter": later than any real score.
@@ -114,12 +116,67 @@ local function base()
   return string.sub(KEYS[1], 1, #KEYS[1] - 4)
 end
 
--- give_back pushes tok onto the token list if it is valid and not leased;
--- anything else is dropped and counted as rejected. Returns 1 when pushed.
-local function give_back(tok, epoch, size)
+-- is_retired reports whether tok is a token of this epoch above the size:
+-- retired by a shrink.
+local function is_retired(tok, epoch, size)
+  local e, s = string.match(tok, '^([^:]+):([1-9][0-9]*)$')
+  return e ~= nil and e == epoch and tonumber(s) > size
+end
+
+-- returned puts valid tokens that came back onto the token list, and takes
+-- note of retired_n leases on retired tokens that ended. After a shrink
+-- (resize.lua) meta 'over' counts the leases on retired tokens still out,
+-- and as many valid tokens as that are withheld (meta 'held', space
+-- separated): so the holders drain down to the new size, and none is
+-- granted above it meanwhile. With no shrink under way (no 'over'), it is a
+-- plain LPUSH. over and held may be passed when the caller read meta; else
+-- they are read here. Returns an error string if the list is not a list.
+local function returned(valid, retired_n, over, held)
+  if over == nil then
+    local m = redis.call('HMGET', KEYS[1], 'over', 'held')
+    over, held = tonumber(m[1]) or 0, m[2]
+  end
+  local push, keep, shrinking = valid, {}, over > 0 or held ~= nil
+  if shrinking then
+    over = math.max(over - retired_n, 0)
+    for tok in string.gmatch(held or '', '%S+') do keep[#keep + 1] = tok end
+    push = {}
+    for _, tok in ipairs(valid) do
+      if #keep < over then keep[#keep + 1] = tok else push[#push + 1] = tok end
+    end
+    while #keep > over do push[#push + 1] = table.remove(keep) end
+  end
+  for i = 1, #push, 1000 do
+    local r = redis.pcall('LPUSH', KEYS[2], unpack(push, i, math.min(i + 999, #push)))
+    if type(r) == 'table' and r['err'] then
+      return 'REDSEM_WRONGTYPE ' .. KEYS[2] .. ' is not a list'
+    end
+  end
+  if shrinking then
+    if over == 0 then
+      redis.call('HDEL', KEYS[1], 'over', 'held')
+    elseif #keep > 0 then
+      redis.call('HSET', KEYS[1], 'over', over, 'held', table.concat(keep, ' '))
+    else
+      redis.call('HSET', KEYS[1], 'over', over)
+      redis.call('HDEL', KEYS[1], 'held')
+    end
+  end
+  return nil
+end
+
+-- give_back returns tok: onto the token list if it is valid and not leased
+-- (through returned); leased says tok was a lease that just ended, so a
+-- retired one settles a shrink's count. Anything else is dropped and counted
+-- as rejected. Returns 1 when pushed or withheld.
+local function give_back(tok, epoch, size, leased)
   if epoch and is_valid(tok, epoch, size) and not redis.call('ZSCORE', KEYS[3], tok) then
-    redis.call('LPUSH', KEYS[2], tok)
+    returned({tok}, 0)
     return 1
+  end
+  if epoch and leased and is_retired(tok, epoch, size) then
+    returned({}, 1)
+    return 0
   end
   if epoch then redis.call('HINCRBY', KEYS[1], 'rejected', 1) end
   return 0
@@ -140,7 +197,7 @@ local function reclaim(now_ms, epoch, size, limit)
     if rec then
       redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. (owner_of(rec) or ''))
     end
-    n = n + give_back(tok, epoch, size)
+    n = n + give_back(tok, epoch, size, true)
   end
   for _, w in ipairs(stale) do
     if string.sub(w, 1, 2) == 'x:' then redis.call('HDEL', KEYS[4], w) end

@@ -28,8 +28,10 @@ end
 -- inventory sorts every element of the leases, the pending lists and the
 -- token list, read in that order (a lease is the truth, then a token in
 -- flight to a waiter), into:
---   leased, pending, free  valid tokens, each counted once, in the first
---                          place it was found
+--   leased, pending, held, free
+--                          valid tokens, each counted once, in the first
+--                          place it was found (held: withheld from the list
+--                          while a shrink drains, see returned in common.lua)
 --   retired                leases on tokens that are not valid now (retired
 --                          by a shrink and still held, or forged)
 --   dups                   every further copy of a valid token
@@ -40,7 +42,7 @@ end
 --   pend_lists             how many pending lists hold anything
 -- epoch and size are those of meta; with no meta ('' and 0) nothing is valid.
 local function inventory(epoch, size)
-  local inv = {leased = {}, pending = {}, free = {}, retired = {}, dups = {},
+  local inv = {leased = {}, pending = {}, held = {}, free = {}, retired = {}, dups = {},
     strangers = {}, missing = {}, drop = {}, pend_lists = 0}
   local seen = {}
   local function place(tok, into)
@@ -63,6 +65,9 @@ local function inventory(epoch, size)
     else
       inv.retired[#inv.retired + 1] = tok
     end
+  end
+  for tok in string.gmatch(redis.call('HGET', KEYS[1], 'held') or '', '%S+') do
+    place(tok, inv.held)
   end
   local pend
   pend, inv.pend_lists = pending_tokens()

@@ -23,17 +23,20 @@ for _, tok in ipairs(toks) do
   if rec and owner_of(rec) == acq then owned[#owned + 1] = tok end
 end
 if #owned == 0 then return 0 end
-local size, epoch, _, due, err = read_meta()
-local coll = nil
-if not err and epoch then coll = redis.call('HGET', KEYS[1], 'coll') end
+local size, epoch, _, due, err, coll, over, held = read_meta()
 for _, tok in ipairs(owned) do redis.call('ZREM', KEYS[3], tok) end
 
-local back, routed = {}, {}
+local back, routed, retired = {}, {}, 0
 for _, tok in ipairs(owned) do
-  if not err and epoch and is_valid(tok, epoch, size) then back[#back + 1] = tok end
+  if not err and epoch and is_valid(tok, epoch, size) then
+    back[#back + 1] = tok
+  elseif not err and epoch and is_retired(tok, epoch, size) then
+    retired = retired + 1
+  end
 end
 
-if coll and #back > 0 then
+-- (Not while a shrink drains: then released tokens may be withheld.)
+if coll and #back > 0 and over == 0 then
   -- Keep in step with parse_coll in weighted.lua.
   local a, k, have, dl, label = string.match(coll, '^([^|]+)|(%d+)|(%d+)|(%d+)|(.*)$')
   k, have, dl = tonumber(k), tonumber(have), tonumber(dl)
@@ -62,15 +65,15 @@ if coll and #back > 0 then
   end
 end
 
-for i = 1, #back, 1000 do
-  local pushed = redis.pcall('LPUSH', KEYS[2], unpack(back, i, math.min(i + 999, #back)))
-  if type(pushed) == 'table' and pushed['err'] then
-    -- The token list was overwritten with another type. Keep the leases not
-    -- yet pushed (as expired, so they are reclaimed once the list is sound
-    -- again) and fail.
+-- Onto the list, or withheld while a shrink drains (see returned).
+if epoch and not err then
+  local perr = returned(back, retired, over, held)
+  if perr then
+    -- The token list was overwritten with another type. Keep the leases (as
+    -- expired, so they are reclaimed once the list is sound again) and fail.
     local now_ms = math.floor(now_us() / 1000)
-    for j = i, #back do redis.call('ZADD', KEYS[3], now_ms, back[j]) end
-    return redis.error_reply('REDSEM_WRONGTYPE ' .. KEYS[2] .. ' is not a list')
+    for _, tok in ipairs(back) do redis.call('ZADD', KEYS[3], now_ms, tok) end
+    return redis.error_reply(perr)
   end
 end
 local gone = {}

@@ -14,7 +14,9 @@
 --   shrink: tokens above n are invalid from now on. The free ones leave the
 --           list now; a leased one is dropped when it comes back (release,
 --           reclaim and abort push only valid tokens), a pending one when its
---           waiter's script pops it.
+--           waiter's script pops it. Until the leased ones are all back, as
+--           many valid tokens are withheld (rebalance): holders drain down to
+--           n, and no grant takes them above it meanwhile.
 
 local n = int_arg(ARGV[1], 1, 100000)
 local seed = ARGV[2]
@@ -31,6 +33,42 @@ if err then return redis.error_reply(err) end
 local function push(toks)
   for i = 1, #toks, 1000 do
     redis.call('RPUSH', KEYS[2], unpack(toks, i, math.min(i + 999, #toks)))
+  end
+end
+
+-- rebalance sets the shrink's bookkeeping for size n (see returned in
+-- common.lua): 'over' counts the leases on retired tokens still out, and as
+-- many valid tokens as that are withheld from the list ('held'), taken from
+-- those already withheld, then from the free ones. So holders drain down to
+-- n and none is granted above it meanwhile; the withheld tokens go back one
+-- by one as the retired leases end. Tokens withheld before and no longer
+-- needed go back to the list; retired ones among them are dropped.
+local function rebalance(epoch, n)
+  local over = 0
+  for _, tok in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+    if is_retired(tok, epoch, n) then over = over + 1 end
+  end
+  local cand, keep = {}, {}
+  for tok in string.gmatch(redis.call('HGET', KEYS[1], 'held') or '', '%S+') do
+    if is_valid(tok, epoch, n) then cand[#cand + 1] = tok end
+  end
+  while #keep < over and #cand > 0 do keep[#keep + 1] = table.remove(cand) end
+  if #keep < over then
+    for _, tok in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+      if #keep >= over then break end
+      if is_valid(tok, epoch, n) and redis.call('LREM', KEYS[2], 1, tok) == 1 then
+        keep[#keep + 1] = tok
+      end
+    end
+  end
+  push(cand)
+  if over == 0 then
+    redis.call('HDEL', KEYS[1], 'over', 'held')
+  elseif #keep > 0 then
+    redis.call('HSET', KEYS[1], 'over', over, 'held', table.concat(keep, ' '))
+  else
+    redis.call('HSET', KEYS[1], 'over', over)
+    redis.call('HDEL', KEYS[1], 'held')
   end
 end
 
@@ -60,6 +98,7 @@ if n > size then
       for _, tok in ipairs(redis.call('LRANGE', pend, 0, 99)) do here[tok] = true end
     end
   end
+  for tok in string.gmatch(redis.call('HGET', KEYS[1], 'held') or '', '%S+') do here[tok] = true end
   local mint = {}
   for i = size + 1, n do
     local tok = epoch .. ':' .. i
@@ -67,6 +106,7 @@ if n > size then
   end
   redis.call('HSET', KEYS[1], 'size', n)
   push(mint)
+  rebalance(epoch, n)
   return {size, n, #mint, 0}
 end
 
@@ -83,4 +123,5 @@ if removed > 0 then
   redis.call('DEL', KEYS[2])
   push(keep)
 end
+rebalance(epoch, n)
 return {size, n, 0, removed}
