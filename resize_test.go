@@ -272,7 +272,7 @@ func TestResizeShrinkDrainsStrictly(t *testing.T) {
 		_, err := s.TryAcquire(ctx)
 		require.ErrorIs(t, err, ErrNoToken, "holders 2 and 4: the size is reached")
 		time.Sleep(400 * time.Millisecond) // 4's lease expires
-		l, err := s.TryAcquire(ctx)         // reclaims 4 (dropped) and frees the withheld 1
+		l, err := s.TryAcquire(ctx)        // reclaims 4 (dropped) and frees the withheld 1
 		require.NoError(t, err)
 		assert.Equal(t, held[1].Token(), l.Token())
 		_, err = s.TryAcquire(ctx)
@@ -290,7 +290,7 @@ func TestResizeShrinkDrainsStrictly(t *testing.T) {
 		gh := takeAll(t, ctx, g)
 		require.NoError(t, g.Resize(ctx, 1))
 		require.NoError(t, gh[1].Release(ctx)) // withheld: 3 and 2 still out
-		require.NoError(t, g.Resize(ctx, 3))  // nothing is retired now
+		require.NoError(t, g.Resize(ctx, 3))   // nothing is retired now
 		l, err = g.TryAcquire(ctx)
 		require.NoError(t, err, "the withheld token went back to the list")
 		assert.Equal(t, gh[1].Token(), l.Token())
