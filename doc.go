@@ -53,12 +53,17 @@
 // Every key of a semaphore shares the hash tag {<encoded name>}, so it works
 // on Redis Cluster (one slot per semaphore):
 //
-//	<prefix>{<name>}:meta      hash: size, epoch, fence, due, rejected, created
+//	<prefix>{<name>}:meta      hash: size, epoch, fence, due, rejected, created; while a shrink
+//	                           drains over and held (Resize); while a weighted acquisition
+//	                           collects, coll (AcquireN)
 //	<prefix>{<name>}:tokens    list: free tokens "<epoch>:<slot>"
 //	<prefix>{<name>}:leases    zset: token -> lease deadline (ms, Redis TIME)
-//	<prefix>{<name>}:holders   hash: t:<token> -> acqID|fence|granted|label, a:<acqID> -> token, x:<acqID> tombstones
+//	<prefix>{<name>}:holders   hash: t:<token> -> acqID|fence|granted|label, a:<acqID> -> its
+//	                           token(s, space separated), x:<acqID> tombstones
 //	<prefix>{<name>}:waits     zset: blocked acquisitions and tombstones
 //	<prefix>{<name>}:pend:<id> list: a blocked waiter's BLMOVE destination
+//	<prefix>{<name>}:wqueue    list: weighted acquisitions waiting for the collector ticket
+//	<prefix>{<name>}:bell:<id> list: a weighted waiter's doorbell (with a TTL)
 //
 // A RateGate of the same name keeps the same layout under
 // <prefix>{<name>}:rate: (plus a queue list and one doorbell list per

@@ -129,7 +129,11 @@ func parseStatus(vals []interface{}) (Status, error) {
 		}
 		st.Holders = append(st.Holders, hd)
 	}
-	sort.Slice(st.Holders, func(i, j int) bool { return st.Holders[i].Fence < st.Holders[j].Fence })
+	sort.Slice(st.Holders, func(i, j int) bool {
+		a, b := st.Holders[i], st.Holders[j]
+		// The k tokens of a weighted lease share a fence: order them by token.
+		return a.Fence < b.Fence || a.Fence == b.Fence && a.Token < b.Token
+	})
 	seen := map[string]bool{}
 	for _, tok := range toks {
 		if st.Exists && validToken(tok, st.Epoch, st.Size) && !seen[tok] && deadlines[tok] == 0 {

@@ -806,3 +806,31 @@ func TestAcquireNScriptFlushWhileBlocked(t *testing.T) {
 		requireInventory(t, s, 2, 0)
 	})
 }
+
+// Delete removes the weighted queue and doorbells too.
+func TestDeleteRemovesWeightedKeys(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 20*time.Second)
+		s := newSem(t, b, "del-weighted", 2)
+		a, err := s.TryAcquire(ctx)
+		require.NoError(t, err)
+		c, err := s.TryAcquire(ctx)
+		require.NoError(t, err)
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		first := make(chan error, 1)
+		go func() { _, err := s.AcquireN(wctx, 2); first <- err }()
+		require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) >= 1 }, 5*time.Second, time.Millisecond)
+		second := make(chan error, 1)
+		go func() { _, err := s.AcquireN(wctx, 2); second <- err }()
+		require.Eventually(t, func() bool { return b.llen(t, s.k.wqueue()) == 1 }, 5*time.Second, time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
+		require.NoError(t, s.Delete(ctx))
+		assert.Equal(t, 0, b.keyCount(t), "nothing of the semaphore is left")
+		cancel()
+		assert.ErrorIs(t, <-first, context.Canceled)
+		assert.ErrorIs(t, <-second, context.Canceled)
+		assert.ErrorIs(t, a.Release(ctx), ErrLeaseLost)
+		assert.ErrorIs(t, c.Release(ctx), ErrLeaseLost)
+	})
+}
