@@ -328,15 +328,7 @@ func (s *Semaphore) failedAcquire(ctx context.Context, acq string, err error, bl
 		case aerr == nil && r.code == 1:
 			return r, nil
 		case aerr == nil:
-			var ne net.Error
-			if blockLeft > time.Second && errors.As(err, &ne) && ne.Timeout() {
-				// The connection's read deadline came well before the
-				// BLMOVE's own timeout: its read timeout is shorter than our
-				// block. Block less.
-				if cur := time.Duration(s.maxBlock.Load()); cur > time.Second {
-					s.maxBlock.Store(int64(cur / 2))
-				}
-			}
+			s.fitBlock(err, blockLeft)
 			return acquireReply{}, &brokenWait{err}
 		case ctxErr(ctx) == nil:
 			return acquireReply{}, fmt.Errorf("redsem: acquire %q: %w (settling it failed too: %v)", printable(s.name), err, aerr)
@@ -364,6 +356,18 @@ func (s *Semaphore) settle(ctx context.Context, acq string) {
 	select {
 	case <-done:
 	case <-t.C:
+	}
+}
+
+// fitBlock halves the longest block when a wait broke with err on the
+// connection's read deadline well before the wait's own timeout (blockLeft
+// was left of it): that connection's read timeout is shorter than our block.
+func (s *Semaphore) fitBlock(err error, blockLeft time.Duration) {
+	var ne net.Error
+	if blockLeft > time.Second && errors.As(err, &ne) && ne.Timeout() {
+		if cur := time.Duration(s.maxBlock.Load()); cur > time.Second {
+			s.maxBlock.Store(int64(cur / 2))
+		}
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -345,13 +344,7 @@ func (s *Semaphore) failedAcquireN(ctx context.Context, acq string, k int, err e
 		case aerr == nil && r.code == 1:
 			return r, nil
 		case aerr == nil:
-			var ne net.Error
-			if blockLeft > time.Second && errors.As(err, &ne) && ne.Timeout() {
-				// The connection's read timeout is shorter than our block.
-				if cur := time.Duration(s.maxBlock.Load()); cur > time.Second {
-					s.maxBlock.Store(int64(cur / 2))
-				}
-			}
+			s.fitBlock(err, blockLeft)
 			return acquireNReply{}, &brokenWait{err}
 		case ctxErr(ctx) == nil:
 			return acquireNReply{}, fmt.Errorf("redsem: acquire %q: %w (settling it failed too: %v)", printable(s.name), err, aerr)

@@ -57,24 +57,10 @@ if msize and msize ~= size then
 end
 
 if not msize then
-  -- First use, or the data was lost: create the semaphore. HSETNX is the
-  -- guard; the script is atomic, so no client ever sees a half-filled list.
-  -- (holders may hold tombstones of acquisitions aborted before creation.)
-  if redis.call('EXISTS', KEYS[2]) + redis.call('EXISTS', KEYS[3]) > 0 then
-    return redis.error_reply('REDSEM_CORRUPT ' .. KEYS[1] .. ' is missing but tokens or leases exist')
-  end
-  epoch, fence, due = string.sub(acq, 1, 12), now, NO_DUE
-  redis.call('HSETNX', KEYS[1], 'size', size)
-  redis.call('HSET', KEYS[1], 'epoch', epoch, 'fence', fmt_int(fence), 'due', fmt_int(due),
-    'rejected', 0, 'created', now_ms)
-  local batch = {}
-  for i = 1, size do
-    batch[#batch + 1] = epoch .. ':' .. i
-    if #batch == 1000 or i == size then
-      redis.call('RPUSH', KEYS[2], unpack(batch))
-      batch = {}
-    end
-  end
+  -- First use, or the data was lost: create the semaphore.
+  epoch, err = create(size, acq, now)
+  if err then return redis.error_reply(err) end
+  fence, due = now, NO_DUE
 end
 
 -- The fence of a grant by this call. A fresh acquisition writes it first:

@@ -88,6 +88,31 @@ end
 -- NO_DUE stands for "no lease and no waiter": later than any real score.
 local NO_DUE = 9e15
 
+-- create makes the semaphore with size tokens of a new epoch (the first 12
+-- hex digits of seed, a random id) at server time now (µs), and returns the
+-- epoch, or nil and an error string. HSETNX is the guard against a second
+-- creator, and the script is atomic: no client ever sees a half-filled list.
+-- Tokens or leases without meta are residue that create refuses (holders
+-- may hold tombstones of acquisitions aborted before creation: fine).
+local function create(size, seed, now)
+  if redis.call('EXISTS', KEYS[2]) + redis.call('EXISTS', KEYS[3]) > 0 then
+    return nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is missing but tokens or leases exist'
+  end
+  local epoch = string.sub(seed, 1, 12)
+  redis.call('HSETNX', KEYS[1], 'size', size)
+  redis.call('HSET', KEYS[1], 'epoch', epoch, 'fence', fmt_int(now), 'due', fmt_int(NO_DUE),
+    'rejected', 0, 'created', math.floor(now / 1000))
+  local batch = {}
+  for i = 1, size do
+    batch[#batch + 1] = epoch .. ':' .. i
+    if #batch == 1000 or i == size then
+      redis.call('RPUSH', KEYS[2], unpack(batch))
+      batch = {}
+    end
+  end
+  return epoch, nil
+end
+
 -- next_due is the earliest score in leases and waits, or NO_DUE.
 local function next_due()
   local d = NO_DUE

@@ -74,16 +74,8 @@ end
 
 if not size then
   -- Not created yet: create it with size n, as acquire.lua would.
-  if redis.call('EXISTS', KEYS[2]) + redis.call('EXISTS', KEYS[3]) > 0 then
-    return redis.error_reply('REDSEM_CORRUPT ' .. KEYS[1] .. ' is missing but tokens or leases exist')
-  end
-  local now = now_us()
-  epoch = string.sub(seed, 1, 12)
-  redis.call('HSET', KEYS[1], 'size', n, 'epoch', epoch, 'fence', fmt_int(now),
-    'due', fmt_int(NO_DUE), 'rejected', 0, 'created', math.floor(now / 1000))
-  local toks = {}
-  for i = 1, n do toks[i] = epoch .. ':' .. i end
-  push(toks)
+  _, err = create(n, seed, now_us())
+  if err then return redis.error_reply(err) end
   return {0, n, n, 0}
 end
 if n == size then return {size, n, 0, 0} end
