@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -53,19 +54,85 @@ Example:
 `
 
 func cmdResize(args []string, stdout, _ io.Writer) error {
-	fs := newFlagSet("resize")
+	return adminCommand("resize", resizeHelp, args, 2, nil, func(ctx context.Context, sem *redsem.Semaphore, pos []string) error {
+		n, err := strconv.Atoi(pos[1])
+		if err != nil || n < 1 {
+			return usagef("resize: N must be a whole number of at least 1, not %q", pos[1])
+		}
+		if err := sem.Resize(ctx, n); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%q now has %d slot(s)\n", pos[0], n)
+		return nil
+	})
+}
+
+func cmdCheck(args []string, stdout, _ io.Writer) error {
+	var asJSON *bool
+	flags := func(fs *flag.FlagSet) { asJSON = fs.Bool("json", false, "") }
+	return adminCommand("check", checkHelp, args, 1, flags, func(ctx context.Context, sem *redsem.Semaphore, pos []string) error {
+		inv, err := sem.Check(ctx)
+		if err != nil {
+			return err
+		}
+		healthy := inv.Healthy()
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(struct {
+				redsem.Inventory
+				Healthy bool `json:"healthy"`
+			}{inv, healthy}); err != nil {
+				return err
+			}
+		} else {
+			fmt.Fprintf(stdout, "%s: size %d, free %d, pending %d, leased %d, withheld %d, retired %d, duplicates %d, strangers %d, missing %v\n",
+				pos[0], inv.Size, len(inv.Free), len(inv.Pending), len(inv.Leased), len(inv.Withheld), len(inv.Retired),
+				len(inv.Duplicates), len(inv.Strangers), inv.Missing)
+		}
+		if !healthy {
+			return exitf(exitData, "")
+		}
+		return nil
+	})
+}
+
+func cmdRepair(args []string, stdout, _ io.Writer) error {
+	return adminCommand("repair", repairHelp, args, 1, nil, func(ctx context.Context, sem *redsem.Semaphore, pos []string) error {
+		rep, err := sem.Repair(ctx)
+		fmt.Fprintf(stdout, "%s: reclaimed %d, dropped %d, minted %d, still missing %v\n",
+			pos[0], rep.Reclaimed, len(rep.Dropped), len(rep.Minted), rep.Missing)
+		if errors.Is(err, redsem.ErrRepairUnsafe) {
+			return exitf(exitData, "%v", err)
+		}
+		return err
+	})
+}
+
+// adminCommand is the frame of the commands that act on one semaphore: it
+// parses the connection flags, the command's own (added by flags, may be
+// nil) and want positional arguments, the first of them NAME; opens NAME;
+// and runs do under a context bounded by opTimeout.
+func adminCommand(cmd, help string, args []string, want int, flags func(*flag.FlagSet),
+	do func(ctx context.Context, sem *redsem.Semaphore, pos []string) error) error {
+	fs := newFlagSet(cmd)
 	var c connFlags
 	c.register(fs)
-	pos, err := parseArgs(fs, args, resizeHelp)
+	if flags != nil {
+		flags(fs)
+	}
+	pos, err := parseArgs(fs, args, help)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 2 {
-		return usagef("resize: NAME and N expected (see redsem resize --help)")
-	}
-	n, err := strconv.Atoi(pos[1])
-	if err != nil || n < 1 {
-		return usagef("resize: N must be a whole number of at least 1, not %q", pos[1])
+	if want == 1 {
+		name, err := oneName(cmd, pos)
+		if err != nil {
+			return err
+		}
+		pos = []string{name}
+	} else if len(pos) != want {
+		return usagef("%s: %d arguments expected, got %d (see redsem %s --help)", cmd, want, len(pos), cmd)
 	}
 	sem, p, err := openSemaphore(c, pos[0])
 	if err != nil {
@@ -74,82 +141,5 @@ func cmdResize(args []string, stdout, _ io.Writer) error {
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if err := sem.Resize(ctx, n); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "%q now has %d slot(s)\n", pos[0], n)
-	return nil
-}
-
-func cmdCheck(args []string, stdout, _ io.Writer) error {
-	fs := newFlagSet("check")
-	var c connFlags
-	c.register(fs)
-	asJSON := fs.Bool("json", false, "")
-	pos, err := parseArgs(fs, args, checkHelp)
-	if err != nil {
-		return err
-	}
-	name, err := oneName("check", pos)
-	if err != nil {
-		return err
-	}
-	sem, p, err := openSemaphore(c, name)
-	if err != nil {
-		return err
-	}
-	defer p.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	inv, err := sem.Check(ctx)
-	if err != nil {
-		return err
-	}
-	healthy := inv.Healthy()
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(struct {
-			redsem.Inventory
-			Healthy bool `json:"healthy"`
-		}{inv, healthy}); err != nil {
-			return err
-		}
-	} else {
-		fmt.Fprintf(stdout, "%s: size %d, free %d, pending %d, leased %d, retired %d, duplicates %d, strangers %d, missing %v\n",
-			name, inv.Size, len(inv.Free), len(inv.Pending), len(inv.Leased), len(inv.Retired),
-			len(inv.Duplicates), len(inv.Strangers), inv.Missing)
-	}
-	if !healthy {
-		return exitf(exitData, "")
-	}
-	return nil
-}
-
-func cmdRepair(args []string, stdout, _ io.Writer) error {
-	fs := newFlagSet("repair")
-	var c connFlags
-	c.register(fs)
-	pos, err := parseArgs(fs, args, repairHelp)
-	if err != nil {
-		return err
-	}
-	name, err := oneName("repair", pos)
-	if err != nil {
-		return err
-	}
-	sem, p, err := openSemaphore(c, name)
-	if err != nil {
-		return err
-	}
-	defer p.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	rep, err := sem.Repair(ctx)
-	fmt.Fprintf(stdout, "%s: reclaimed %d, dropped %d, minted %d, still missing %v\n",
-		name, rep.Reclaimed, len(rep.Dropped), len(rep.Minted), rep.Missing)
-	if errors.Is(err, redsem.ErrRepairUnsafe) {
-		return exitf(exitData, "%v", err)
-	}
-	return err
+	return do(ctx, sem, pos)
 }

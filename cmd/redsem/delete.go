@@ -4,8 +4,11 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
+
+	"github.com/redsem/redsem"
 )
 
 const deleteHelp = `Usage: redsem delete --force [connection flags] NAME
@@ -23,39 +26,25 @@ Example:
 `
 
 func cmdDelete(args []string, stdout, _ io.Writer) error {
-	fs := newFlagSet("delete")
-	var c connFlags
-	c.register(fs)
-	force := fs.Bool("force", false, "")
-	pos, err := parseArgs(fs, args, deleteHelp)
-	if err != nil {
-		return err
-	}
-	name, err := oneName("delete", pos)
-	if err != nil {
-		return err
-	}
-	sem, p, err := openSemaphore(c, name)
-	if err != nil {
-		return err
-	}
-	defer p.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	if !*force {
-		st, err := sem.Status(ctx)
-		if err != nil {
+	var force *bool
+	flags := func(fs *flag.FlagSet) { force = fs.Bool("force", false, "") }
+	return adminCommand("delete", deleteHelp, args, 1, flags, func(ctx context.Context, sem *redsem.Semaphore, pos []string) error {
+		name := pos[0]
+		if !*force {
+			st, err := sem.Status(ctx)
+			if err != nil {
+				return err
+			}
+			if !st.Exists {
+				return usagef("delete: semaphore %q does not exist; nothing to delete", name)
+			}
+			return usagef("delete: semaphore %q (size %d) has %d holder(s) and %d waiter(s); add --force to delete it",
+				name, st.Size, len(st.Holders), st.Waiting)
+		}
+		if err := sem.Delete(ctx); err != nil {
 			return err
 		}
-		if !st.Exists {
-			return usagef("delete: semaphore %q does not exist; nothing to delete", name)
-		}
-		return usagef("delete: semaphore %q (size %d) has %d holder(s) and %d waiter(s); add --force to delete it",
-			name, st.Size, len(st.Holders), st.Waiting)
-	}
-	if err := sem.Delete(ctx); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "deleted %q\n", name)
-	return nil
+		fmt.Fprintf(stdout, "deleted %q\n", name)
+		return nil
+	})
 }

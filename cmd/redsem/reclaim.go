@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+
+	"github.com/redsem/redsem"
 )
 
 const reclaimHelp = `Usage: redsem reclaim [connection flags] NAME
@@ -20,28 +22,12 @@ Example:
 `
 
 func cmdReclaim(args []string, stdout, _ io.Writer) error {
-	fs := newFlagSet("reclaim")
-	var c connFlags
-	c.register(fs)
-	pos, err := parseArgs(fs, args, reclaimHelp)
-	if err != nil {
-		return err
-	}
-	name, err := oneName("reclaim", pos)
-	if err != nil {
-		return err
-	}
-	sem, p, err := openSemaphore(c, name)
-	if err != nil {
-		return err
-	}
-	defer p.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	n, err := sem.Reclaim(ctx)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "reclaimed %d slot(s) of %q\n", n, name)
-	return nil
+	return adminCommand("reclaim", reclaimHelp, args, 1, nil, func(ctx context.Context, sem *redsem.Semaphore, pos []string) error {
+		n, err := sem.Reclaim(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "reclaimed %d slot(s) of %q\n", n, pos[0])
+		return nil
+	})
 }

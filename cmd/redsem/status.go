@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -49,36 +50,21 @@ func openSemaphore(c connFlags, name string) (*redsem.Semaphore, *pools, error) 
 }
 
 func cmdStatus(args []string, stdout, _ io.Writer) error {
-	fs := newFlagSet("status")
-	var c connFlags
-	c.register(fs)
-	asJSON := fs.Bool("json", false, "")
-	pos, err := parseArgs(fs, args, statusHelp)
-	if err != nil {
-		return err
-	}
-	name, err := oneName("status", pos)
-	if err != nil {
-		return err
-	}
-	sem, p, err := openSemaphore(c, name)
-	if err != nil {
-		return err
-	}
-	defer p.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	st, err := sem.Status(ctx)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(toJSON(st))
-	}
-	printStatus(stdout, st)
-	return nil
+	var asJSON *bool
+	flags := func(fs *flag.FlagSet) { asJSON = fs.Bool("json", false, "") }
+	return adminCommand("status", statusHelp, args, 1, flags, func(ctx context.Context, sem *redsem.Semaphore, _ []string) error {
+		st, err := sem.Status(ctx)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(toJSON(st))
+		}
+		printStatus(stdout, st)
+		return nil
+	})
 }
 
 // statusJSON is the --json form of a status; field names are stable.
