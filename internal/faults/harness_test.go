@@ -69,6 +69,7 @@ type proc struct {
 	done   chan struct{}
 	err    error
 	killed bool // by the test
+	start  time.Time
 }
 
 func (p *proc) pid() int { return p.cmd.Process.Pid }
@@ -147,7 +148,7 @@ func (r *run) spawn(args ...string) *proc {
 	cmd.Stderr = &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	require.NoError(r.t, cmd.Start())
-	p := &proc{id: id, cmd: cmd, stderr: &stderr, done: make(chan struct{})}
+	p := &proc{id: id, cmd: cmd, stderr: &stderr, done: make(chan struct{}), start: time.Now()}
 	go func() { p.err = cmd.Wait(); close(p.done) }()
 	r.mu.Lock()
 	r.procs = append(r.procs, p)

@@ -28,8 +28,11 @@ type Options struct {
 // and the lease deadline recorded in Redis; math.MaxInt64 when neither is
 // known (a holder killed while holding a token without a lease).
 type Hold struct {
-	W, Pid, S int
-	Tok       string
+	W, Pid, G, S int
+	Tok          string
+	// Toks are the hold's tokens: one, or k for AcquireN(k). A hold counts
+	// len(Toks) permits.
+	Toks      []string
 	Fence     int64
 	T0, Start int64
 	End       int64
@@ -42,10 +45,16 @@ type Hold struct {
 
 // Report is what Check found.
 type Report struct {
-	Events, Workers, Holds int
-	// MaxOverlap is the largest number of holds at one instant (per epoch
-	// when Options.PerEpoch).
-	MaxOverlap        int
+	// Workers counts processes, Holders the (process, goroutine) pairs.
+	Events, Workers, Holders, Holds int
+	// Permits is the sum over holds of their tokens; Weighted counts the
+	// holds of more than one token.
+	Permits, Weighted int
+	// MaxOverlap is the largest number of permits held at one instant (per
+	// epoch when Options.PerEpoch): the tokens of the holds open then.
+	MaxOverlap int
+	// MaxHolds is the largest number of holds open at one instant.
+	MaxHolds          int
 	CrossEpochOverlap int
 	Epochs            int
 	Cancels           int
@@ -65,8 +74,8 @@ func (r Report) OK() bool { return len(r.Violations) == 0 }
 
 // Summary is a one-line description for test logs.
 func (r Report) Summary() string {
-	return fmt.Sprintf("events=%d workers=%d holds=%d maxOverlap=%d crossEpochOverlap=%d epochs=%d cancels=%d starved=%d acqErrs=%v releases=%v fpKills=%d exits=%d violations=%d %v",
-		r.Events, r.Workers, r.Holds, r.MaxOverlap, r.CrossEpochOverlap, r.Epochs, r.Cancels, r.Starved, r.AcqErrs, r.RelClasses, r.FPKills, r.Exits, len(r.Violations), r.Kinds)
+	return fmt.Sprintf("events=%d workers=%d holders=%d holds=%d permits=%d weighted=%d maxOverlap=%d maxHolds=%d crossEpochOverlap=%d epochs=%d cancels=%d starved=%d acqErrs=%v releases=%v fpKills=%d exits=%d violations=%d %v",
+		r.Events, r.Workers, r.Holders, r.Holds, r.Permits, r.Weighted, r.MaxOverlap, r.MaxHolds, r.CrossEpochOverlap, r.Epochs, r.Cancels, r.Starved, r.AcqErrs, r.RelClasses, r.FPKills, r.Exits, len(r.Violations), r.Kinds)
 }
 
 func (r *Report) violate(kind, format string, args ...interface{}) {
@@ -81,40 +90,56 @@ func (r *Report) violate(kind, format string, args ...interface{}) {
 
 // Check verifies a history against the semaphore's guarantees:
 //
-//   - overlap: at no instant more than N holds (a hold lasts from the
-//     moment the holder saw its lease to the earlier of the moment it
-//     stopped using it and its lease deadline in Redis);
-//   - token: no token is held by two holds at once;
-//   - fence: fences are positive, unique, and strictly increase in
-//     acquisition order (a hold seen before another Acquire even started has
-//     the smaller fence);
+//   - overlap: at no instant more than N permits held (a hold of k tokens
+//     counts k; a hold lasts from the moment the holder saw its lease to the
+//     earlier of the moment it stopped using it and its lease deadline in
+//     Redis);
+//   - token: no token is held by two holds at once, nor twice by one hold;
+//   - fence: fences are positive, unique per acquisition (the k tokens of
+//     one share it), and strictly increase in acquisition order (a hold
+//     seen before another Acquire even started has the smaller fence);
 //   - unleased: a lease the library called valid is recorded in Redis
 //     with an unexpired deadline;
 //   - stale: a holder whose Lease.Valid() was true had not passed its
 //     Redis deadline;
 //   - starved: every Acquire that was meant to succeed did.
 //
+// A holder is a process and goroutine (Pid, G); its acquisitions are
+// numbered by S.
+//
 // What the checker cannot see (tokens lost, strays left over) the tests check
 // on the server after the run.
 func Check(evs []Event, opt Options) Report {
 	r := Report{Events: len(evs), AcqErrs: map[string]int{}, RelClasses: map[string]int{}, Kinds: map[string]int{}}
-	type key struct{ pid, s int }
+	type key struct{ pid, g, s int }
+	type holder struct{ pid, g int }
 	holds := map[key]*Hold{}
 	workers := map[int]bool{}
+	holders := map[holder]bool{}
 	var order []key
 	for _, e := range evs {
 		workers[e.Pid] = true
+		holders[holder{e.Pid, e.G}] = true
 		switch e.K {
 		case KAcq:
 			if !e.Valid {
 				continue // never used: the worker gave it back at once
 			}
-			k := key{e.Pid, e.S}
+			k := key{e.Pid, e.G, e.S}
 			if _, dup := holds[k]; dup {
-				r.violate("history", "pid %d acquisition %d recorded twice", e.Pid, e.S)
+				r.violate("history", "pid %d goroutine %d acquisition %d recorded twice", e.Pid, e.G, e.S)
 				continue
 			}
-			holds[k] = &Hold{W: e.W, Pid: e.Pid, S: e.S, Tok: e.Tok, Fence: e.Fence, T0: e.T0, Start: e.T, DL: e.DL}
+			toks := e.Toks
+			if len(toks) == 0 {
+				toks = []string{e.Tok}
+			} else if toks[0] != e.Tok {
+				r.violate("history", "pid %d goroutine %d acquisition %d: token %s is not the first of %v", e.Pid, e.G, e.S, e.Tok, toks)
+			}
+			if e.N > 0 && len(toks) != e.N {
+				r.violate("permits", "worker %d pid %d goroutine %d: asked for %d permits, holds %d tokens %v", e.W, e.Pid, e.G, e.N, len(toks), toks)
+			}
+			holds[k] = &Hold{W: e.W, Pid: e.Pid, G: e.G, S: e.S, Tok: e.Tok, Toks: toks, Fence: e.Fence, T0: e.T0, Start: e.T, DL: e.DL}
 			order = append(order, k)
 			if e.DL <= 0 && !opt.AllowUnleased {
 				r.violate("unleased", "worker %d pid %d: lease on %s fence %d was valid but Redis records no lease", e.W, e.Pid, e.Tok, e.Fence)
@@ -122,11 +147,11 @@ func Check(evs []Event, opt Options) Report {
 				r.violate("stale", "worker %d pid %d: lease on %s was valid at %d, after its deadline %d", e.W, e.Pid, e.Tok, e.T, e.DL*1000)
 			}
 		case KRelStart:
-			if h := holds[key{e.Pid, e.S}]; h != nil {
+			if h := holds[key{e.Pid, e.G, e.S}]; h != nil {
 				h.Released, h.RelValid, h.RelT = true, e.Valid, e.T
 			}
 		case KRel:
-			if h := holds[key{e.Pid, e.S}]; h != nil {
+			if h := holds[key{e.Pid, e.G, e.S}]; h != nil {
 				h.RelClass = e.Class
 			}
 			r.RelClasses[e.Class]++
@@ -134,7 +159,7 @@ func Check(evs []Event, opt Options) Report {
 			r.Cancels++
 		case KStarved:
 			r.Starved++
-			r.violate("starved", "worker %d pid %d: Acquire gave up after %s", e.W, e.Pid, e.Err)
+			r.violate("starved", "worker %d pid %d goroutine %d: Acquire(%d) gave up after %s", e.W, e.Pid, e.G, max(e.N, 1), e.Err)
 		case KAcqErr:
 			r.AcqErrs[e.Class]++
 		case KFPKill:
@@ -146,6 +171,7 @@ func Check(evs []Event, opt Options) Report {
 		}
 	}
 	r.Workers = len(workers)
+	r.Holders = len(holders)
 
 	var hs []*Hold
 	for _, k := range order {
@@ -165,6 +191,10 @@ func Check(evs []Event, opt Options) Report {
 		}
 		h.End = end
 		hs = append(hs, h)
+		r.Permits += len(h.Toks)
+		if len(h.Toks) > 1 {
+			r.Weighted++
+		}
 	}
 	r.Holds = len(hs)
 
@@ -179,29 +209,40 @@ func Check(evs []Event, opt Options) Report {
 	}
 	r.Epochs = len(groups)
 	for g, gh := range groups {
-		m, at := maxOverlap(gh)
+		m, at := maxOverlap(gh, permits)
 		if m > r.MaxOverlap {
 			r.MaxOverlap = m
 		}
 		if m > opt.N {
-			r.violate("overlap", "epoch %q: %d holds at once (N=%d) at %d", g, m, opt.N, at)
+			r.violate("overlap", "epoch %q: %d permits held at once (N=%d) at %d", g, m, opt.N, at)
+		}
+		if c, _ := maxOverlap(gh, one); c > r.MaxHolds {
+			r.MaxHolds = c
 		}
 	}
 	if opt.PerEpoch {
-		r.CrossEpochOverlap, _ = maxOverlap(hs)
+		r.CrossEpochOverlap, _ = maxOverlap(hs, permits)
 	}
 
-	// token: no token in two holds at once
+	// token: no token in two holds at once, nor twice in one
 	byTok := map[string][]*Hold{}
 	for _, h := range hs {
-		byTok[h.Tok] = append(byTok[h.Tok], h)
+		in := map[string]bool{}
+		for _, tok := range h.Toks {
+			if in[tok] {
+				r.violate("token", "worker %d pid %d goroutine %d: token %s twice in one hold %v (fence %d)", h.W, h.Pid, h.G, tok, h.Toks, h.Fence)
+				continue
+			}
+			in[tok] = true
+			byTok[tok] = append(byTok[tok], h)
+		}
 	}
 	for tok, th := range byTok {
 		sort.Slice(th, func(i, j int) bool { return th[i].Start < th[j].Start })
 		for i := 1; i < len(th); i++ {
 			if th[i].Start < th[i-1].End {
-				r.violate("token", "token %s held by worker %d (fence %d, %d..%d) and worker %d (fence %d, from %d)",
-					tok, th[i-1].W, th[i-1].Fence, th[i-1].Start, th[i-1].End, th[i].W, th[i].Fence, th[i].Start)
+				r.violate("token", "token %s held by worker %d/%d (fence %d, %d..%d) and worker %d/%d (fence %d, from %d)",
+					tok, th[i-1].W, th[i-1].G, th[i-1].Fence, th[i-1].Start, th[i-1].End, th[i].W, th[i].G, th[i].Fence, th[i].Start)
 			}
 		}
 	}
@@ -243,16 +284,21 @@ func Check(evs []Event, opt Options) Report {
 	return r
 }
 
-// maxOverlap sweeps the holds and returns the largest number open at once
-// and when. An end and a start at the same instant do not overlap.
-func maxOverlap(hs []*Hold) (int, int64) {
+// permits weighs a hold by its tokens, one by one.
+func permits(h *Hold) int { return len(h.Toks) }
+func one(*Hold) int       { return 1 }
+
+// maxOverlap sweeps the holds and returns the largest total weight open at
+// once and when. An end and a start at the same instant do not overlap.
+func maxOverlap(hs []*Hold, weight func(*Hold) int) (int, int64) {
 	type pt struct {
 		t int64
 		d int
 	}
 	pts := make([]pt, 0, 2*len(hs))
 	for _, h := range hs {
-		pts = append(pts, pt{h.Start, +1}, pt{h.End, -1})
+		w := weight(h)
+		pts = append(pts, pt{h.Start, +w}, pt{h.End, -w})
 	}
 	sort.Slice(pts, func(i, j int) bool {
 		if pts[i].t != pts[j].t {

@@ -31,20 +31,28 @@ const (
 
 // Event is one line of the history file.
 type Event struct {
-	K     string `json:"k"`
-	W     int    `json:"w"`             // worker id given by the test
-	Pid   int    `json:"pid"`           // process id
-	S     int    `json:"s,omitempty"`   // per-process acquisition number, joins acq and rel
-	Tok   string `json:"tok,omitempty"` // token
-	Fence int64  `json:"fence,omitempty"`
-	T0    int64  `json:"t0,omitempty"` // Redis TIME (µs) before Acquire
-	T     int64  `json:"t,omitempty"`  // Redis TIME (µs)
-	DL    int64  `json:"dl,omitempty"` // lease deadline recorded in Redis (ms of Redis TIME), 0 unknown
-	Valid bool   `json:"valid,omitempty"`
-	Done  bool   `json:"done,omitempty"`
-	Class string `json:"class,omitempty"` // outcome: ok, lost, released, expired, ctx, conn, wrongtype, ...
-	Err   string `json:"err,omitempty"`
-	Mono  int64  `json:"mono,omitempty"` // µs of the process's monotonic clock since its start
+	K   string `json:"k"`
+	W   int    `json:"w"`             // worker id given by the test
+	Pid int    `json:"pid"`           // process id
+	G   int    `json:"g,omitempty"`   // goroutine index in the process: a holder is (Pid, G)
+	S   int    `json:"s,omitempty"`   // per-holder acquisition number, joins acq and rel
+	N   int    `json:"n,omitempty"`   // permits asked for (AcquireN), 0 or 1 for Acquire
+	Tok string `json:"tok,omitempty"` // token (the first of Toks)
+	// Toks are all the tokens of a lease of several (AcquireN with k > 1),
+	// in grant order; empty for a lease of one (Tok).
+	Toks  []string `json:"toks,omitempty"`
+	Fence int64    `json:"fence,omitempty"` // one fence for all the tokens of a lease
+	T0    int64    `json:"t0,omitempty"`    // Redis TIME (µs) before Acquire
+	T     int64    `json:"t,omitempty"`     // Redis TIME (µs)
+	DL    int64    `json:"dl,omitempty"`    // lease deadline recorded in Redis (ms of Redis TIME), 0 unknown
+	Valid bool     `json:"valid,omitempty"`
+	Done  bool     `json:"done,omitempty"`
+	Class string   `json:"class,omitempty"` // outcome: ok, lost, released, expired, ctx, conn, wrongtype, ...
+	Err   string   `json:"err,omitempty"`
+	Mono  int64    `json:"mono,omitempty"`
+	// Lag is, for a cancel, how long (µs) Acquire took to return after its
+	// context ended: the settling of its wait in Redis.
+	Lag int64 `json:"lag,omitempty"` // µs of the process's monotonic clock since its start
 }
 
 // Writer appends events to a history file shared by several processes: the

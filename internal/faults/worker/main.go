@@ -19,6 +19,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -55,19 +56,38 @@ var (
 	strandP   = flag.Float64("strandp", 0, "probability to skip the lease script behind a BLMOVE and kill -9 itself once the move returned")
 	rto       = flag.Duration("rto", 0, "read timeout of the library's connections (0: none)")
 	histName  = flag.Bool("histname", false, "CLIENT SETNAME the bookkeeping connection to 'hist'")
-	mode      = flag.String("mode", "lib", "lib | mut-norelcheck | mut-reclaim | mut-rawpop | oneshot")
+	mode      = flag.String("mode", "lib", "lib | mut-norelcheck | mut-reclaim | mut-rawpop | mut-wleak | oneshot")
 	staleP    = flag.Float64("stalep", 0.3, "mut-norelcheck: probability of holding past the TTL")
 	exitOnErr = flag.Bool("exitonerr", false, "exit (code 3) on the first Acquire error that is not a context error")
+	nGor      = flag.Int("goroutines", 1, "goroutines looping acquire/hold/release on one shared *Semaphore")
+	steady    = flag.Int("steady", 0, "with -storm: the first this many goroutines never cancel on purpose")
+	waitConns = flag.Int("waitconns", -1, "WithWaitConnections (-1: the library's default)")
+	weighted  = flag.String("weighted", "", "comma-separated permit counts, e.g. \"1,3\": each hold takes k of them with AcquireN, k drawn at random")
+	leakAfter = flag.Float64("leakafter", 0.3, "mut-wleak: fraction of the hold after which one token of a k-hold is pushed back raw")
 )
+
+// weights are the permit counts of -weighted (nil: Acquire).
+var weights []int
 
 var (
 	hw   *history.Writer
 	pid  = os.Getpid()
 	keys history.Keys
 	mono = time.Now()
+	// main0 is the worker's first actor: the only one unless -goroutines
+	// asks for more, and the one the broken modes use.
+	main0 = &actor{}
+)
+
+// actor is one goroutine that loops acquire, hold, release: its index in the
+// process, its own bookkeeping connection (a redis.Conn is not for
+// concurrent use) and its own acquisition count. A holder is identified in
+// the history by pid and goroutine index.
+type actor struct {
+	g    int
 	book redis.Conn // bookkeeping connection: TIME and lease lookups
 	seq  int
-)
+}
 
 func main() {
 	flag.Parse()
@@ -107,8 +127,26 @@ func main() {
 	}}
 	defer pool.Close()
 
-	sem, err := redsem.NewSemaphore(pool, semName, *size, redsem.WithPrefix(*prefix), redsem.WithTTL(*ttl),
-		redsem.WithGrace(*grace), redsem.WithLabel(fmt.Sprintf("worker-%d:%d", *id, pid)))
+	if *weighted != "" {
+		for _, f := range strings.Split(*weighted, ",") {
+			k, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || k < 1 || k > *size {
+				fmt.Fprintf(os.Stderr, "worker: -weighted: %q is not a permit count between 1 and %d\n", f, *size)
+				os.Exit(2)
+			}
+			weights = append(weights, k)
+		}
+	}
+	if *nGor < 1 {
+		fmt.Fprintln(os.Stderr, "worker: -goroutines must be at least 1")
+		os.Exit(2)
+	}
+	semOpts := []redsem.Option{redsem.WithPrefix(*prefix), redsem.WithTTL(*ttl),
+		redsem.WithGrace(*grace), redsem.WithLabel(fmt.Sprintf("worker-%d:%d", *id, pid))}
+	if *waitConns >= 0 {
+		semOpts = append(semOpts, redsem.WithWaitConnections(*waitConns))
+	}
+	sem, err := redsem.NewSemaphore(pool, semName, *size, semOpts...)
 	if err != nil {
 		emit(history.Event{K: history.KFatal, Class: classify(err), Err: err.Error()})
 		fmt.Fprintln(os.Stderr, "worker:", err)
@@ -123,19 +161,19 @@ func main() {
 			return false
 		})
 	}
-	if err := dialBook(); err != nil {
+	if err := main0.dialBook(); err != nil {
 		fmt.Fprintln(os.Stderr, "worker: bookkeeping connection:", err)
 		os.Exit(4)
 	}
 	switch *mode {
-	case "lib", "mut-norelcheck":
-		os.Exit(loop(sem))
+	case "lib", "mut-norelcheck", "mut-wleak":
+		os.Exit(runActors(sem))
 	case "mut-rawpop":
-		os.Exit(rawPopLoop())
+		os.Exit(main0.rawPopLoop())
 	case "mut-reclaim":
-		os.Exit(rogueReclaimer())
+		os.Exit(main0.rogueReclaimer())
 	case "oneshot":
-		os.Exit(oneshot(sem))
+		os.Exit(main0.oneshot(sem))
 	}
 	fmt.Fprintln(os.Stderr, "worker: unknown -mode", *mode)
 	os.Exit(2)
@@ -183,8 +221,12 @@ func (p *dyingPool) GetContext(ctx context.Context) (redis.Conn, error) {
 	return p.Pool.GetContext(ctx)
 }
 
-func emit(e history.Event) {
-	e.W, e.Pid = *id, pid
+// emit records an event of the process as a whole (goroutine 0).
+func emit(e history.Event) { main0.emit(e) }
+
+// emit records an event of this actor.
+func (a *actor) emit(e history.Event) {
+	e.W, e.Pid, e.G = *id, pid, a.g
 	e.Mono = time.Since(mono).Microseconds()
 	if err := hw.Write(e); err != nil {
 		fmt.Fprintln(os.Stderr, "worker: history:", err)
@@ -192,7 +234,7 @@ func emit(e history.Event) {
 	}
 }
 
-func dialBook() error {
+func (a *actor) dialBook() error {
 	c, err := redis.Dial("tcp", *addr, dialOptions()...)
 	if err != nil {
 		return err
@@ -203,23 +245,23 @@ func dialBook() error {
 			return err
 		}
 	}
-	book = c
+	a.book = c
 	return nil
 }
 
 // bookDo runs a bookkeeping command, redialling for up to 15s: the tests kill
 // connections and restart the server under it.
-func bookDo(cmd string, args ...interface{}) (interface{}, error) {
+func (a *actor) bookDo(cmd string, args ...interface{}) (interface{}, error) {
 	var err error
 	for i := 0; i < 150; i++ {
-		if book == nil {
-			if err = dialBook(); err != nil {
+		if a.book == nil {
+			if err = a.dialBook(); err != nil {
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
 		}
 		var v interface{}
-		v, err = book.Do(cmd, args...)
+		v, err = a.book.Do(cmd, args...)
 		if err == nil {
 			return v, nil
 		}
@@ -227,15 +269,15 @@ func bookDo(cmd string, args ...interface{}) (interface{}, error) {
 		if errors.As(err, &re) && !strings.HasPrefix(string(re), "LOADING") {
 			return nil, err
 		}
-		book.Close()
-		book = nil
+		a.book.Close()
+		a.book = nil
 		time.Sleep(100 * time.Millisecond)
 	}
 	return nil, err
 }
 
-func serverTime() int64 {
-	v, err := redis.Int64s(bookDo("TIME"))
+func (a *actor) serverTime() int64 {
+	v, err := redis.Int64s(a.bookDo("TIME"))
 	if err != nil || len(v) != 2 {
 		fmt.Fprintln(os.Stderr, "worker: TIME:", err)
 		os.Exit(4)
@@ -243,23 +285,31 @@ func serverTime() int64 {
 	return v[0]*1_000_000 + v[1]
 }
 
-// leaseScript reads, in one step, Redis TIME and the lease deadline and fence
-// Redis records for a token.
+// leaseScript reads, in one step, Redis TIME and the lease deadline and
+// record Redis keeps for each token in ARGV.
 var leaseScript = redis.NewScript(2, `
 local t = redis.call('TIME')
-local dl = redis.call('ZSCORE', KEYS[1], ARGV[1])
-local rec = redis.call('HGET', KEYS[2], 't:' .. ARGV[1])
-return {t[1], t[2], dl or '', rec or ''}`)
+local out = {t[1], t[2]}
+for _, tok in ipairs(ARGV) do
+  out[#out + 1] = redis.call('ZSCORE', KEYS[1], tok) or ''
+  out[#out + 1] = redis.call('HGET', KEYS[2], 't:' .. tok) or ''
+end
+return out`)
 
 // leaseInfo returns Redis TIME (µs) and the deadline (ms) of the lease with
-// this fence on tok, or 0 when Redis records no such lease.
-func leaseInfo(tok string, fence int64) (int64, int64) {
+// this fence on toks (the earliest of their deadlines: the tokens of one
+// lease share one), or 0 when Redis records no such lease on one of them.
+func (a *actor) leaseInfo(toks []string, fence int64) (int64, int64) {
+	args := []interface{}{keys.Leases, keys.Holders}
+	for _, t := range toks {
+		args = append(args, t)
+	}
 	for i := 0; ; i++ {
-		v, err := redis.Strings(leaseScript.Do(bookConn(), keys.Leases, keys.Holders, tok))
-		if err != nil || len(v) != 4 {
+		v, err := redis.Strings(leaseScript.Do(a.bookConn(), args...))
+		if err != nil || len(v) != 2+2*len(toks) {
 			if i < 150 {
-				book.Close()
-				book = nil
+				a.book.Close()
+				a.book = nil
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
@@ -269,26 +319,33 @@ func leaseInfo(tok string, fence int64) (int64, int64) {
 		s, _ := strconv.ParseInt(v[0], 10, 64)
 		us, _ := strconv.ParseInt(v[1], 10, 64)
 		now := s*1_000_000 + us
-		parts := strings.Split(v[3], "|")
-		if v[2] == "" || len(parts) < 2 || parts[1] != strconv.FormatInt(fence, 10) {
-			return now, 0
+		var dl int64
+		for j := range toks {
+			score, rec := v[2+2*j], v[3+2*j]
+			parts := strings.Split(rec, "|")
+			if score == "" || len(parts) < 2 || parts[1] != strconv.FormatInt(fence, 10) {
+				return now, 0
+			}
+			d, _ := strconv.ParseFloat(score, 64)
+			if j == 0 || int64(d) < dl {
+				dl = int64(d)
+			}
 		}
-		dl, _ := strconv.ParseFloat(v[2], 64)
-		return now, int64(dl)
+		return now, dl
 	}
 }
 
-func bookConn() redis.Conn {
-	for i := 0; book == nil && i < 150; i++ {
-		if err := dialBook(); err != nil {
+func (a *actor) bookConn() redis.Conn {
+	for i := 0; a.book == nil && i < 150; i++ {
+		if err := a.dialBook(); err != nil {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	if book == nil {
+	if a.book == nil {
 		fmt.Fprintln(os.Stderr, "worker: no bookkeeping connection")
 		os.Exit(4)
 	}
-	return book
+	return a.book
 }
 
 func classify(err error) string {
@@ -341,13 +398,13 @@ func randDur(lo, hi time.Duration) time.Duration {
 
 // acquire runs one Acquire with this worker's context policy and records
 // it. It returns nil when the attempt ended without a lease.
-func acquire(sem *redsem.Semaphore) (*redsem.Lease, int64, bool) {
-	t0 := serverTime()
-	emit(history.Event{K: history.KWait, T0: t0})
+func (a *actor) acquire(sem *redsem.Semaphore, k int) (*redsem.Lease, int64, bool) {
+	t0 := a.serverTime()
+	a.emit(history.Event{K: history.KWait, T0: t0, N: k})
 	ctx, cancel := context.WithTimeout(context.Background(), *acqTO)
 	defer cancel()
 	intended := false
-	if *storm && rand.IntN(4) != 0 {
+	if *storm && a.g >= *steady && rand.IntN(4) != 0 {
 		intended = true
 		life := randDur(time.Millisecond, *stormMax)
 		if rand.IntN(2) == 0 {
@@ -361,19 +418,32 @@ func acquire(sem *redsem.Semaphore) (*redsem.Lease, int64, bool) {
 			defer t.Stop()
 		}
 	}
-	l, err := sem.Acquire(ctx)
+	var ended atomic.Int64 // when ctx ended (UnixNano)
+	stop := context.AfterFunc(ctx, func() { ended.Store(time.Now().UnixNano()) })
+	defer stop()
+	var l *redsem.Lease
+	var err error
+	if weights != nil {
+		l, err = sem.AcquireN(ctx, k)
+	} else {
+		l, err = sem.Acquire(ctx)
+	}
 	if err != nil {
 		cl := classify(err)
 		switch {
 		case cl == "ctx" && intended:
-			emit(history.Event{K: history.KCancel, Err: err.Error()})
+			var lag int64
+			if e := ended.Load(); e > 0 {
+				lag = max(time.Now().UnixNano()-e, 0) / 1000
+			}
+			a.emit(history.Event{K: history.KCancel, N: k, Err: err.Error(), Lag: lag})
 		case cl == "ctx":
-			emit(history.Event{K: history.KStarved, Err: err.Error()})
+			a.emit(history.Event{K: history.KStarved, N: k, Err: err.Error()})
 		case *exitOnErr || cl == "wrongtype" || cl == "size" || cl == "corrupt" || cl == "noperm":
-			emit(history.Event{K: history.KFatal, Class: cl, Err: err.Error()})
+			a.emit(history.Event{K: history.KFatal, Class: cl, Err: err.Error()})
 			os.Exit(3)
 		default:
-			emit(history.Event{K: history.KAcqErr, Class: cl, Err: err.Error()})
+			a.emit(history.Event{K: history.KAcqErr, N: k, Class: cl, Err: err.Error()})
 			time.Sleep(20 * time.Millisecond)
 		}
 		return nil, t0, false
@@ -381,47 +451,104 @@ func acquire(sem *redsem.Semaphore) (*redsem.Lease, int64, bool) {
 	return l, t0, true
 }
 
-func loop(sem *redsem.Semaphore) int {
+// runActors runs -goroutines actors on the one semaphore, and returns once
+// every one has finished.
+func runActors(sem *redsem.Semaphore) int {
+	if *nGor == 1 {
+		return main0.loop(sem)
+	}
+	var wg sync.WaitGroup
+	codes := make([]int, *nGor)
+	for g := 0; g < *nGor; g++ {
+		a := main0
+		if g > 0 {
+			a = &actor{g: g}
+			if err := a.dialBook(); err != nil {
+				fmt.Fprintln(os.Stderr, "worker: bookkeeping connection:", err)
+				return 4
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[a.g] = a.loop(sem)
+		}()
+	}
+	wg.Wait()
+	for _, c := range codes {
+		if c != 0 {
+			return c
+		}
+	}
+	return 0
+}
+
+func (a *actor) loop(sem *redsem.Semaphore) int {
 	end := time.Now().Add(*dur)
 	for i := 0; (*iters == 0 || i < *iters) && time.Now().Before(end); {
-		l, t0, ok := acquire(sem)
+		k := 1
+		if weights != nil {
+			k = weights[rand.IntN(len(weights))]
+		}
+		l, t0, ok := a.acquire(sem, k)
 		if !ok {
 			continue
 		}
 		i++
-		seq++
-		s := seq
-		now, dl := leaseInfo(l.Token(), l.Fence())
+		a.seq++
+		s := a.seq
+		toks := l.Tokens()
+		if len(toks) != k {
+			a.emit(history.Event{K: history.KFatal, Class: "count", Err: fmt.Sprintf("AcquireN(%d) returned a lease on %d tokens %v", k, len(toks), toks)})
+		}
+		now, dl := a.leaseInfo(toks, l.Fence())
 		valid := l.Valid()
-		emit(history.Event{K: history.KAcq, S: s, Tok: l.Token(), Fence: l.Fence(), T0: t0, T: now, DL: dl, Valid: valid})
+		a.emit(history.Event{K: history.KAcq, S: s, N: k, Tok: l.Token(), Toks: multi(toks), Fence: l.Fence(), T0: t0, T: now, DL: dl, Valid: valid})
 		if valid {
 			hold := randDur(*holdMin, *holdMax)
-			if *mode == "mut-norelcheck" && rand.Float64() < *staleP {
+			switch {
+			case *mode == "mut-norelcheck" && rand.Float64() < *staleP:
 				// The broken holder does not watch its lease either.
 				time.Sleep(2**ttl + *ttl/2)
-			} else {
-				hold1(l, hold)
+			case *mode == "mut-wleak" && len(toks) > 1:
+				// The broken weighted holder gives one of its tokens back
+				// early, raw, and goes on as if it held all k.
+				early := time.Duration(float64(hold) * *leakAfter)
+				a.hold1(l, early)
+				_, _ = a.bookDo("LPUSH", keys.Tokens, toks[len(toks)-1])
+				a.hold1(l, hold-early)
+			default:
+				a.hold1(l, hold)
 			}
 		}
-		tr := serverTime()
+		tr := a.serverTime()
 		v := l.Valid()
-		emit(history.Event{K: history.KRelStart, S: s, Tok: l.Token(), Fence: l.Fence(), T: tr, Valid: v, Done: isDone(l)})
+		a.emit(history.Event{K: history.KRelStart, S: s, Tok: l.Token(), Fence: l.Fence(), T: tr, Valid: v, Done: isDone(l)})
 		var err error
 		if *mode == "mut-norelcheck" {
-			err = uncheckedRelease(l.Token())
+			err = a.uncheckedRelease(l.Token())
 		} else {
 			err = release(l)
 		}
-		emit(history.Event{K: history.KRel, S: s, Tok: l.Token(), Fence: l.Fence(), Class: classify(err), Err: errString(err)})
+		a.emit(history.Event{K: history.KRel, S: s, Tok: l.Token(), Fence: l.Fence(), Class: classify(err), Err: errString(err)})
 		time.Sleep(randDur(0, *gapMax))
 	}
-	emit(history.Event{K: history.KExit})
+	a.emit(history.Event{K: history.KExit})
 	return 0
+}
+
+// multi returns toks when a lease holds several, and nil for one (whose
+// token is the event's Tok).
+func multi(toks []string) []string {
+	if len(toks) > 1 {
+		return toks
+	}
+	return nil
 }
 
 // hold keeps the lease for d, or until it ends. A holder that was frozen
 // (SIGSTOP) past its deadline reports what it finds when it resumes.
-func hold1(l *redsem.Lease, d time.Duration) {
+func (a *actor) hold1(l *redsem.Lease, d time.Duration) {
 	start := time.Now()
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -440,7 +567,7 @@ func hold1(l *redsem.Lease, d time.Duration) {
 			case <-time.After(200 * time.Millisecond):
 			}
 		}
-		emit(history.Event{K: history.KRevived, Tok: l.Token(), Fence: l.Fence(), T: serverTime(),
+		a.emit(history.Event{K: history.KRevived, Tok: l.Token(), Fence: l.Fence(), T: a.serverTime(),
 			Valid: l.Valid(), Done: isDone(l), Class: classify(l.Err()), Err: strconv.FormatInt(over.Milliseconds(), 10) + "ms late"})
 	}
 }
@@ -485,14 +612,14 @@ redis.call('HDEL', KEYS[3], 't:' .. ARGV[1])
 redis.call('LPUSH', KEYS[1], ARGV[1])
 return 1`)
 
-func uncheckedRelease(tok string) error {
-	_, err := uncheckedScript.Do(bookConn(), keys.Tokens, keys.Leases, keys.Holders, tok)
+func (a *actor) uncheckedRelease(tok string) error {
+	_, err := uncheckedScript.Do(a.bookConn(), keys.Tokens, keys.Leases, keys.Holders, tok)
 	return err
 }
 
 // rawPopLoop is the broken client of mode mut-rawpop: it takes tokens with
 // BLPOP and records no lease, then pushes them back.
-func rawPopLoop() int {
+func (a *actor) rawPopLoop() int {
 	c, err := redis.Dial("tcp", *addr, dialOptions()...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
@@ -501,22 +628,22 @@ func rawPopLoop() int {
 	defer c.Close()
 	end := time.Now().Add(*dur)
 	for time.Now().Before(end) {
-		t0 := serverTime()
-		emit(history.Event{K: history.KWait, T0: t0})
+		t0 := a.serverTime()
+		a.emit(history.Event{K: history.KWait, T0: t0})
 		v, err := redis.Strings(c.Do("BLPOP", keys.Tokens, "0.5"))
 		if err != nil || len(v) != 2 {
 			continue
 		}
-		seq++
+		a.seq++
 		tok := v[1]
-		emit(history.Event{K: history.KAcq, S: seq, Tok: tok, T0: t0, T: serverTime(), Valid: true})
+		a.emit(history.Event{K: history.KAcq, S: a.seq, Tok: tok, T0: t0, T: a.serverTime(), Valid: true})
 		time.Sleep(randDur(*holdMin, *holdMax))
-		emit(history.Event{K: history.KRelStart, S: seq, Tok: tok, T: serverTime(), Valid: true})
+		a.emit(history.Event{K: history.KRelStart, S: a.seq, Tok: tok, T: a.serverTime(), Valid: true})
 		_, err = c.Do("LPUSH", keys.Tokens, tok)
-		emit(history.Event{K: history.KRel, S: seq, Tok: tok, Class: classify(err)})
+		a.emit(history.Event{K: history.KRel, S: a.seq, Tok: tok, Class: classify(err)})
 		time.Sleep(randDur(0, *gapMax))
 	}
-	emit(history.Event{K: history.KExit})
+	a.emit(history.Event{K: history.KExit})
 	return 0
 }
 
@@ -532,36 +659,36 @@ for _, tok in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
 end
 return n`)
 
-func rogueReclaimer() int {
+func (a *actor) rogueReclaimer() int {
 	end := time.Now().Add(*dur)
 	for time.Now().Before(end) {
-		_, _ = reclaimAllScript.Do(bookConn(), keys.Tokens, keys.Leases, keys.Holders)
+		_, _ = reclaimAllScript.Do(a.bookConn(), keys.Tokens, keys.Leases, keys.Holders)
 		time.Sleep(randDur(*holdMin, *holdMax))
 	}
-	emit(history.Event{K: history.KExit})
+	a.emit(history.Event{K: history.KExit})
 	return 0
 }
 
 // oneshot acquires once and releases, recording the outcome: for bad-input
 // tests.
-func oneshot(sem *redsem.Semaphore) int {
+func (a *actor) oneshot(sem *redsem.Semaphore) int {
 	ctx, cancel := context.WithTimeout(context.Background(), *acqTO)
 	defer cancel()
 	l, err := sem.Acquire(ctx)
 	if err != nil {
-		emit(history.Event{K: history.KFatal, Class: classify(err), Err: err.Error()})
+		a.emit(history.Event{K: history.KFatal, Class: classify(err), Err: err.Error()})
 		return 3
 	}
-	seq++
-	now, dl := leaseInfo(l.Token(), l.Fence())
-	emit(history.Event{K: history.KAcq, S: seq, Tok: l.Token(), Fence: l.Fence(), T: now, DL: dl, Valid: l.Valid()})
+	a.seq++
+	now, dl := a.leaseInfo([]string{l.Token()}, l.Fence())
+	a.emit(history.Event{K: history.KAcq, S: a.seq, Tok: l.Token(), Fence: l.Fence(), T: now, DL: dl, Valid: l.Valid()})
 	time.Sleep(*holdMin)
-	emit(history.Event{K: history.KRelStart, S: seq, Tok: l.Token(), Fence: l.Fence(), T: serverTime(), Valid: l.Valid()})
+	a.emit(history.Event{K: history.KRelStart, S: a.seq, Tok: l.Token(), Fence: l.Fence(), T: a.serverTime(), Valid: l.Valid()})
 	err = release(l)
-	emit(history.Event{K: history.KRel, S: seq, Tok: l.Token(), Fence: l.Fence(), Class: classify(err), Err: errString(err)})
+	a.emit(history.Event{K: history.KRel, S: a.seq, Tok: l.Token(), Fence: l.Fence(), Class: classify(err), Err: errString(err)})
 	if err != nil {
 		return 3
 	}
-	emit(history.Event{K: history.KExit})
+	a.emit(history.Event{K: history.KExit})
 	return 0
 }
