@@ -98,3 +98,29 @@ func TestCheckerCatchesPopWithoutLease(t *testing.T) {
 	assert.Positive(t, rep.Kinds["unleased"], "the checker missed holds without a lease")
 	assert.Positive(t, lost, "the quiescence check missed the tokens the killed raw clients took")
 }
+
+// TestCheckerCatchesWeightedEarlyFree: weighted holders that free one of
+// their k tokens behind the library's back (its lease and record removed and
+// the token pushed back, raw) halfway through the hold, and go on as if they
+// held all k. A library client then holds that token too: the checker must
+// see the token held twice and more permits held than the size.
+func TestCheckerCatchesWeightedEarlyFree(t *testing.T) {
+	t.Parallel()
+	const n = 4
+	srv := redistest.Start(t)
+	r := newRun(t, srv, n, time.Second, 200*time.Millisecond)
+	for i := 0; i < 2; i++ {
+		r.spawn("-mode", "mut-wleak", "-weighted", "2,3", "-goroutines", "2", "-leakafter", "0.3",
+			"-dur", "3s", "-holdmin", "60ms", "-holdmax", "150ms", "-gapmax", "5ms")
+	}
+	for i := 0; i < 2; i++ {
+		r.spawn("-weighted", "1", "-goroutines", "2", "-dur", "3s", "-holdmin", "20ms", "-holdmax", "60ms", "-gapmax", "5ms")
+	}
+	r.waitAll(30 * time.Second)
+	rep := history.Check(r.events(), history.Options{N: n})
+	t.Logf("broken weighted holder: %s", rep.Summary())
+	assert.Positive(t, rep.Weighted, "no weighted holds")
+	assert.Positive(t, rep.Kinds["token"], "the checker missed a token held twice")
+	assert.Positive(t, rep.Kinds["overlap"], "the checker missed more permits held than the size")
+	assert.Greater(t, rep.MaxOverlap, n)
+}

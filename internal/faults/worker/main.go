@@ -63,7 +63,7 @@ var (
 	steady    = flag.Int("steady", 0, "with -storm: the first this many goroutines never cancel on purpose")
 	waitConns = flag.Int("waitconns", -1, "WithWaitConnections (-1: the library's default)")
 	weighted  = flag.String("weighted", "", "comma-separated permit counts, e.g. \"1,3\": each hold takes k of them with AcquireN, k drawn at random")
-	leakAfter = flag.Float64("leakafter", 0.3, "mut-wleak: fraction of the hold after which one token of a k-hold is pushed back raw")
+	leakAfter = flag.Float64("leakafter", 0.3, "mut-wleak: fraction of the hold after which one token of a k-hold is freed raw")
 )
 
 // weights are the permit counts of -weighted (nil: Acquire).
@@ -511,11 +511,13 @@ func (a *actor) loop(sem *redsem.Semaphore) int {
 				// The broken holder does not watch its lease either.
 				time.Sleep(2**ttl + *ttl/2)
 			case *mode == "mut-wleak" && len(toks) > 1:
-				// The broken weighted holder gives one of its tokens back
-				// early, raw, and goes on as if it held all k.
+				// The broken weighted holder frees one of its k tokens early
+				// (its lease and record gone, the token pushed back: a raw
+				// LPUSH alone would not do, the library drops a popped token
+				// that is still leased) and goes on as if it held all k.
 				early := time.Duration(float64(hold) * *leakAfter)
 				a.hold1(l, early)
-				_, _ = a.bookDo("LPUSH", keys.Tokens, toks[len(toks)-1])
+				_ = a.uncheckedRelease(toks[len(toks)-1])
 				a.hold1(l, hold-early)
 			default:
 				a.hold1(l, hold)

@@ -1,0 +1,155 @@
+package faults
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem/internal/faults/history"
+	"github.com/redsem/redsem/internal/redistest"
+)
+
+// holdsByK counts the holds by their number of tokens.
+func holdsByK(evs []history.Event) map[int]int {
+	out := map[int]int{}
+	for _, e := range evs {
+		if e.K == history.KAcq && e.Valid {
+			out[max(len(e.Toks), 1)]++
+		}
+	}
+	return out
+}
+
+// openPermits returns, for each pid, the permits of its holds that the
+// history shows open (an acq with no relstart yet).
+func openPermits(evs []history.Event) map[int]int {
+	type key struct{ pid, g, s int }
+	open := map[key]int{}
+	for _, e := range evs {
+		switch e.K {
+		case history.KAcq:
+			open[key{e.Pid, e.G, e.S}] = max(len(e.Toks), 1)
+		case history.KRelStart:
+			delete(open, key{e.Pid, e.G, e.S})
+		}
+	}
+	out := map[int]int{}
+	for k, n := range open {
+		out[k.pid] += n
+	}
+	return out
+}
+
+// Weighted acquire under faults: processes of several goroutines, each hold
+// AcquireN(k) with k drawn from {1, 2, 3} on a semaphore of 4 (so AcquireN
+// collectors, shared-waiting Acquire callers and the collector ticket all
+// meet), while random processes are killed -9 (collectors holding part of
+// what they need among them) or frozen (SIGSTOP) past the TTL and resumed.
+// The checker counts permits: a k-hold counts k toward the size.
+func TestWeightedKillAndStop(t *testing.T) {
+	t.Parallel()
+	const n, procs, gor = 4, 4, 3
+	const ttl = 600 * time.Millisecond
+	srv := redistest.Start(t)
+	r := newRun(t, srv, n, ttl, 200*time.Millisecond,
+		"-goroutines", strconv.Itoa(gor), "-weighted", "1,2,3", "-acqtimeout", "8s")
+	runFor := scaled(6*time.Second, 10)
+	end := time.Now().Add(runFor)
+	spawn := func() *proc {
+		return r.spawn("-dur", time.Until(end).Round(time.Millisecond).String(),
+			"-holdmin", "5ms", "-holdmax", "40ms", "-gapmax", "10ms")
+	}
+	var live []*proc
+	for i := 0; i < procs; i++ {
+		live = append(live, spawn())
+	}
+	// One process at a time is frozen, 2.5 TTLs, by a goroutine of its own,
+	// while kills go on.
+	kills, stops := 0, 0
+	var stopped atomic.Pointer[proc]
+	var thawed sync.WaitGroup
+	defer thawed.Wait()
+	for i := 0; time.Now().Before(end.Add(-3*ttl)) && i < 1000; i++ {
+		time.Sleep(time.Duration(150+rand.IntN(250)) * time.Millisecond)
+		for j, p := range live {
+			if p.exited() {
+				live[j] = spawn()
+			}
+		}
+		j := rand.IntN(len(live))
+		if i%2 == 1 {
+			// Freeze a process that holds permits now, if one does within
+			// 300ms: most of the time goroutines wait.
+			waitFor(300*time.Millisecond, func() bool {
+				evs, _, err := history.Read(r.hist)
+				if err != nil {
+					return false
+				}
+				held := openPermits(evs)
+				for jj, p := range live {
+					if held[p.pid()] > 0 && p != stopped.Load() {
+						j = jj
+						return true
+					}
+				}
+				return false
+			})
+		}
+		v := live[j]
+		if v == stopped.Load() {
+			continue
+		}
+		if i%2 == 0 {
+			v.kill9()
+			kills++
+			live[j] = spawn()
+			continue
+		}
+		if !stopped.CompareAndSwap(nil, v) {
+			continue
+		}
+		if syscall.Kill(v.pid(), syscall.SIGSTOP) != nil {
+			stopped.Store(nil)
+			continue
+		}
+		stops++
+		thawed.Add(1)
+		go func() {
+			defer thawed.Done()
+			time.Sleep(5 * ttl / 2)
+			_ = syscall.Kill(v.pid(), syscall.SIGCONT)
+			stopped.Store(nil)
+		}()
+	}
+	thawed.Wait()
+	r.waitAll(40 * time.Second)
+	evs := r.events()
+	rep := r.check(history.Options{})
+	st, lost, took := quiesce(t, r.sem(), 15*time.Second)
+	k := history.KeysFor("redsem:", r.name)
+	assert.Empty(t, pendKeys(t, srv, k), "pending lists left")
+	admin := adminConn(t, srv)
+	wq, err := redis.Int(admin.Do("LLEN", k.Base+"wqueue"))
+	require.NoError(t, err)
+	checked, served := servedGoroutines(t, evs, r.procs, nil, gor, end, 3*time.Second)
+	byK := holdsByK(evs)
+	revived := count(evs, history.KRevived, nil)
+	t.Logf("weighted, kill -9 and SIGSTOP past the TTL: clients=%d processes x %d goroutines (%d holders), AcquireN(k) k in {1,2,3} on N=%d; kills=%d stops=%d (%v each, TTL %v; holders revived past their lease=%d); holds by k=%v %s; max overlap %d permits of N=%d; goroutines served %d/%d; quiesced in %v, tokens lost=%d, rejected=%d, weighted queue left=%d",
+		len(r.procs), gor, rep.Holders, n, kills, stops, 5*ttl/2, ttl, revived, byK, rep.Summary(), rep.MaxOverlap, n, served, checked, took.Round(time.Millisecond), lost, st.Rejected, wq)
+	assert.Zero(t, lost, "tokens lost")
+	assert.Zero(t, rep.Starved, "starved waiters")
+	assert.Positive(t, kills)
+	assert.Positive(t, stops)
+	assert.Positive(t, byK[3], "no hold of 3 permits")
+	assert.Positive(t, byK[2], "no hold of 2 permits")
+	assert.Positive(t, byK[1], "no hold of 1 permit")
+	assert.Positive(t, checked, "no worker was left alone long enough to check that its goroutines were served")
+}
