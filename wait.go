@@ -172,6 +172,7 @@ func (s *Semaphore) pump() {
 				w.elem = nil
 				w.ch <- waitResult{err: err}
 			}
+			g.cancel()
 			q.mu.Unlock()
 		}
 	}
@@ -185,6 +186,11 @@ func (s *Semaphore) handOff(l *Lease) {
 		w := q.waiters.Remove(e).(*waiter)
 		w.elem = nil
 		w.ch <- waitResult{lease: l}
+		if q.waiters.Len() == 0 {
+			// Served the last one: any other pump still blocked in Redis
+			// would wait for nobody (and keep its place in Redis's queue).
+			q.gen.cancel()
+		}
 		q.mu.Unlock()
 		return
 	}
