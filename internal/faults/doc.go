@@ -6,5 +6,15 @@
 // the checker in ./history. Its tests also run that checker against
 // deliberately broken clients to show that it catches them.
 //
+// A worker can run several goroutines on one *Semaphore (-goroutines), so
+// that they share waiting behind the process's pumps; each is a holder of
+// its own in the history (pid and goroutine index). It can take k permits
+// per hold with AcquireN (-weighted "1,2,3": k drawn from the set); the
+// history records the k tokens of such a hold and the checker counts a
+// k-hold as k permits.
+//
+// Reproducers of library bugs found by the suite are kept as tests that
+// skip unless REDSEM_LIBBUGS=1.
+//
 // Set REDSEM_SOAK=1 to run every fault for longer.
 package faults

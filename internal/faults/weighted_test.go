@@ -2,6 +2,7 @@ package faults
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,25 @@ func holdsByK(evs []history.Event) map[int]int {
 		if e.K == history.KAcq && e.Valid {
 			out[max(len(e.Toks), 1)]++
 		}
+	}
+	return out
+}
+
+// waitsByK returns, for each number of permits asked for, the longest and
+// the 99th percentile wait (from the Redis TIME before AcquireN to the one
+// after it returned) of the granted acquisitions.
+func waitsByK(evs []history.Event) map[int][2]time.Duration {
+	all := map[int][]int64{}
+	for _, e := range evs {
+		if e.K == history.KAcq && e.T0 > 0 && e.T >= e.T0 {
+			k := max(len(e.Toks), 1)
+			all[k] = append(all[k], e.T-e.T0)
+		}
+	}
+	out := map[int][2]time.Duration{}
+	for k, ws := range all {
+		slices.Sort(ws)
+		out[k] = [2]time.Duration{time.Duration(ws[len(ws)-1]) * time.Microsecond, time.Duration(ws[len(ws)*99/100]) * time.Microsecond}
 	}
 	return out
 }
@@ -142,8 +162,8 @@ func TestWeightedKillAndStop(t *testing.T) {
 	checked, served := servedGoroutines(t, evs, r.procs, nil, gor, end, 3*time.Second)
 	byK := holdsByK(evs)
 	revived := count(evs, history.KRevived, nil)
-	t.Logf("weighted, kill -9 and SIGSTOP past the TTL: clients=%d processes x %d goroutines (%d holders), AcquireN(k) k in {1,2,3} on N=%d; kills=%d stops=%d (%v each, TTL %v; holders revived past their lease=%d); holds by k=%v %s; max overlap %d permits of N=%d; goroutines served %d/%d; quiesced in %v, tokens lost=%d, rejected=%d, weighted queue left=%d",
-		len(r.procs), gor, rep.Holders, n, kills, stops, 5*ttl/2, ttl, revived, byK, rep.Summary(), rep.MaxOverlap, n, served, checked, took.Round(time.Millisecond), lost, st.Rejected, wq)
+	t.Logf("weighted, kill -9 and SIGSTOP past the TTL: clients=%d processes x %d goroutines (%d holders), AcquireN(k) k in {1,2,3} on N=%d; kills=%d stops=%d (%v each, TTL %v; holders revived past their lease=%d); holds by k=%v, longest and p99 wait by k=%v %s; max overlap %d permits of N=%d; goroutines served %d/%d; quiesced in %v, tokens lost=%d, rejected=%d, weighted queue left=%d",
+		len(r.procs), gor, rep.Holders, n, kills, stops, 5*ttl/2, ttl, revived, byK, waitsByK(evs), rep.Summary(), rep.MaxOverlap, n, served, checked, took.Round(time.Millisecond), lost, st.Rejected, wq)
 	assert.Zero(t, lost, "tokens lost")
 	assert.Zero(t, rep.Starved, "starved waiters")
 	assert.Positive(t, kills)

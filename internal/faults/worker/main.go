@@ -1,7 +1,10 @@
 // Command worker is the client process of redsem's fault suite. It loops
 // acquire, hold, release on one semaphore and appends every step to a shared
-// history file (see ../history). Modes other than "lib" are deliberately
-// broken clients that the history checker must catch.
+// history file (see ../history). With -goroutines G it runs G such loops on
+// one shared *Semaphore (shared waiting), each recording its own holds (the
+// event's G field); with -weighted it takes k permits per hold with AcquireN
+// and records all k tokens. Modes other than "lib" are deliberately broken
+// clients that the history checker must catch.
 //
 // Exit codes: 0 done, 2 bad flags or constructor error, 3 fatal library error
 // (wrong type, size mismatch, ...), 4 history or Redis bookkeeping failure.
