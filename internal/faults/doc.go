@@ -13,8 +13,5 @@
 // history records the k tokens of such a hold and the checker counts a
 // k-hold as k permits.
 //
-// Reproducers of library bugs found by the suite are kept as tests that
-// skip unless REDSEM_LIBBUGS=1.
-//
 // Set REDSEM_SOAK=1 to run every fault for longer.
 package faults

@@ -3,7 +3,6 @@ package faults
 import (
 	"context"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -172,9 +171,10 @@ func TestSharedWaitingCancellationStorm(t *testing.T) {
 	for i := 0; i < procs; i++ {
 		args := []string{"-dur", runFor.String(), "-storm", "-stormmax", "40ms", "-steady", strconv.Itoa(steady),
 			"-acqtimeout", "10s", "-holdmin", "5ms", "-holdmax", "30ms", "-gapmax", "2ms"}
-		// (One pump per process: with two, a pump left blocked once the
-		// queue emptied by a grant leaves a registered wait behind; see
-		// TestLibraryBugIdlePumpStaysBlocked.)
+		if i%2 == 1 {
+			// two pumps (see TestIdlePumpStopsWhenQueueEmptiedByGrant)
+			args = append(args, "-waitconns", "2")
+		}
 		r.spawn(args...)
 	}
 	r.waitAll(40 * time.Second)
@@ -207,30 +207,20 @@ func TestSharedWaitingCancellationStorm(t *testing.T) {
 	assert.Positive(t, steadyMin, "a steady goroutine starved")
 }
 
-// libBugs reports whether REDSEM_LIBBUGS=1 asks to run the reproducers of
-// known library bugs, which are skipped otherwise.
-func libBugs() bool { return os.Getenv("REDSEM_LIBBUGS") == "1" }
-
-// Library bug (found by TestSharedWaitingCancellationStorm with
-// -waitconns 2): with WithWaitConnections(n >= 2), when the local queue
-// empties because its last waiter was served (not cancelled), the other
-// pumps are not stopped: they stay blocked in BLMOVE, registered as waiting,
-// for as long as no token comes (re-blocking after every timeout), and the
-// next token released anywhere goes to such a pump ahead of real waiters of
-// other processes, is leased and handed back. wait.go's contract says "When
-// the queue empties, the pumps stop". Only the cancellation path cancels the
-// pumps' run (pumpGen); handOff does not.
+// Regression (found by TestSharedWaitingCancellationStorm with
+// -waitconns 2, fixed in wait.go by "Serving the last local waiter stops the
+// other pumps"): with WithWaitConnections(n >= 2), when the local queue
+// emptied because its last waiter was served (not cancelled), the other
+// pumps stayed blocked in BLMOVE, registered as waiting, keeping a place in
+// Redis's queue ahead of other clients' waiters.
 //
 // Deterministic: one token, held by another client; two goroutines of a
 // WithWaitConnections(2) semaphore wait (two pumps blocked), then a waiter of
 // another client. Tokens go pump 1 -> goroutine 1 (pump 1 blocks again,
 // behind the other client's waiter), pump 2 -> goroutine 2 (the queue is now
-// empty), then the other client. Nobody of the first semaphore waits, yet
-// one of its pumps stays blocked in Redis.
-func TestLibraryBugIdlePumpStaysBlocked(t *testing.T) {
-	if !libBugs() {
-		t.Skip("library bug: with WithWaitConnections(n >= 2) a pump stays blocked in Redis after the local queue emptied by a grant (see report; REDSEM_LIBBUGS=1 runs it)")
-	}
+// empty), then the other client. Nobody of the first semaphore waits, so
+// none of its pumps may stay blocked in Redis.
+func TestIdlePumpStopsWhenQueueEmptiedByGrant(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	r := newRun(t, srv, 1, 10*time.Second, 300*time.Millisecond)
