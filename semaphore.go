@@ -169,31 +169,65 @@ func (s *Semaphore) blockFor(ctx context.Context) int64 {
 // blocked connection broke before it gives up and returns the error.
 const maxBrokenWaits = 5
 
+// acquireMode says how far one acquisition goes.
+type acquireMode int
+
+const (
+	modeTry      acquireMode = iota // the fast path only: ErrNoToken when none is free
+	modeRegister                    // the fast path; when none is free, stay registered as waiting and return that
+	modeWait                        // wait until a grant or ctx's end
+)
+
+// acquireStart is an acquisition whose fast path already ran and found no
+// token: registered as waiting in Redis, ready for its first BLMOVE.
+type acquireStart struct {
+	acq  string
+	r    acquireReply
+	sent int64
+}
+
 func (s *Semaphore) acquire(ctx context.Context, wait bool) (*Lease, error) {
+	mode := modeTry
+	if wait {
+		mode = modeWait
+	}
+	l, _, err := s.acquireFrom(ctx, mode, nil)
+	return l, err
+}
+
+// acquireFrom runs an acquisition in mode, continuing start if given.
+func (s *Semaphore) acquireFrom(ctx context.Context, mode acquireMode, start *acquireStart) (*Lease, *acquireStart, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, s.ctxError(err)
+		if start != nil {
+			s.settle(ctx, start.acq)
+		}
+		return nil, nil, s.ctxError(err)
 	}
 	pool := s.pool
-	if wait {
+	if mode == modeWait {
 		pool = s.block
 	}
 	broken := 0
 	for {
 		conn, err := pool.GetContext(ctx)
 		if err != nil {
-			if err := ctxErr(ctx); err != nil {
-				return nil, s.ctxError(err)
+			if start != nil {
+				s.settle(ctx, start.acq)
 			}
-			return nil, fmt.Errorf("redsem: acquire %q: %w", printable(s.name), err)
+			if err := ctxErr(ctx); err != nil {
+				return nil, nil, s.ctxError(err)
+			}
+			return nil, nil, fmt.Errorf("redsem: acquire %q: %w", printable(s.name), err)
 		}
-		l, err := s.acquireOn(ctx, conn, wait)
+		l, reg, err := s.acquireOn(ctx, conn, mode, start)
+		start = nil
 		conn.Close()
 		var be *brokenWait
 		if !errors.As(err, &be) {
-			return l, err
+			return l, reg, err
 		}
 		if broken++; broken >= maxBrokenWaits {
-			return nil, fmt.Errorf("redsem: acquire %q: %w", printable(s.name), be.err)
+			return nil, nil, fmt.Errorf("redsem: acquire %q: %w", printable(s.name), be.err)
 		}
 	}
 }
@@ -204,22 +238,36 @@ type brokenWait struct{ err error }
 
 func (e *brokenWait) Error() string { return e.err.Error() }
 
-// acquireOn runs one acquisition on conn: the fast path, then blocking waits
-// until a grant, ctx's end, or a broken connection.
-func (s *Semaphore) acquireOn(ctx context.Context, conn redis.Conn, wait bool) (*Lease, error) {
-	acq := newAcqID()
-	var block int64
-	if wait {
-		block = s.blockFor(ctx)
+// acquireOn runs one acquisition on conn: the fast path (unless start says
+// it ran), then, in modeWait, blocking waits until a grant, ctx's end, or a
+// broken connection.
+func (s *Semaphore) acquireOn(ctx context.Context, conn redis.Conn, mode acquireMode, start *acquireStart) (*Lease, *acquireStart, error) {
+	var (
+		acq  string
+		r    acquireReply
+		err  error
+		sent int64
+	)
+	if start != nil {
+		acq, r, sent = start.acq, start.r, start.sent
+	} else {
+		acq = newAcqID()
+		var block int64
+		switch mode {
+		case modeWait:
+			block = s.blockFor(ctx)
+		case modeRegister:
+			block = s.maxBlock.Load() / int64(time.Millisecond)
+		}
+		sent = monoNow()
+		failpoint.Hit("acquire.sent")
+		r, err = parseAcquireReply(runScript(ctx, conn, acquireScript, s.acquireArgs(acq, block, "fresh")...))
 	}
-	sent := monoNow()
-	failpoint.Hit("acquire.sent")
-	r, err := parseAcquireReply(runScript(ctx, conn, acquireScript, s.acquireArgs(acq, block, "fresh")...))
 	var blockLeft time.Duration
 	for {
 		if err != nil {
 			if r, err = s.failedAcquire(ctx, acq, err, blockLeft); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		s.clock.observe(sent, r.nowUs)
@@ -228,7 +276,7 @@ func (s *Semaphore) acquireOn(ctx context.Context, conn redis.Conn, wait bool) (
 			failpoint.Hit("acquire.granted")
 			l := s.newLease(acq, r, sent)
 			if l.Valid() {
-				return l, nil
+				return l, nil, nil
 			}
 			// The grant is older than our view of its lease allows (this
 			// process was frozen while Redis handed it the token): never use
@@ -238,8 +286,11 @@ func (s *Semaphore) acquireOn(ctx context.Context, conn redis.Conn, wait bool) (
 		case 2, 3:
 			acq = newAcqID()
 		case 0:
-			if !wait {
-				return nil, fmt.Errorf("%w: semaphore %q", ErrNoToken, printable(s.name))
+			switch mode {
+			case modeTry:
+				return nil, nil, fmt.Errorf("%w: semaphore %q", ErrNoToken, printable(s.name))
+			case modeRegister:
+				return nil, &acquireStart{acq: acq, r: r, sent: sent}, nil
 			}
 		}
 		if err := ctxErr(ctx); err != nil {
@@ -248,7 +299,7 @@ func (s *Semaphore) acquireOn(ctx context.Context, conn redis.Conn, wait bool) (
 				// the registration back rather than leave it to the sweep.
 				s.settle(ctx, acq)
 			}
-			return nil, s.ctxError(err)
+			return nil, nil, s.ctxError(err)
 		}
 		sent = monoNow()
 		if r.code != 0 {

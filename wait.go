@@ -3,7 +3,6 @@ package redsem
 import (
 	"container/list"
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -80,13 +79,18 @@ func (s *Semaphore) acquireShared(ctx context.Context) (*Lease, error) {
 	q.mu.Lock()
 	empty := q.waiters.Len() == 0
 	q.mu.Unlock()
+	var start *acquireStart
 	if empty {
 		// Nobody here is waiting: try once, without queueing. (With others
-		// queued, a newcomer must not overtake them.)
-		l, err := s.acquire(ctx, false)
-		if !errors.Is(err, ErrNoToken) {
+		// queued, a newcomer must not overtake them.) If no token is free,
+		// the try leaves this acquisition registered as waiting in Redis,
+		// and the pump takes it on from there, with its BLMOVE: no second
+		// fast path.
+		l, reg, err := s.acquireFrom(ctx, modeRegister, nil)
+		if l != nil || err != nil {
 			return l, err
 		}
+		start = reg
 	}
 	w := &waiter{ch: make(chan waitResult, 1)}
 	q.mu.Lock()
@@ -98,9 +102,14 @@ func (s *Semaphore) acquireShared(ctx context.Context) (*Lease, error) {
 	}
 	if q.pumps < s.cfg.waitConns && q.pumps < q.waiters.Len() {
 		q.pumps++
-		go s.pump()
+		go s.pump(start)
+		start = nil
 	}
 	q.mu.Unlock()
+	if start != nil {
+		// A pump already runs: it waits with its own acquisition.
+		go s.settle(context.Background(), start.acq)
+	}
 
 	select {
 	case r := <-w.ch:
@@ -143,19 +152,27 @@ func (s *Semaphore) acquireShared(ctx context.Context) (*Lease, error) {
 // pump acquires on behalf of the queue until the queue is empty. Whether to
 // go on is decided under the queue's lock, together with the count of
 // pumps, so a waiter that arrives as a pump leaves always finds one running.
-func (s *Semaphore) pump() {
+//
+// start, if not nil, is the first waiter's try, registered in Redis as
+// waiting: the pump goes on with it (straight to BLMOVE) instead of running
+// the fast path again.
+func (s *Semaphore) pump(start *acquireStart) {
 	q := &s.q
 	for {
 		q.mu.Lock()
 		if q.waiters.Len() == 0 {
 			q.pumps--
 			q.mu.Unlock()
+			if start != nil {
+				s.settle(context.Background(), start.acq)
+			}
 			return
 		}
 		g := q.gen
 		g.busy.Add(1)
 		q.mu.Unlock()
-		l, err := s.acquire(g.ctx, true)
+		l, _, err := s.acquireFrom(g.ctx, modeWait, start)
+		start = nil
 		g.busy.Done()
 		switch {
 		case err == nil:
