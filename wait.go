@@ -3,6 +3,7 @@ package redsem
 import (
 	"container/list"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -46,6 +47,9 @@ type waitQueue struct {
 	waiters list.List // of *waiter, oldest first
 	pumps   int       // pumps running
 	gen     *pumpGen  // the pumps' current run, cancelled when the queue empties
+	// registering: a try is under way that will stay registered in Redis
+	// for a pump to go on with (acquireShared).
+	registering bool
 }
 
 // pumpGen is one run of the pumps, from the first waiter to an empty queue.
@@ -78,16 +82,28 @@ func (s *Semaphore) acquireShared(ctx context.Context) (*Lease, error) {
 	q := &s.q
 	q.mu.Lock()
 	empty := q.waiters.Len() == 0
+	// One try at a time may stay registered for the pump to go on with.
+	register := empty && q.pumps == 0 && !q.registering
+	q.registering = q.registering || register
 	q.mu.Unlock()
 	var start *acquireStart
 	if empty {
 		// Nobody here is waiting: try once, without queueing. (With others
 		// queued, a newcomer must not overtake them.) If no token is free,
-		// the try leaves this acquisition registered as waiting in Redis,
-		// and the pump takes it on from there, with its BLMOVE: no second
-		// fast path.
-		l, reg, err := s.acquireFrom(ctx, modeRegister, nil)
-		if l != nil || err != nil {
+		// the try that will start the pump leaves its acquisition
+		// registered as waiting in Redis, and the pump takes it on from
+		// there, with its BLMOVE: no second fast path.
+		mode := modeTry
+		if register {
+			mode = modeRegister
+		}
+		l, reg, err := s.acquireFrom(ctx, mode, nil)
+		if register {
+			q.mu.Lock()
+			q.registering = false
+			q.mu.Unlock()
+		}
+		if l != nil || (err != nil && !errors.Is(err, ErrNoToken)) {
 			return l, err
 		}
 		start = reg
