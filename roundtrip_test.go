@@ -11,8 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// countPool counts client round trips: each Do and each Flush of pipelined
-// commands is one write the client then waits on.
+// countPool counts client round trips: each Do (with or without a context or
+// timeout) and each Flush of pipelined commands is one write the client then
+// waits on.
 type countPool struct {
 	Pool
 	trips atomic.Int64
@@ -29,6 +30,11 @@ func (p *countPool) GetContext(ctx context.Context) (redis.Conn, error) {
 type countConn struct {
 	redis.Conn
 	p *countPool
+}
+
+func (c *countConn) Do(cmd string, args ...interface{}) (interface{}, error) {
+	c.p.trips.Add(1)
+	return c.Conn.Do(cmd, args...)
 }
 
 func (c *countConn) DoContext(ctx context.Context, cmd string, args ...interface{}) (interface{}, error) {
