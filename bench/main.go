@@ -26,6 +26,7 @@ type config struct {
 	Trials  int           `json:"handoff_trials_per_rep"`
 	Waiters int           `json:"waiters"`
 	Queue   int           `json:"queue_waiters"`
+	RateDur time.Duration `json:"rate_window_ns"`
 	SemK    int           `json:"semaphore_k"`
 	SemW    int           `json:"semaphore_workers"`
 	Work    time.Duration `json:"semaphore_work_ns"`
@@ -91,6 +92,14 @@ func scenarios(cfg config) []scenario {
 			ok: notPing,
 		},
 		scenario{
+			name: fmt.Sprintf("rate/%dper%s/%dw", rateN, ratePer, rateWorkers),
+			run: func(e *env, l *lib) (metrics, []float64, error) {
+				m, err := e.rate(cfg.RateDur)
+				return m, nil, err
+			},
+			ok: func(l *lib) bool { return l.name == "redsem" },
+		},
+		scenario{
 			name: fmt.Sprintf("queue/%d/pool%d", cfg.Queue, queuePool),
 			run: func(e *env, l *lib) (metrics, []float64, error) {
 				m, err := e.queue(l, cfg.Queue, queuePool)
@@ -99,6 +108,21 @@ func scenarios(cfg config) []scenario {
 			ok: func(l *lib) bool { return l.name == "redsem" },
 		},
 	)
+	// The per-waiter variant of redsem only takes part where waiting is
+	// what is measured.
+	for i := range list {
+		if list[i].ok == nil {
+			continue
+		}
+		ok, name := list[i].ok, list[i].name
+		list[i].ok = func(l *lib) bool {
+			if l.name == "redsem:per-waiter" && name != "handoff" && !strings.HasPrefix(name, "waiting/") &&
+				name != "contended/64/hold1ms" {
+				return false
+			}
+			return ok(l)
+		}
+	}
 	return list
 }
 
@@ -118,9 +142,9 @@ func main() {
 	libsFlag := flag.String("libs", "", "comma-separated library names to run (default all; redsem always runs)")
 	flag.Parse()
 
-	cfg := config{Reps: 3, Pairs: 1000, Dur: time.Second, Trials: 200, Waiters: 1000, Queue: 10000, SemK: 4, SemW: 16, Work: time.Millisecond}
+	cfg := config{Reps: 3, Pairs: 1000, Dur: time.Second, Trials: 200, Waiters: 1000, Queue: 10000, RateDur: time.Second, SemK: 4, SemW: 16, Work: time.Millisecond}
 	if *quick {
-		cfg = config{Quick: true, Reps: 1, Pairs: 300, Dur: 300 * time.Millisecond, Trials: 60, Waiters: 1000, Queue: 2000, SemK: 4, SemW: 16, Work: time.Millisecond}
+		cfg = config{Quick: true, Reps: 1, Pairs: 300, Dur: 300 * time.Millisecond, Trials: 60, Waiters: 1000, Queue: 2000, RateDur: time.Second, SemK: 4, SemW: 16, Work: time.Millisecond}
 	}
 	if *reps > 0 {
 		cfg.Reps = *reps

@@ -215,6 +215,11 @@ func columnsFor(sc string) (cols []column, ratio string) {
 	case strings.HasPrefix(sc, "waiting/"):
 		return []column{{"connections", "Redis conns", 1, 0}, {"client_mem_kib", "client KiB", 1, 0}, {"mem_per_waiter_b", "B/waiter", 1, 0},
 			{"goroutines", "goroutines", 1, 0}, {"redis_cmds_per_s", "Redis cmds/s while waiting", 1, 0}}, "connections"
+	case strings.HasPrefix(sc, "rate/"):
+		return []column{{"configured_per_s", "configured/s", 1, 1}, {"achieved_per_s", "achieved/s", 1, 1},
+			{"worst_window", "most starts in a window", 1, 0}, {"gap_p50_us", "gap p50 ms", 1000, 2}, {"gap_p99_us", "gap p99 ms", 1000, 1},
+			{"fw_achieved_per_s", "fixed window: achieved/s", 1, 1}, {"fw_worst_window", "fixed window: most in a window", 1, 0},
+			{"fw_gap_p99_us", "fixed window: gap p99 ms", 1000, 1}}, ""
 	case strings.HasPrefix(sc, "queue/"):
 		return []column{{"connections", "Redis conns", 1, 0}, {"mem_per_waiter_b", "B/waiter", 1, 0},
 			{"redis_cmds_per_s", "Redis cmds/s while waiting", 1, 0}, {"drain_s", "drain s", 1, 2}, {"acq_per_s", "acq/s draining", 1, 0}}, ""
