@@ -134,3 +134,16 @@ func acquireAsync(ctx context.Context, acquire func(context.Context) (*Lease, er
 	}()
 	return got
 }
+
+// holdN acquires n leases with acquire (Acquire or TryAcquire), failing the
+// test if any acquisition fails.
+func holdN(t testing.TB, ctx context.Context, acquire func(context.Context) (*Lease, error), n int) []*Lease {
+	t.Helper()
+	var ls []*Lease
+	for i := 0; i < n; i++ {
+		l, err := acquire(ctx)
+		require.NoError(t, err)
+		ls = append(ls, l)
+	}
+	return ls
+}

@@ -145,12 +145,7 @@ func TestAcquireNHoldsTheHead(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "head", 3)
-		var hs []*Lease
-		for i := 0; i < 3; i++ {
-			h, err := s.Acquire(ctx)
-			require.NoError(t, err)
-			hs = append(hs, h)
-		}
+		hs := holdN(t, ctx, s.Acquire, 3)
 		big := acquireAsync(ctx, func(ctx context.Context) (*Lease, error) { return s.AcquireN(ctx, 3) })
 		require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) == 1 }, 5*time.Second, 5*time.Millisecond, "collector waits")
 		time.Sleep(50 * time.Millisecond) // its BLMOVE reaches Redis
@@ -187,12 +182,7 @@ func TestAcquireNTicketOrder(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "ticket-order", 4)
-		var hs []*Lease
-		for i := 0; i < 4; i++ {
-			h, err := s.Acquire(ctx)
-			require.NoError(t, err)
-			hs = append(hs, h)
-		}
+		hs := holdN(t, ctx, s.Acquire, 4)
 		order := make(chan int, 3)
 		leases := make(chan *Lease, 3)
 		errs := make(chan error, 3)
@@ -243,12 +233,7 @@ func TestAcquireNCancelReturnsTokensAtOnce(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "cancel-collect", 4)
-		var hs []*Lease
-		for i := 0; i < 3; i++ {
-			h, err := s.Acquire(ctx)
-			require.NoError(t, err)
-			hs = append(hs, h)
-		}
+		hs := holdN(t, ctx, s.Acquire, 3)
 		cctx, cancel := context.WithCancel(ctx)
 		errc := make(chan error, 1)
 		go func() {
@@ -286,12 +271,7 @@ func TestAcquireNCrashedCollector(t *testing.T) {
 		ctx := ctxT(t, 10*time.Second)
 		const grace = 100 * time.Millisecond
 		s := newSem(t, b, "crash-collect", 4, WithGrace(grace))
-		var hs []*Lease
-		for i := 0; i < 2; i++ {
-			h, err := s.Acquire(ctx)
-			require.NoError(t, err)
-			hs = append(hs, h)
-		}
+		hs := holdN(t, ctx, s.Acquire, 2)
 		c, err := redis.Dial("tcp", b.addr)
 		require.NoError(t, err)
 		const block = 300
@@ -690,12 +670,7 @@ func TestAcquireNAndResize(t *testing.T) {
 		// A new semaphore of size 4: singles hold slots 1-3, the collector
 		// takes slot 4, then the semaphore shrinks to 3 under it.
 		s = newSem(t, b, "resize-n2", 4, WithAdoptSize())
-		var hs []*Lease
-		for i := 0; i < 3; i++ {
-			h, err := s.Acquire(ctx)
-			require.NoError(t, err)
-			hs = append(hs, h)
-		}
+		hs := holdN(t, ctx, s.Acquire, 3)
 		got := acquireAsync(ctx, func(ctx context.Context) (*Lease, error) { return s.AcquireN(ctx, 2) })
 		require.Eventually(t, func() bool { return len(collecting(t, s)) == 1 }, 5*time.Second, 5*time.Millisecond)
 		retired := collecting(t, s)[0]
