@@ -3,6 +3,7 @@ package redsem
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -73,4 +74,17 @@ func (c *hookConn) ReceiveWithTimeout(d time.Duration) (interface{}, error) {
 // isScript reports whether a command runs the given script.
 func isScript(s *redis.Script, cmd string, args []interface{}) bool {
 	return cmd == "EVALSHA" && len(args) > 0 && args[0] == s.Hash()
+}
+
+// loseReply returns a pool that loses the reply of the next run of script
+// (after Redis ran it) while lose is true, and clears lose when it does.
+func loseReply(p Pool, script *redis.Script, armed bool) (*hookPool, *atomic.Bool) {
+	lose := &atomic.Bool{}
+	lose.Store(armed)
+	return &hookPool{Pool: p, afterDo: func(cmd string, args []interface{}) error {
+		if isScript(script, cmd, args) && lose.Swap(false) {
+			return errLostReply
+		}
+		return nil
+	}}, lose
 }

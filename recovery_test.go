@@ -21,13 +21,7 @@ import (
 func TestLostAcquireReplyIsResolved(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
-		var lost atomic.Int32
-		hp := &hookPool{Pool: b.pool, afterDo: func(cmd string, args []interface{}) error {
-			if isScript(acquireScript, cmd, args) && lost.Add(1) == 1 {
-				return errLostReply
-			}
-			return nil
-		}}
+		hp, lose := loseReply(b.pool, acquireScript, true)
 		s, err := NewSemaphore(hp, "lost-acquire", 2)
 		require.NoError(t, err)
 		l, err := s.Acquire(ctx)
@@ -38,7 +32,7 @@ func TestLostAcquireReplyIsResolved(t *testing.T) {
 		requireInventory(t, s, 2, 0)
 
 		// TryAcquire whose reply is lost: same outcome.
-		lost.Store(0)
+		lose.Store(true)
 		l, err = s.TryAcquire(ctx)
 		require.NoError(t, err)
 		requireInventory(t, s, 1, 1)
@@ -52,13 +46,7 @@ func TestLostAcquireReplyIsResolved(t *testing.T) {
 func TestLostReleaseReplyRetry(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
-		var lose atomic.Bool
-		hp := &hookPool{Pool: b.pool, afterDo: func(cmd string, args []interface{}) error {
-			if isScript(releaseScript, cmd, args) && lose.Swap(false) {
-				return errLostReply
-			}
-			return nil
-		}}
+		hp, lose := loseReply(b.pool, releaseScript, false)
 		s, err := NewSemaphore(hp, "lost-release", 2)
 		require.NoError(t, err)
 		l, err := s.Acquire(ctx)

@@ -609,13 +609,7 @@ func TestAcquireNRefresh(t *testing.T) {
 func TestAcquireNLostReleaseReply(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
-		var lose atomic.Bool
-		hp := &hookPool{Pool: b.pool, afterDo: func(cmd string, args []interface{}) error {
-			if isScript(releaseScript, cmd, args) && lose.Swap(false) {
-				return errLostReply
-			}
-			return nil
-		}}
+		hp, lose := loseReply(b.pool, releaseScript, false)
 		s, err := NewSemaphore(hp, "lost-release-n", 3)
 		require.NoError(t, err)
 		l, err := s.AcquireN(ctx, 3)
@@ -633,13 +627,7 @@ func TestAcquireNLostReleaseReply(t *testing.T) {
 func TestAcquireNLostGrantReply(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
-		var lost atomic.Int32
-		hp := &hookPool{Pool: b.pool, afterDo: func(cmd string, args []interface{}) error {
-			if isScript(acquireNScript, cmd, args) && lost.Add(1) == 1 {
-				return errLostReply
-			}
-			return nil
-		}}
+		hp, _ := loseReply(b.pool, acquireNScript, true)
 		s, err := NewSemaphore(hp, "lost-grant-n", 3)
 		require.NoError(t, err)
 		l, err := s.AcquireN(ctx, 2)
