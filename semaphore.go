@@ -217,7 +217,7 @@ func (s *Semaphore) acquireFrom(ctx context.Context, mode acquireMode, start *ac
 			if err := ctxErr(ctx); err != nil {
 				return nil, nil, s.ctxError(err)
 			}
-			return nil, nil, fmt.Errorf("redsem: acquire %q: %w", printable(s.name), err)
+			return nil, nil, fmt.Errorf("redsem: acquire semaphore %q: %w", printable(s.name), err)
 		}
 		l, reg, err := s.acquireOn(ctx, conn, mode, start)
 		start = nil
@@ -227,7 +227,7 @@ func (s *Semaphore) acquireFrom(ctx context.Context, mode acquireMode, start *ac
 			return l, reg, err
 		}
 		if broken++; broken >= maxBrokenWaits {
-			return nil, nil, fmt.Errorf("redsem: acquire %q: %w", printable(s.name), be.err)
+			return nil, nil, fmt.Errorf("redsem: acquire semaphore %q: %w", printable(s.name), be.err)
 		}
 	}
 }
@@ -382,7 +382,7 @@ func (s *Semaphore) failedAcquire(ctx context.Context, acq string, err error, bl
 			s.fitBlock(err, blockLeft)
 			return acquireReply{}, &brokenWait{err}
 		case ctxErr(ctx) == nil:
-			return acquireReply{}, fmt.Errorf("redsem: acquire %q: %w (settling it failed too: %v)", printable(s.name), err, aerr)
+			return acquireReply{}, fmt.Errorf("redsem: acquire semaphore %q: %w (settling it failed too: %v)", printable(s.name), err, aerr)
 		}
 	}
 	s.settle(ctx, acq)
@@ -464,7 +464,7 @@ func ctxErr(ctx context.Context) error {
 }
 
 func (s *Semaphore) ctxError(err error) error {
-	return fmt.Errorf("redsem: acquire %q: %w", printable(s.name), err)
+	return fmt.Errorf("redsem: acquire semaphore %q: %w", printable(s.name), err)
 }
 
 // Reclaim gives back the tokens of every expired lease and of pending lists

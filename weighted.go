@@ -201,7 +201,7 @@ func (s *Semaphore) acquireN(ctx context.Context, k int, wait bool) (*Lease, err
 			if err := ctxErr(ctx); err != nil {
 				return nil, s.ctxError(err)
 			}
-			return nil, fmt.Errorf("redsem: acquire %q: %w", printable(s.name), err)
+			return nil, fmt.Errorf("redsem: acquire semaphore %q: %w", printable(s.name), err)
 		}
 		l, err := s.acquireNOn(ctx, conn, k, wait)
 		conn.Close()
@@ -210,7 +210,7 @@ func (s *Semaphore) acquireN(ctx context.Context, k int, wait bool) (*Lease, err
 			return l, err
 		}
 		if broken++; broken >= maxBrokenWaits {
-			return nil, fmt.Errorf("redsem: acquire %q: %w", printable(s.name), be.err)
+			return nil, fmt.Errorf("redsem: acquire semaphore %q: %w", printable(s.name), be.err)
 		}
 	}
 }
@@ -347,7 +347,7 @@ func (s *Semaphore) failedAcquireN(ctx context.Context, acq string, k int, err e
 			s.fitBlock(err, blockLeft)
 			return acquireNReply{}, &brokenWait{err}
 		case ctxErr(ctx) == nil:
-			return acquireNReply{}, fmt.Errorf("redsem: acquire %q: %w (settling it failed too: %v)", printable(s.name), err, aerr)
+			return acquireNReply{}, fmt.Errorf("redsem: acquire semaphore %q: %w (settling it failed too: %v)", printable(s.name), err, aerr)
 		}
 	}
 	s.settleN(ctx, acq, k)
