@@ -148,6 +148,20 @@ local function is_retired(tok, epoch, size)
   return e ~= nil and e == epoch and tonumber(s) > size
 end
 
+-- save_shrink records a shrink's bookkeeping in meta: over, the leases on
+-- retired tokens still out, and keep, the valid tokens withheld meanwhile
+-- (see returned). Both go when over reaches 0.
+local function save_shrink(over, keep)
+  if over == 0 then
+    redis.call('HDEL', KEYS[1], 'over', 'held')
+  elseif #keep > 0 then
+    redis.call('HSET', KEYS[1], 'over', over, 'held', table.concat(keep, ' '))
+  else
+    redis.call('HSET', KEYS[1], 'over', over)
+    redis.call('HDEL', KEYS[1], 'held')
+  end
+end
+
 -- returned puts valid tokens that came back onto the token list, and takes
 -- note of retired_n leases on retired tokens that ended. After a shrink
 -- (resize.lua) meta 'over' counts the leases on retired tokens still out,
@@ -177,16 +191,7 @@ local function returned(valid, retired_n, over, held)
       return 'REDSEM_WRONGTYPE ' .. KEYS[2] .. ' is not a list'
     end
   end
-  if shrinking then
-    if over == 0 then
-      redis.call('HDEL', KEYS[1], 'over', 'held')
-    elseif #keep > 0 then
-      redis.call('HSET', KEYS[1], 'over', over, 'held', table.concat(keep, ' '))
-    else
-      redis.call('HSET', KEYS[1], 'over', over)
-      redis.call('HDEL', KEYS[1], 'held')
-    end
-  end
+  if shrinking then save_shrink(over, keep) end
   return nil
 end
 

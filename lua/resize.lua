@@ -62,14 +62,7 @@ local function rebalance(epoch, n)
     end
   end
   push(cand)
-  if over == 0 then
-    redis.call('HDEL', KEYS[1], 'over', 'held')
-  elseif #keep > 0 then
-    redis.call('HSET', KEYS[1], 'over', over, 'held', table.concat(keep, ' '))
-  else
-    redis.call('HSET', KEYS[1], 'over', over)
-    redis.call('HDEL', KEYS[1], 'held')
-  end
+  save_shrink(over, keep)
 end
 
 if not size then
