@@ -240,3 +240,49 @@ func TestWithWaitConnectionsRejectsBadValues(t *testing.T) {
 		assert.ErrorIs(t, err, ErrInvalidOption, "%d", n)
 	}
 }
+
+// A burst of goroutines reaching an empty queue at once: only the try that
+// starts the pump stays registered in Redis for it to go on with; the
+// others try plainly and queue, so none has to take a registration back
+// (about one round trip each while they wait, not two).
+func TestSharedWaitBurstRegistersOnce(t *testing.T) {
+	b := realRedis(t)
+	ctx := ctxT(t, 30*time.Second)
+	holder := newSem(t, b, "burst", 1)
+	held, err := holder.Acquire(ctx)
+	require.NoError(t, err)
+	cp := &countPool{Pool: b.pool}
+	s, err := NewSemaphore(cp, "burst", 1)
+	require.NoError(t, err)
+	const n = 40
+	start := make(chan struct{})
+	errs := make(chan error, n)
+	var ready sync.WaitGroup
+	for i := 0; i < n; i++ {
+		ready.Add(1)
+		go func() {
+			ready.Done()
+			<-start
+			l, err := s.Acquire(ctx)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			errs <- err
+		}()
+	}
+	ready.Wait()
+	close(start)
+	require.Eventually(t, func() bool { w, _ := s.waitingHere(); return w == n }, 5*time.Second, time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	// n tries and the pump's wait, plus a few when a plain try queued first
+	// and started the pump itself (its fast path, and the settle of the
+	// registration it did not need). Every waiter taking a registration
+	// back would be 2n.
+	assert.LessOrEqual(t, cp.trips.Load(), int64(n+5), "no registration taken back per waiter")
+	require.NoError(t, held.Release(ctx))
+	for i := 0; i < n; i++ {
+		require.NoError(t, <-errs)
+	}
+	assert.True(t, s.pumpsIdleWithin(2*time.Second))
+	requireInventory(t, holder, 1, 0)
+}
