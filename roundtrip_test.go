@@ -106,3 +106,32 @@ func TestRoundTrips(t *testing.T) {
 	}
 	require.NoError(t, l.Release(ctx))
 }
+
+// WithBlockingPool: the blocking wait runs on its own pool, the try, the
+// release and everything else on the main one.
+func TestBlockingPoolCarriesTheWait(t *testing.T) {
+	b := realRedis(t)
+	ctx := ctxT(t, 10*time.Second)
+	holder := newSem(t, b, "split", 1)
+	held, err := holder.Acquire(ctx)
+	require.NoError(t, err)
+	mainPool, blockPool := &countPool{Pool: b.pool}, &countPool{Pool: b.pool}
+	for _, conns := range []int{0, 1} {
+		s, err := NewSemaphore(mainPool, "split", 1, WithBlockingPool(blockPool), WithWaitConnections(conns))
+		require.NoError(t, err)
+		m0, b0 := mainPool.trips.Load(), blockPool.trips.Load()
+		got := acquireAsync(ctx, s.Acquire)
+		require.Eventually(t, func() bool { return blockPool.trips.Load() > b0 }, 5*time.Second, time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
+		require.NoError(t, held.Release(ctx))
+		l, ok := <-got
+		require.True(t, ok)
+		b1 := blockPool.trips.Load()
+		require.NoError(t, l.Release(ctx))
+		assert.Equal(t, b1, blockPool.trips.Load(), "Release does not use the blocking pool")
+		assert.Greater(t, mainPool.trips.Load(), m0, "the release went through the main pool")
+		held, err = holder.Acquire(ctx)
+		require.NoError(t, err)
+	}
+	require.NoError(t, held.Release(ctx))
+}
