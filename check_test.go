@@ -199,7 +199,7 @@ func TestRepairRefusesWhileHeldOrInFlight(t *testing.T) {
 func TestRepairReclaimsExpiredFirst(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
-		s := newSem(t, b, "repair-expired", 2, WithTTL(50*time.Millisecond))
+		s := newSem(t, b, "repair-expired", 2, WithTTL(50*time.Millisecond), WithFixedTTL())
 		held, err := s.TryAcquire(ctx)
 		require.NoError(t, err)
 		lost, err := redis.String(b.do(t, "LPOP", s.k.tokens), nil)

@@ -1,6 +1,7 @@
 package redsem
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -16,7 +17,7 @@ import (
 // monoBase anchors the process's monotonic clock.
 var monoBase = time.Now()
 
-func monoNow() int64 { return time.Since(monoBase).Microseconds() }
+func monoNow() int64 { return clk.Now().Sub(monoBase).Microseconds() }
 
 func monoTime(us int64) time.Time { return monoBase.Add(time.Duration(us) * time.Microsecond) }
 
@@ -50,13 +51,17 @@ func (c *serverClock) boundAt(nowUs int64) int64 {
 	return c.off - age*driftPPM/1_000_000
 }
 
+// leaseMargin is the safety margin of a local deadline, in µs: 1% of the
+// TTL plus 2ms, for clock rate differences over the lease.
+func leaseMargin(ttl time.Duration) int64 { return (ttl / 100).Microseconds() + 2000 }
+
 // localDeadline maps a server deadline (ms of Redis TIME) to the earliest
 // local time at which it may pass, less a safety margin of 1% of ttl plus
 // 2ms for clock rate differences over the lease. sentUs is when the request
 // that produced the deadline was sent; it bounds the result when no sample
 // exists.
 func (c *serverClock) localDeadline(deadlineMs int64, ttl time.Duration, sentUs int64) time.Time {
-	margin := (ttl / 100).Microseconds() + 2000
+	margin := leaseMargin(ttl)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.have {
@@ -64,3 +69,44 @@ func (c *serverClock) localDeadline(deadlineMs int64, ttl time.Duration, sentUs 
 	}
 	return monoTime(deadlineMs*1000 + c.boundAt(monoNow()) - margin)
 }
+
+// timeSource is where the client reads the time, arms its lease timers,
+// waits briefly for a settle, and starts the goroutines that settle in the
+// background. Production uses the standard library's (realTime). The
+// protocol explorer (explore_test.go) installs a virtual one so that it
+// decides when every step of every client happens and when time passes; so
+// every goroutine the acquisition protocol starts and every bounded wait it
+// makes goes through clk.
+type timeSource interface {
+	Now() time.Time
+	AfterFunc(d time.Duration, f func()) stopper
+	// WaitOrDone returns once done is closed, ctx ends, or d has passed.
+	WaitOrDone(ctx context.Context, done <-chan struct{}, d time.Duration)
+	Go(f func())
+}
+
+// stopper is the part of *time.Timer a lease uses.
+type stopper interface {
+	Stop() bool
+	Reset(d time.Duration) bool
+}
+
+var clk timeSource = realTime{}
+
+type realTime struct{}
+
+func (realTime) Now() time.Time { return time.Now() }
+
+func (realTime) AfterFunc(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }
+
+func (realTime) WaitOrDone(ctx context.Context, done <-chan struct{}, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func (realTime) Go(f func()) { go f() }

@@ -4,35 +4,27 @@ import (
 	"context"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/redsem/redsem/internal/engine"
 )
 
-// runScript runs script on conn under ctx. A context that can never end
-// needs no watcher goroutine, so the plain call is used then.
+// runScript runs script on conn under ctx (engine.RunScript).
 func runScript(ctx context.Context, conn redis.Conn, script *redis.Script, keysAndArgs ...interface{}) (interface{}, error) {
-	if ctx.Done() == nil {
-		return script.Do(conn, keysAndArgs...)
-	}
-	return script.DoContext(ctx, conn, keysAndArgs...)
+	return engine.RunScript(ctx, conn, script, keysAndArgs...)
 }
 
-// call runs script on a connection from the semaphore's pool. A pooled
-// connection may be dead (killed by CLIENT KILL, or from before a server
-// restart) and fail on first use; when the failure is the connection's and
-// ctx is still live, call runs the script once more on a fresh connection and
-// reports retried. Only idempotent scripts go through call; whether the first
-// attempt took effect is for the caller to judge.
+// call runs script on a connection from the semaphore's pool, once more on
+// a fresh connection when a pooled one turns out dead (engine.Call). Only
+// idempotent scripts go through call; whether the first attempt took effect
+// is for the caller to judge.
 func (s *Semaphore) call(ctx context.Context, script *redis.Script, keysAndArgs ...interface{}) (v interface{}, retried bool, err error) {
-	for attempt := 0; ; attempt++ {
-		var conn redis.Conn
-		conn, err = s.pool.GetContext(ctx)
-		if err != nil {
-			return nil, retried, err
-		}
-		v, err = runScript(ctx, conn, script, keysAndArgs...)
-		conn.Close()
-		if err == nil || isRedisError(err) || ctxErr(ctx) != nil || attempt == 1 {
-			return v, retried, err
-		}
-		retried = true
-	}
+	return engine.Call(ctx, s.pool, script, keysAndArgs...)
 }
+
+// ctxErr is ctx.Err(), or context.DeadlineExceeded once ctx's deadline has
+// passed (engine.CtxErr).
+func ctxErr(ctx context.Context) error { return engine.CtxErr(ctx) }
+
+// isRedisError reports whether err is an error reply from Redis (the
+// connection is fine) rather than a network or context error.
+func isRedisError(err error) bool { return engine.IsRedisError(err) }

@@ -48,6 +48,29 @@
 // local deadlines. An allkeys-* maxmemory-policy may evict the keys
 // (CheckServer reports it).
 //
+// # Leases and refreshing
+//
+// A lease refreshes itself in the background by default, each time a third
+// of its TTL has passed, for as long as its holder lives and has not
+// released it, like Redisson's lock watchdog and etcd's sessions: a live
+// holder keeps its slot, and a crashed one (its process gone, or cut off
+// from Redis) loses it within one TTL (WithTTL, default 30s), which is then
+// the bound on recovery. Lease.Done and Lease.Context end when a refresh
+// finds the lease gone, or when refreshes keep failing until the local
+// deadline. WithFixedTTL makes leases fixed instead: a lease lives its TTL
+// and then ends unless the holder calls Refresh, so that no hold ever
+// outlasts the TTL. TTLs range from MinTTL (20ms) to MaxTTL.
+//
+// # Rate gates, Gate, Admin
+//
+// Package github.com/redsem/redsem/rate limits how often something starts
+// (at most n starts per interval, across processes) on the same machinery
+// and under the same prefix; Gate combines a Semaphore with a rate.Gate (a
+// slot, then a start). Admin reads and repairs a semaphore without knowing
+// its size (Status, Check, Repair, Resize, Reclaim, Delete); operators' tools
+// use it. Options of this package (Option) configure a Semaphore or a Mutex;
+// a rate gate takes rate.Option, so neither can be given the other's.
+//
 // # Keys
 //
 // Every key of a semaphore shares the hash tag {<encoded name>}, so it works
@@ -65,16 +88,19 @@
 //	<prefix>{<name>}:wqueue    list: weighted acquisitions waiting for the collector ticket
 //	<prefix>{<name>}:bell:<id> list: a weighted waiter's doorbell (with a TTL)
 //
-// A RateGate of the same name keeps the same layout under
+// A rate gate (package rate) of the same name keeps the same layout under
 // <prefix>{<name>}:rate: (plus a queue list and one doorbell list per
 // waiter), in the same slot and never on a semaphore's key.
 //
 // The prefix defaults to "redsem:". Names may hold any bytes: bytes other
 // than ASCII letters, digits and "-_.:/@+=," are written as %XX.
 //
+// A Redis user needs only the commands ACLCommands lists, on the keys
+// "<prefix>*", and no channel: every operation runs as such a user.
+//
 // # Concurrency
 //
-// Semaphore, Mutex, RateGate and Lease are safe for concurrent use. Share one
+// Semaphore, Mutex, Gate, Admin and Lease are safe for concurrent use. Share one
 // Semaphore per name in a process: goroutines waiting on it queue in the
 // process, first come, first served, behind one blocking Redis call
 // (WithWaitConnections), so a thousand waiters hold one connection. Between
@@ -88,4 +114,8 @@
 // WithObserver reports waits, holds, timeouts, cancellations, lost leases
 // and reclaimed tokens; Counters is a ready-made Observer that is also an
 // expvar.Var. Status reads the cluster-wide picture from Redis.
+// ReadFleet reads it for every semaphore and rate gate under a prefix
+// (found by ScanNames, a bounded SCAN over their meta keys); redsem top,
+// redsem check --all and the Prometheus exporter (module
+// github.com/redsem/redsem/exporter) are built on it.
 package redsem

@@ -111,7 +111,7 @@ func ExampleMutex() {
 	pool := &redis.Pool{Dial: func() (redis.Conn, error) { return redis.Dial("tcp", addr) }}
 	defer pool.Close()
 
-	mu, _ := redsem.NewMutex(pool, "nightly-rollup", redsem.WithTTL(10*time.Second), redsem.WithAutoRefresh())
+	mu, _ := redsem.NewMutex(pool, "nightly-rollup", redsem.WithTTL(10*time.Second))
 	ctx := context.Background()
 	a, _ := mu.Lock(ctx)
 	a.Release(ctx)
@@ -121,14 +121,16 @@ func ExampleMutex() {
 	// Output: fences increase: true
 }
 
-// Learn that a lease is gone: Done is closed and Err says why.
+// Learn that a lease is gone: Done is closed and Err says why. A fixed
+// lease (WithFixedTTL) is not refreshed in the background: it ends after
+// its TTL unless the holder calls Refresh.
 func ExampleLease_Done() {
 	addr, stop := exampleRedis()
 	defer stop()
 	pool := &redis.Pool{Dial: func() (redis.Conn, error) { return redis.Dial("tcp", addr) }}
 	defer pool.Close()
 
-	sem, _ := redsem.NewSemaphore(pool, "short-lease", 1, redsem.WithTTL(50*time.Millisecond))
+	sem, _ := redsem.NewSemaphore(pool, "short-lease", 1, redsem.WithTTL(50*time.Millisecond), redsem.WithFixedTTL())
 	lease, _ := sem.Acquire(context.Background())
 	select {
 	case <-lease.Done():

@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/redsem/redsem/rate"
 )
 
-// Gate combines a Semaphore and a RateGate: a call passes when it holds one
+// Gate combines a Semaphore and a rate gate (package rate): a call passes
+// when it holds one
 // of the semaphore's slots (at most Size in flight) and has been granted a
 // start (at most n starts per interval). Both limits hold across every
 // process that uses the same names.
@@ -14,19 +17,20 @@ import (
 // Acquire takes the slot first and the start last, so that the call begins
 // right at its grant: a start granted before waiting for a slot would be
 // spent while the call could not begin, and delayed starts bunch up at the
-// remote side. Hold the slot for the whole call; the semaphore's TTL must
-// cover the wait for the start as well as the call (or use WithAutoRefresh).
+// remote side. Hold the slot for the whole call: the lease refreshes itself
+// meanwhile (the default); with WithFixedTTL the semaphore's TTL must cover
+// the wait for the start as well as the call.
 type Gate struct {
 	sem  *Semaphore
-	rate *RateGate
+	rate *rate.Gate
 }
 
-// NewGate returns a Gate over sem and rate. Neither may be nil.
-func NewGate(sem *Semaphore, rate *RateGate) (*Gate, error) {
-	if sem == nil || rate == nil {
+// NewGate returns a Gate over sem and the rate gate rg. Neither may be nil.
+func NewGate(sem *Semaphore, rg *rate.Gate) (*Gate, error) {
+	if sem == nil || rg == nil {
 		return nil, fmt.Errorf("%w: NewGate needs a semaphore and a rate gate", ErrInvalidOption)
 	}
-	return &Gate{sem: sem, rate: rate}, nil
+	return &Gate{sem: sem, rate: rg}, nil
 }
 
 // GateLease is a held slot of a Gate's semaphore plus the start that was
@@ -36,7 +40,7 @@ type GateLease struct {
 	*Lease
 	// Start is the granted start; Start.Waited counts only the wait for it,
 	// not the wait for the slot.
-	Start Start
+	Start rate.Start
 }
 
 // Release gives the slot back; see Lease.Release. It is nil-safe.
@@ -49,7 +53,7 @@ func (l *GateLease) Release(ctx context.Context) error {
 
 // Acquire blocks until a slot is held and a start is granted, or until ctx
 // ends. On any error nothing is held: a slot taken before the start failed is
-// released, and (as with RateGate.Wait) a start granted to a cancelled caller
+// released, and (as with rate.Gate.Wait) a start granted to a cancelled caller
 // is given back.
 func (g *Gate) Acquire(ctx context.Context) (*GateLease, error) {
 	lease, err := g.sem.Acquire(ctx)
@@ -65,8 +69,9 @@ func (g *Gate) Acquire(ctx context.Context) (*GateLease, error) {
 }
 
 // TryAcquire returns a GateLease if a slot is free and a start is possible
-// now. Otherwise it returns ErrNoToken (no slot) or a *RateLimitedError
-// (ErrRateLimited, with its RetryAfter), and holds nothing. It never waits.
+// now. Otherwise it returns ErrNoToken (no slot) or a *rate.LimitedError
+// (rate.ErrRateLimited, with its RetryAfter), and holds nothing. It never
+// waits.
 func (g *Gate) TryAcquire(ctx context.Context) (*GateLease, error) {
 	lease, err := g.sem.TryAcquire(ctx)
 	if err != nil {

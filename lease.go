@@ -42,8 +42,9 @@ type Lease struct {
 	mu       sync.Mutex
 	ttl      time.Duration
 	deadline time.Time
-	timer    *time.Timer
+	timer    stopper
 	final    error // set once Release or Refresh learnt the lease is over
+	flights  []*refreshFlight
 
 	relMu sync.Mutex // serialises Release
 }
@@ -60,10 +61,10 @@ func (s *Semaphore) newLeaseN(acq string, toks []string, fence, deadlineMs, sent
 	stopCtx, stop := context.WithCancel(context.Background())
 	l.stop, l.stopCh = stop, stopCtx.Done()
 	l.deadline = s.clock.localDeadline(deadlineMs, s.cfg.ttl, sentUs)
-	l.timer = time.AfterFunc(time.Until(l.deadline), func() { l.end(ErrLeaseExpired) })
-	if s.cfg.autoRefresh {
+	l.timer = clk.AfterFunc(l.deadline.Sub(clk.Now()), func() { l.end(ErrLeaseExpired) })
+	if !s.cfg.fixedTTL {
 		l.wg.Add(1)
-		go l.autoRefresh(stopCtx)
+		clk.Go(func() { l.autoRefresh(stopCtx) })
 	}
 	return l
 }
@@ -131,7 +132,7 @@ func (l *Lease) Valid() bool {
 	if l == nil || l.ctx.Err() != nil {
 		return false
 	}
-	return time.Now().Before(l.Deadline())
+	return clk.Now().Before(l.Deadline())
 }
 
 // Done returns a channel that is closed when the lease ends: released,
@@ -178,6 +179,12 @@ func (l *Lease) Context() context.Context {
 // recorded (the rest were reclaimed), those are given back and Release
 // returns ErrLeaseLost.
 //
+// Release does not stop when ctx ends: it gives the token back even when
+// called with a context that has already ended, as in `defer
+// l.Release(ctx)` after ctx's timeout. It uses ctx's values only, and is
+// bounded by a timeout of its own, releaseTimeout (5s), which covers a dead
+// pooled connection and its retry on a fresh one.
+//
 // Release stops auto-refresh whatever it returns. On a connection error it
 // may or may not have taken effect; calling it again is safe (it then returns
 // nil or ErrLeaseLost), and a lease nobody releases expires after its TTL.
@@ -192,6 +199,8 @@ func (l *Lease) Release(ctx context.Context) error {
 	if err := l.finalErr(); err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
 	s := l.sem
 	failpoint.Hit("release.sent")
 	v, retried, err := s.call(ctx, releaseScript, l.tokenArgs()...)
@@ -199,21 +208,59 @@ func (l *Lease) Release(ctx context.Context) error {
 	if err != nil {
 		return s.scriptError("release", err)
 	}
-	if n != len(l.tokens) && !(n == 0 && retried && l.Valid()) {
-		// Not recorded any more. (After a retry on a fresh connection, a
-		// lease whose deadline has not passed can only be missing because
-		// the first attempt released it.)
+	if n == 0 && retried && l.Valid() {
+		// After a retry on a fresh connection, a lease whose deadline has
+		// not passed can only be missing because the first attempt released
+		// it, or because Redis lost the semaphore (a restart without
+		// persistence) and maybe made it afresh, with another epoch.
+		same, err := l.sameEpoch(ctx)
+		if err != nil {
+			return s.scriptError("release", err)
+		}
+		if same {
+			l.finish(ErrReleased)
+			return nil
+		}
+	}
+	if n != len(l.tokens) {
 		return l.lost()
 	}
 	l.finish(ErrReleased)
 	return nil
 }
 
+// sameEpoch reports whether the semaphore in Redis is the one this lease was
+// granted by: its meta record exists and holds the epoch of the lease's
+// tokens ("<epoch>:<slot>").
+func (l *Lease) sameEpoch(ctx context.Context) (bool, error) {
+	conn, err := l.sem.pool.GetContext(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	stored, err := redis.String(redis.DoContext(conn, ctx, "HGET", l.sem.k.meta, "epoch"))
+	if errors.Is(err, redis.ErrNil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	epoch, _, _ := strings.Cut(l.token, ":")
+	return stored == epoch, nil
+}
+
 // Refresh extends the lease to ttl from now (Redis time): every token of it,
-// in one script, or none. It fails with ErrLeaseLost once Redis no longer
+// in one script, or none. ttl must be between MinTTL and MaxTTL
+// (ErrInvalidTTL). It fails with ErrLeaseLost once Redis no longer
 // records the lease (any of its tokens), with ErrLeaseExpired
 // once the local deadline has passed, and with ErrReleased after Release; it
 // never brings back a lease that expired (FM-09).
+//
+// Refresh may be called while another Refresh (auto-refresh's, say) is on
+// the wire: the local deadline never falls after the one Redis enforces,
+// whatever order Redis runs them in and their replies arrive in. A Refresh
+// whose reply is lost leaves the local deadline at the earlier of the old
+// one and the one the new TTL would give, since Redis may have run it.
 func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return ErrLeaseLost
@@ -229,17 +276,26 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	s := l.sem
 	sent := monoNow()
+	f := l.startRefresh(sent, ttl)
 	v, _, err := s.call(ctx, refreshScript, l.tokenArgs(ttl.Milliseconds())...)
 	vals, err := redis.Int64s(v, err)
 	if err != nil {
+		l.endRefresh(f)
 		return s.scriptError("refresh", err)
 	}
 	s.clock.observe(sent, vals[2])
 	if vals[0] != 1 {
+		l.endRefresh(f)
 		return l.lost()
 	}
+	failpoint.Hit("refresh.replied")
+	// The flight ends under the same lock that applies its deadline: a
+	// refresh that starts and ends between the two would otherwise not
+	// count as overlapping this one, and this (older) reply could raise the
+	// deadline over the one Redis now enforces.
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	overlapped := l.endRefreshLocked(f)
 	if l.final != nil || l.ctx.Err() != nil {
 		// Released or expired while the refresh was on the wire.
 		if l.final != nil {
@@ -248,10 +304,73 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		return context.Cause(l.ctx)
 	}
 	l.ttl = ttl
-	l.deadline = s.clock.localDeadline(vals[1], ttl, sent)
-	l.timer.Reset(time.Until(l.deadline))
+	dl := s.clock.localDeadline(vals[1], ttl, sent)
+	if overlapped && dl.After(l.deadline) {
+		// Another refresh was on the wire too, and Redis may have run it
+		// after this one: keep the earlier deadline.
+		dl = l.deadline
+	}
+	l.setDeadline(dl)
 	return nil
 }
+
+// refreshFlight is one Refresh on the wire.
+type refreshFlight struct{ overlapped bool }
+
+// startRefresh registers a Refresh sent at sentUs with ttl. Whatever its
+// outcome, Redis may run it: so the local deadline drops at once to the
+// earliest the new server deadline can be (never raised here). A reply
+// lost on the wire then leaves a deadline that is still safe.
+func (l *Lease) startRefresh(sentUs int64, ttl time.Duration) *refreshFlight {
+	f := &refreshFlight{}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.flights) > 0 {
+		f.overlapped = true
+		for _, o := range l.flights {
+			o.overlapped = true
+		}
+	}
+	l.flights = append(l.flights, f)
+	if failpoint.Hit("refresh.unordered") {
+		// Test-only: the refresh of old, which trusted whichever reply it
+		// read last (the explorer shows what that breaks).
+		f.overlapped = false
+		return f
+	}
+	if worst := monoTime(sentUs + ttl.Microseconds() - leaseMargin(ttl)); worst.Before(l.deadline) && l.final == nil {
+		l.setDeadline(worst)
+	}
+	return f
+}
+
+// endRefresh unregisters f and reports whether another Refresh was on the
+// wire at any time during its flight.
+func (l *Lease) endRefresh(f *refreshFlight) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.endRefreshLocked(f)
+}
+
+// endRefreshLocked is endRefresh with l.mu held.
+func (l *Lease) endRefreshLocked(f *refreshFlight) bool {
+	for i, o := range l.flights {
+		if o == f {
+			l.flights = append(l.flights[:i], l.flights[i+1:]...)
+			break
+		}
+	}
+	return f.overlapped
+}
+
+// setDeadline moves the local deadline and its timer (l.mu held).
+func (l *Lease) setDeadline(dl time.Time) {
+	l.deadline = dl
+	l.timer.Reset(dl.Sub(clk.Now()))
+}
+
+// releaseTimeout bounds a Release, whatever the caller's context.
+const releaseTimeout = 5 * time.Second
 
 func (l *Lease) finalErr() error {
 	l.mu.Lock()
@@ -296,9 +415,15 @@ func (l *Lease) autoRefresh(stopCtx context.Context) {
 		cancel()
 		switch {
 		case err == nil:
-		case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrReleased), errors.Is(err, ErrLeaseExpired):
+		case errors.Is(err, ErrReleased), errors.Is(err, ErrLeaseExpired):
+			return
+		case errors.Is(err, ErrLeaseLost):
+			l.observeRefreshFailed(err)
 			return
 		default:
+			if stopCtx.Err() == nil {
+				l.observeRefreshFailed(err) // not one that Release cut short
+			}
 			if !sleep(stopCtx, l.ctx, min(ttl/10, time.Second)) {
 				return
 			}

@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/redsem/redsem/internal/engine"
 )
 
 // Defaults and limits.
@@ -15,28 +16,37 @@ const (
 	// DefaultGrace is the pending grace unless WithGrace says otherwise.
 	DefaultGrace = 5 * time.Second
 	// DefaultPrefix starts every key unless WithPrefix says otherwise.
-	DefaultPrefix = "redsem:"
+	DefaultPrefix = engine.DefaultPrefix
 	// MaxSize is the largest size a semaphore may have.
-	MaxSize = 10000
+	MaxSize = engine.MaxSize
 	// MaxNameLen is the longest name, in bytes, before encoding.
-	MaxNameLen = 512
+	MaxNameLen = engine.MaxNameLen
 	// MaxLabelLen is the longest holder label, in bytes.
 	MaxLabelLen = 256
 	// MaxTTL is the longest lease TTL.
-	MaxTTL = 7 * 24 * time.Hour
+	MaxTTL = engine.MaxTTL
+	// MinTTL is the shortest lease TTL. A holder stops relying on its lease
+	// a safety margin before Redis's deadline (1% of the TTL plus 2ms, for
+	// the clocks' rate difference and Redis TIME's millisecond deadlines),
+	// and the lease is also shortened by the round trip that granted it.
+	// At 20ms the margin is 2.2ms, and the window left, about 17ms, still
+	// covers a few milliseconds of round trip or scheduling delay. Below a
+	// few milliseconds the margin is the whole TTL and no grant could ever
+	// be used.
+	MinTTL = 20 * time.Millisecond
 
-	maxPrefixLen = 128
 	// maxBlock caps one blocking wait; a wait that long starts over with a
 	// new BLMOVE. The connection's read timeout should be 0 or above
 	// maxBlock+blockSlack.
-	maxBlock   = 30 * time.Second
-	blockSlack = 2 * time.Second
-	minBlock   = 10 * time.Millisecond
+	maxBlock   = engine.MaxBlock
+	blockSlack = engine.BlockSlack
+	minBlock   = engine.MinBlock
 )
 
-// Option configures a Semaphore, Mutex or RateGate. A RateGate takes
-// WithPrefix, WithGrace and WithBlockingPool and refuses the lease options
-// (WithTTL, WithAutoRefresh, WithLabel).
+// Option configures a Semaphore or a Mutex. Every With* function of this
+// package returns one, and every one applies to both. A rate gate (package
+// rate) takes rate.Option instead: passing an Option of this package to
+// rate.New does not compile.
 type Option interface {
 	apply(*config) error
 }
@@ -46,15 +56,16 @@ type optionFunc func(*config) error
 func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
-	prefix      string
-	ttl         time.Duration
-	grace       time.Duration
-	label       string
-	autoRefresh bool
-	blockPool   Pool
-	waitConns   int // blocking calls shared by a Semaphore's waiters; 0: one per waiter
-	adoptSize   bool
-	observer    Observer
+	prefix     string
+	ttl        time.Duration
+	grace      time.Duration
+	label      string
+	fixedTTL   bool // no auto-refresh (WithFixedTTL)
+	refreshSet bool // WithFixedTTL or WithAutoRefresh was given
+	blockPool  Pool
+	waitConns  int // blocking calls shared by a Semaphore's waiters; 0: one per waiter
+	adoptSize  bool
+	observer   Observer
 }
 
 // WithPrefix sets the prefix of every key of the semaphore. Default
@@ -62,17 +73,15 @@ type config struct {
 // must not contain '{' or '}' (the name's hash tag follows it).
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(c *config) error {
-		if len(prefix) > maxPrefixLen || strings.ContainsAny(prefix, "{}") {
-			return fmt.Errorf("%w: prefix %q must be at most %d bytes without braces", ErrInvalidOption, prefix, maxPrefixLen)
-		}
 		c.prefix = prefix
-		return nil
+		return engine.CheckPrefix(prefix)
 	})
 }
 
 // WithTTL sets the lease TTL: how long a lease lives on the server without a
 // Refresh. A holder that crashes gives its token back within about one TTL.
-// Default DefaultTTL (30s); it must be between 1ms and MaxTTL.
+// Default DefaultTTL (30s); it must be between MinTTL (20ms) and MaxTTL,
+// or the constructor returns ErrInvalidTTL.
 func WithTTL(ttl time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if err := checkTTL(ttl); err != nil {
@@ -84,8 +93,8 @@ func WithTTL(ttl time.Duration) Option {
 }
 
 func checkTTL(ttl time.Duration) error {
-	if ttl < time.Millisecond || ttl > MaxTTL {
-		return fmt.Errorf("%w: %v is not between 1ms and %v", ErrInvalidTTL, ttl, MaxTTL)
+	if ttl < MinTTL || ttl > MaxTTL {
+		return fmt.Errorf("%w: %v is not between %v and %v", ErrInvalidTTL, ttl, MinTTL, MaxTTL)
 	}
 	return nil
 }
@@ -97,11 +106,8 @@ func checkTTL(ttl time.Duration) error {
 // the grace. Default DefaultGrace (5s); it must be between 0 and one hour.
 func WithGrace(grace time.Duration) Option {
 	return optionFunc(func(c *config) error {
-		if grace < 0 || grace > time.Hour {
-			return fmt.Errorf("%w: grace %v is not between 0 and 1h", ErrInvalidOption, grace)
-		}
 		c.grace = grace
-		return nil
+		return engine.CheckGrace(grace)
 	})
 }
 
@@ -118,12 +124,32 @@ func WithLabel(label string) Option {
 	})
 }
 
+// WithFixedTTL makes leases fixed: a lease lives its TTL from the grant and
+// is not refreshed in the background; the holder extends it with Refresh, or
+// loses it (Lease.Done, Lease.Context) when the TTL runs out. Use it when a
+// hold must never outlast the TTL, whatever the holder does, like a lock
+// with a lease time. Default: auto-refresh (see WithAutoRefresh).
+func WithFixedTTL() Option {
+	return optionFunc(func(c *config) error {
+		c.fixedTTL, c.refreshSet = true, true
+		return nil
+	})
+}
+
 // WithAutoRefresh makes every lease refresh itself in the background, each
-// time a third of its TTL has passed, until it is released or lost. Off by
-// default. Release stops it, whatever Release returns.
+// time a third of its TTL has passed, until it is released or lost, so a
+// live holder keeps its lease for as long as it holds it and a crashed one
+// (its process gone) loses it within one TTL. This is the default, as with
+// Redisson's lock watchdog and etcd's sessions; the option undoes an earlier
+// WithFixedTTL. Release stops the refreshing, whatever Release returns; a
+// lease dropped without Release is kept until its process exits. A
+// refresh that fails is retried every tenth of the TTL (at most every
+// second) until the lease's local deadline; then the lease ends
+// (ErrLeaseExpired), and a refresh that finds the lease gone ends it with
+// ErrLeaseLost.
 func WithAutoRefresh() Option {
 	return optionFunc(func(c *config) error {
-		c.autoRefresh = true
+		c.fixedTTL, c.refreshSet = false, true
 		return nil
 	})
 }
@@ -134,11 +160,8 @@ func WithAutoRefresh() Option {
 // starving Release and Refresh of connections. Default: the main pool.
 func WithBlockingPool(pool Pool) Option {
 	return optionFunc(func(c *config) error {
-		if pool == nil {
-			return fmt.Errorf("%w: nil blocking pool", ErrInvalidOption)
-		}
 		c.blockPool = pool
-		return nil
+		return engine.CheckPool(pool, "blocking pool")
 	})
 }
 
@@ -152,6 +175,33 @@ func WithBlockingPool(pool Pool) Option {
 func WithAdoptSize() Option {
 	return optionFunc(func(c *config) error {
 		c.adoptSize = true
+		return nil
+	})
+}
+
+// WithWaitConnections sets how many blocking Redis calls the goroutines
+// waiting on one Semaphore share (see wait.go). Default 1. With n = 0 every
+// waiting Acquire blocks on a connection of its own, as BLPOP-based
+// semaphores usually do: more connections, but Redis itself orders every
+// waiter. n must be between 0 and 1024.
+func WithWaitConnections(n int) Option {
+	return optionFunc(func(c *config) error {
+		if n < 0 || n > 1024 {
+			return fmt.Errorf("%w: %d wait connections is not between 0 and 1024", ErrInvalidOption, n)
+		}
+		c.waitConns = n
+		return nil
+	})
+}
+
+// WithObserver makes the Semaphore report its events to o (see Observer).
+// Default: none.
+func WithObserver(o Observer) Option {
+	return optionFunc(func(c *config) error {
+		if o == nil {
+			return fmt.Errorf("%w: nil observer", ErrInvalidOption)
+		}
+		c.observer = o
 		return nil
 	})
 }

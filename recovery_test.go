@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,7 +75,7 @@ func TestCancelAfterTokenServed(t *testing.T) {
 		require.NoError(t, err)
 
 		served := make(chan struct{})
-		hp := &hookPool{Pool: b.pool, beforeReceive: func(wctx context.Context) {
+		hp := &hookPool{Pool: b.pool, BeforeReceive: func(wctx context.Context) {
 			// A waiter too slow to read: it reads only once its ctx is done.
 			<-served
 			<-wctx.Done()
@@ -156,7 +157,7 @@ func TestFrozenWaiterNeverUsesStaleGrant(t *testing.T) {
 
 		var frozen atomic.Bool
 		frozen.Store(true)
-		hp := &hookPool{Pool: b.pool, beforeReceive: func(context.Context) {
+		hp := &hookPool{Pool: b.pool, BeforeReceive: func(context.Context) {
 			if frozen.Swap(false) {
 				time.Sleep(3 * ttl)
 			}
@@ -167,7 +168,9 @@ func TestFrozenWaiterNeverUsesStaleGrant(t *testing.T) {
 		require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) == 1 }, 5*time.Second, 5*time.Millisecond)
 		time.Sleep(50 * time.Millisecond)
 
-		s2 := newSem(t, b, "frozen", 1, WithTTL(ttl), WithAutoRefresh())
+		// The second waiter's lease must outlive the wait below: a long TTL,
+		// not auto-refresh of a 300ms one, which a loaded machine lost.
+		s2 := newSem(t, b, "frozen", 1, WithTTL(10*time.Second), WithFixedTTL())
 		wc := acquireAsync(ctx, s2.Acquire)
 		time.Sleep(50 * time.Millisecond)
 		released := time.Now()
@@ -176,8 +179,8 @@ func TestFrozenWaiterNeverUsesStaleGrant(t *testing.T) {
 		second, ok := <-wc
 		require.True(t, ok)
 		assert.Less(t, time.Since(released), ttl+time.Second, "the token came back within about one TTL")
-		// The frozen waiter wakes while the second waiter holds the token
-		// (kept by auto-refresh): it must not return a lease on it.
+		// The frozen waiter wakes while the second waiter holds the token:
+		// it must not return a lease on it.
 		select {
 		case l := <-zc:
 			t.Fatalf("frozen waiter acquired %s (fence %d, valid %v, deadline in %v) while %s (fence %d) was held", l.Token(), l.Fence(), l.Valid(), time.Until(l.Deadline()), second.Token(), second.Fence())
@@ -199,7 +202,7 @@ func TestWaitersReclaimAbandonedLeases(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		const ttl, size, waiters = 300 * time.Millisecond, 2, 4
-		s := newSem(t, b, "abandoned", size, WithTTL(ttl))
+		s := newSem(t, b, "abandoned", size, WithTTL(ttl), WithFixedTTL())
 		for i := 0; i < size; i++ {
 			_, err := s.Acquire(ctx) // abandoned: never released
 			require.NoError(t, err)
@@ -374,7 +377,9 @@ func TestServerClockDecidesExpiry(t *testing.T) {
 // Concurrency invariant (the hammer): goroutines, each on its own
 // connection, hammer a size-K semaphore. At every instant at most K hold,
 // the limit is reached, no token is held twice, each token's fences
-// increase, and afterwards exactly K tokens are free.
+// increase, and afterwards exactly K tokens are free. It runs for dur, then
+// on until the limit was reached (20s at most), so that a slow machine does
+// not fail the guard that shows the check could fail.
 func TestHammerInvariants(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const size, workers = 3, 12
@@ -389,7 +394,15 @@ func TestHammerInvariants(t *testing.T) {
 			holds     int
 			problems  []string
 		)
-		deadline := time.Now().Add(dur)
+		deadline, hardStop := time.Now().Add(dur), time.Now().Add(20*time.Second)
+		going := func() bool {
+			if time.Now().Before(deadline) {
+				return true
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			return max < size && time.Now().Before(hardStop)
+		}
 		var wg sync.WaitGroup
 		errs := make(chan error, workers)
 		for w := 0; w < workers; w++ {
@@ -402,7 +415,7 @@ func TestHammerInvariants(t *testing.T) {
 					errs <- err
 					return
 				}
-				for time.Now().Before(deadline) {
+				for going() {
 					l, err := s.Acquire(ctx)
 					if err != nil {
 						errs <- err
@@ -449,12 +462,26 @@ func TestHammerInvariants(t *testing.T) {
 }
 
 // FM-02 at volume: thousands of Acquire calls with tiny random deadlines
-// against a busy semaphore. Afterwards exactly K tokens remain.
+// against a busy semaphore. Afterwards exactly K tokens remain. One call in
+// ten is a TryAcquire, which takes a free token however loaded the machine:
+// with only 1-30ms deadlines a race build beside a CPU hog timed every call
+// out, so the semaphore was never even contended. (Long Acquires instead
+// left dozens of BLMOVEs blocked in miniredis, which wakes every one of them
+// at each write, and slowed its storm threefold.)
+//
+// "Afterwards" is the documented bound (docs/failure-modes.md, FM-02): what
+// a cancelled Acquire was handed comes back by its settlement, which keeps
+// trying for settleTimeout, or failing that by lease expiry, one TTL. On an
+// overloaded server a settlement can time out, and so can a Release (it did,
+// past its own 5s, on miniredis in a race build beside two CPU hogs): its
+// outcome is then unknown and the lease expires after its TTL (lease.go). The
+// wait allows for that, and logs where the tokens were when they were not
+// back after a few seconds.
 func TestCancellationStorm(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const size, callers, calls = 2, 40, 50
-		ctx := ctxT(t, 60*time.Second)
-		var timeouts, grants atomic.Int64
+		ctx := ctxT(t, 120*time.Second)
+		var timeouts, grants, unknown atomic.Int64
 		var wg sync.WaitGroup
 		errs := make(chan error, callers)
 		for c := 0; c < callers; c++ {
@@ -468,14 +495,34 @@ func TestCancellationStorm(t *testing.T) {
 					return
 				}
 				for i := 0; i < calls; i++ {
-					cctx, cancel := context.WithTimeout(ctx, time.Duration(1+rng.Intn(30))*time.Millisecond)
-					l, err := s.Acquire(cctx)
-					cancel()
+					var l *Lease
+					if i%10 == 9 {
+						l, err = s.TryAcquire(ctx)
+						if errors.Is(err, ErrNoToken) {
+							continue
+						}
+					} else {
+						cctx, cancel := context.WithTimeout(ctx, time.Duration(1+rng.Intn(30))*time.Millisecond)
+						l, err = s.Acquire(cctx)
+						cancel()
+					}
 					switch {
 					case err == nil:
 						grants.Add(1)
 						time.Sleep(time.Duration(rng.Intn(3)) * time.Millisecond)
-						if err := l.Release(ctx); err != nil {
+						err := l.Release(ctx)
+						var ne net.Error
+						if errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) {
+							// The outcome is unknown; calling again is safe
+							// and returns nil or ErrLeaseLost, or fails the
+							// same way (the lease then expires).
+							unknown.Add(1)
+							err = l.Release(ctx)
+							if errors.Is(err, ErrLeaseLost) || errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) {
+								err = nil
+							}
+						}
+						if err != nil {
 							errs <- err
 							return
 						}
@@ -493,17 +540,40 @@ func TestCancellationStorm(t *testing.T) {
 		for err := range errs {
 			require.NoError(t, err)
 		}
-		t.Logf("%s: %d calls, %d grants, %d timed out", b.name, callers*calls, grants.Load(), timeouts.Load())
+		t.Logf("%s: %d calls, %d grants, %d timed out, %d releases of unknown outcome", b.name, callers*calls, grants.Load(), timeouts.Load(), unknown.Load())
 		assert.Positive(t, timeouts.Load(), "the storm cancelled waits")
 		assert.Positive(t, grants.Load())
 		s := newSem(t, b, "storm", size)
-		assert.Eventually(t, func() bool {
+		whole := func() bool {
 			_, _ = s.Reclaim(ctx)
 			st, err := s.Status(ctx)
 			return err == nil && st.Available == size && len(st.Holders) == 0
-		}, 5*time.Second, 20*time.Millisecond, "exactly %d tokens come back", size)
-		st, err := s.Status(ctx)
-		t.Logf("%s: final %+v %v", b.name, st, err)
+		}
+		began := time.Now()
+		bound := settleTimeout + s.cfg.ttl + 5*time.Second
+		logged := false
+		// Whole, and still whole half a second later: miniredis keeps a
+		// closed client's blocked BLMOVE until its (short) timeout, so a
+		// late move can take a token just after a first look; it comes back
+		// by the settle or the sweep, within the bound.
+		stable := func() bool {
+			if !whole() {
+				return false
+			}
+			time.Sleep(500 * time.Millisecond)
+			return whole()
+		}
+		for !stable() && time.Since(began) < bound {
+			if !logged && time.Since(began) > 5*time.Second {
+				logged = true
+				inv, err := s.Check(ctx)
+				waits, _ := redis.Strings(b.do(t, "ZRANGE", s.k.waits, 0, -1, "WITHSCORES"), nil)
+				holders, _ := redis.StringMap(b.do(t, "HGETALL", s.k.holders), nil)
+				t.Logf("%s: not whole after 5s: inventory %+v %v; waits %v; holders %v", b.name, inv, err, waits, holders)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("%s: whole again %v after the storm", b.name, time.Since(began).Round(time.Millisecond))
 		requireInventory(t, s, size, 0)
 	})
 }

@@ -57,7 +57,7 @@ func TestResizeValidatesAndCreates(t *testing.T) {
 		assert.Equal(t, 6, inv.Size)
 		assert.Len(t, inv.Free, 6)
 		assert.True(t, inv.Healthy(), "%+v", inv)
-		s6 := newSem(t, b, "made", 6)
+		s6 := newSem(t, b, "made", 6, WithFixedTTL()) // its leases are dropped
 		assert.Len(t, takeAll(t, ctx, s6), 6)
 
 		// Resizing to the size in force changes nothing.
@@ -261,7 +261,7 @@ func TestResizeShrinkRetiresHeldTokens(t *testing.T) {
 func TestResizeShrinkDrainsStrictly(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
-		s := newSem(t, b, "drain", 4, WithAdoptSize(), WithTTL(300*time.Millisecond))
+		s := newSem(t, b, "drain", 4, WithAdoptSize(), WithTTL(300*time.Millisecond), WithFixedTTL())
 		held := takeAll(t, ctx, s)
 		require.Len(t, held, 4)
 		require.NoError(t, s.Resize(ctx, 2))

@@ -60,7 +60,7 @@ func (c *countConn) DoWithTimeout(d time.Duration, cmd string, args ...interface
 	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
 }
 
-// The round trips the README promises, counted against a real redis-server:
+// The round trips docs/api.md and docs/redis.md promise, counted against a real redis-server:
 // an uncontended Acquire, a TryAcquire and a Release are one each; a waiter
 // served by a Release spends one write on the fast path and one on its wait.
 func TestRoundTrips(t *testing.T) {

@@ -1,46 +1,29 @@
 package redsem
 
 import (
-	"embed"
-
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/redsem/redsem/internal/engine"
 )
 
-//go:embed lua/*.lua
-var luaFS embed.FS
-
-// The scripts, each one file in lua/, after the files of helpers it shares
-// (Redis scripts cannot import one another): lua/common.lua for all but
-// status.lua, and lua/rate_common.lua for the RateGate's. redigo runs them
-// with EVALSHA and falls back to EVAL on NOSCRIPT.
+// The semaphore's scripts, each one file in internal/engine/lua/ (shared
+// with package rate), after common.lua, whose helpers they share
+// (status.lua needs none). weighted.go, check.go and resize.go declare
+// theirs the same way.
 var (
-	acquireScript = newScript(6, "acquire.lua", "common.lua")
-	releaseScript = newScript(4, "release.lua", "common.lua")
+	acquireScript = newScript(6, "acquire.lua", "acquire_fast.lua", "common.lua")
+	releaseScript = newScript(4, "release.lua", "release_fast.lua", "common.lua")
 	refreshScript = newScript(4, "refresh.lua", "common.lua")
 	abortScript   = newScript(6, "abort.lua", "common.lua")
 	reclaimScript = newScript(5, "reclaim.lua", "common.lua")
 	deleteScript  = newScript(5, "delete.lua", "common.lua")
 	statusScript  = newScript(5, "status.lua")
-
-	rateTakeScript  = newScript(rateKeyCount, "rate_take.lua", "common.lua", "rate_common.lua")
-	rateAbortScript = newScript(rateKeyCount, "rate_abort.lua", "common.lua", "rate_common.lua")
 )
 
-// rateKeyCount is how many keys every rate script takes (see rate_common.lua).
-const rateKeyCount = 7
-
+// newScript is engine.NewScript: file after its helpers.
 func newScript(keys int, file string, helpers ...string) *redis.Script {
-	var src string
-	for _, h := range helpers {
-		src += mustRead(h) + "\n"
-	}
-	return redis.NewScript(keys, src+mustRead(file))
+	return engine.NewScript(keys, file, helpers...)
 }
 
-func mustRead(file string) string {
-	b, err := luaFS.ReadFile("lua/" + file)
-	if err != nil {
-		panic("redsem: missing embedded script " + file)
-	}
-	return string(b)
-}
+// mustRead is engine.MustRead: the source of one script file.
+func mustRead(file string) string { return engine.MustRead(file) }

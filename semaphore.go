@@ -11,6 +11,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/internal/failpoint"
 )
 
@@ -48,11 +49,8 @@ type Semaphore struct {
 // name may hold any bytes (it is encoded before it goes into a key); it must
 // not be empty or longer than MaxNameLen. size must be between 1 and MaxSize.
 func NewSemaphore(pool Pool, name string, size int, opts ...Option) (*Semaphore, error) {
-	if pool == nil {
-		return nil, fmt.Errorf("%w: nil pool", ErrInvalidOption)
-	}
-	if p, ok := pool.(*redis.Pool); ok && p == nil {
-		return nil, fmt.Errorf("%w: nil pool", ErrInvalidOption)
+	if err := engine.CheckPool(pool, "pool"); err != nil {
+		return nil, err
 	}
 	if err := checkName(name); err != nil {
 		return nil, err
@@ -89,7 +87,7 @@ func (s *Semaphore) TTL() time.Duration { return s.cfg.ttl }
 // When ctx ends first, Acquire returns an error for which errors.Is(err,
 // ctx.Err()) holds, and no token is lost: a token Redis handed over in the
 // meantime is given back. Other errors: *SizeMismatchError, ErrWrongType,
-// ErrCorrupt, or a connection error.
+// ErrCorrupt, ErrStaleGrant, or a connection error.
 func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
 	start := time.Now()
 	var l *Lease
@@ -103,7 +101,9 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
 }
 
 // TryAcquire returns a lease if a token is free now, and ErrNoToken if none
-// is. It never waits for a token; it is one round trip.
+// is. It never waits for a token; it is one round trip, or a few when a
+// grant reaches it after its lease's local deadline (then it gives the token
+// back and tries again, 3 times at most, then returns ErrStaleGrant).
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
 	start := time.Now()
 	l, err := s.acquire(ctx, false)
@@ -164,6 +164,10 @@ func (s *Semaphore) blockFor(ctx context.Context) int64 {
 	}
 	return d.Milliseconds()
 }
+
+// maxStaleGrants bounds how many grants in a row an acquisition gives back
+// because they reached it after their lease's local deadline.
+const maxStaleGrants = 3
 
 // maxBrokenWaits bounds how many times in a row Acquire starts over after its
 // blocked connection broke before it gives up and returns the error.
@@ -264,6 +268,7 @@ func (s *Semaphore) acquireOn(ctx context.Context, conn redis.Conn, mode acquire
 		r, err = parseAcquireReply(runScript(ctx, conn, acquireScript, s.acquireArgs(acq, block, "fresh")...))
 	}
 	var blockLeft time.Duration
+	stale := 0 // grants in a row that were unusable on arrival
 	for {
 		if err != nil {
 			if r, err = s.failedAcquire(ctx, acq, err, blockLeft); err != nil {
@@ -280,12 +285,18 @@ func (s *Semaphore) acquireOn(ctx context.Context, conn redis.Conn, mode acquire
 			}
 			// The grant is older than our view of its lease allows (this
 			// process was frozen while Redis handed it the token): never use
-			// it. Give it back if it is still ours, and wait again.
-			_ = l.Release(context.WithoutCancel(ctx))
+			// it. Give it back if it is still ours, and wait again, but not
+			// forever: grants that keep arriving too late would loop.
+			s.giveBack(ctx, l)
+			if stale++; stale >= maxStaleGrants {
+				return nil, nil, fmt.Errorf("%w: semaphore %q: %d grants in a row were past their local deadline on arrival (TTL %v)",
+					ErrStaleGrant, printable(s.name), stale, s.cfg.ttl)
+			}
 			acq = newAcqID()
 		case 2, 3:
 			acq = newAcqID()
 		case 0:
+			stale = 0
 			switch mode {
 			case modeTry:
 				return nil, nil, fmt.Errorf("%w: semaphore %q", ErrNoToken, printable(s.name))
@@ -301,6 +312,14 @@ func (s *Semaphore) acquireOn(ctx context.Context, conn redis.Conn, mode acquire
 			}
 			return nil, nil, s.ctxError(err)
 		}
+		if r.code == 0 && monoNow()-sent >= (r.blockMs+s.cfg.grace.Milliseconds())*1000 {
+			// This process came back too late to wait on the registration
+			// the reply made: Redis may have swept it, and a BLMOVE now
+			// would move a token into a pending list only the sweep's
+			// tombstone still covers. Register again (a tombstone turns the
+			// call into "aborted", and a new acquisition follows).
+			r.code = 3
+		}
 		sent = monoNow()
 		if r.code != 0 {
 			blockLeft = 0
@@ -315,7 +334,7 @@ func (s *Semaphore) acquireOn(ctx context.Context, conn redis.Conn, mode acquire
 
 // blockOnce writes BLMOVE and acquire.lua in one write: when a token reaches
 // this waiter, Redis runs the script right behind the BLMOVE and the lease is
-// recorded before the client reads a byte (see DESIGN-NOTES). Returns the
+// recorded before the client reads a byte (see doc.go, Model). Returns the
 // script's reply.
 func (s *Semaphore) blockOnce(ctx context.Context, conn redis.Conn, acq string, blockMs int64) (acquireReply, error) {
 	next := s.blockFor(ctx)
@@ -396,17 +415,28 @@ func (s *Semaphore) failedAcquire(ctx context.Context, acq string, err error, bl
 // background for at most settleTimeout.
 func (s *Semaphore) settle(ctx context.Context, acq string) {
 	done := make(chan struct{})
-	go func() {
+	clk.Go(func() {
 		defer close(done)
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 		defer cancel()
 		_, _ = s.abort(actx, acq, "release")
-	}()
-	t := time.NewTimer(settleWait)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
+	})
+	clk.WaitOrDone(context.Background(), done, settleWait)
+}
+
+// giveBack releases a grant the acquisition will not use. Like settle, it
+// never holds the caller long after ctx has ended against a server that does
+// not answer: then it waits settleWait at most, and the release goes on in
+// the background (bounded by releaseTimeout).
+func (s *Semaphore) giveBack(ctx context.Context, l *Lease) {
+	done := make(chan struct{})
+	clk.Go(func() {
+		defer close(done)
+		_ = l.Release(ctx)
+	})
+	clk.WaitOrDone(ctx, done, releaseTimeout+time.Second)
+	if ctx.Err() != nil {
+		clk.WaitOrDone(context.Background(), done, settleWait)
 	}
 }
 
@@ -450,19 +480,6 @@ func (s *Semaphore) abort(actx context.Context, acq, mode string) (acquireReply,
 	return r, err
 }
 
-// ctxErr is ctx.Err(), or context.DeadlineExceeded once the deadline has
-// passed even if ctx's timer has not fired yet (a dial or read with the same
-// deadline can fail first).
-func ctxErr(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-		return context.DeadlineExceeded
-	}
-	return nil
-}
-
 func (s *Semaphore) ctxError(err error) error {
 	return fmt.Errorf("redsem: acquire semaphore %q: %w", printable(s.name), err)
 }
@@ -472,7 +489,7 @@ func (s *Semaphore) ctxError(err error) error {
 // Every Acquire does the same, and blocked waiters wake for it at the
 // earliest lease deadline, so calling Reclaim is never required. Like Status
 // and Delete it uses the size stored in Redis, not the one this Semaphore
-// was made with, so an administrator may open any semaphore with size 1.
+// was made with; an Admin (NewAdmin) does the same without any size.
 func (s *Semaphore) Reclaim(ctx context.Context) (int, error) {
 	v, _, err := s.call(ctx, reclaimScript, append(s.k.all(5), 1000)...)
 	n, err := redis.Int(v, err)

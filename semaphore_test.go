@@ -141,7 +141,7 @@ func TestDoubleReleaseAddsNoToken(t *testing.T) {
 func TestStalledHolderLosesLease(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
-		s := newSem(t, b, "stall", 1, WithTTL(150*time.Millisecond))
+		s := newSem(t, b, "stall", 1, WithTTL(150*time.Millisecond), WithFixedTTL())
 		stale, err := s.Acquire(ctx)
 		require.NoError(t, err)
 		time.Sleep(200 * time.Millisecond)
@@ -150,7 +150,10 @@ func TestStalledHolderLosesLease(t *testing.T) {
 		assert.ErrorIs(t, stale.Err(), ErrLeaseExpired)
 		assert.ErrorIs(t, stale.Refresh(ctx, time.Second), ErrLeaseExpired, "FM-09: no refresh after expiry")
 
-		next, err := s.Acquire(ctx) // reclaims the expired lease on the way
+		// The next holder's lease is long: with 150ms a loaded machine let
+		// it expire too before the TryAcquire below, which then got it.
+		long := newSem(t, b, "stall", 1, WithTTL(10*time.Second), WithFixedTTL())
+		next, err := long.Acquire(ctx) // reclaims the expired lease on the way
 		require.NoError(t, err)
 		assert.Equal(t, stale.Token(), next.Token())
 		assert.Greater(t, next.Fence(), stale.Fence())
@@ -188,7 +191,7 @@ func TestRefreshNeverResurrects(t *testing.T) {
 func TestRefreshExtendsLease(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
-		s := newSem(t, b, "refresh", 1, WithTTL(200*time.Millisecond))
+		s := newSem(t, b, "refresh", 1, WithTTL(200*time.Millisecond), WithFixedTTL())
 		l, err := s.Acquire(ctx)
 		require.NoError(t, err)
 		for i := 0; i < 4; i++ {
@@ -203,19 +206,44 @@ func TestRefreshExtendsLease(t *testing.T) {
 	})
 }
 
+// A live holder keeps its lease by default (auto-refresh), as with
+// Redisson's watchdog and etcd's sessions; WithFixedTTL makes the lease end
+// after its TTL unless refreshed by hand, and a later WithAutoRefresh
+// undoes it.
 func TestAutoRefreshHoldsUntilRelease(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
-		s := newSem(t, b, "auto", 1, WithTTL(150*time.Millisecond), WithAutoRefresh())
-		l, err := s.Acquire(ctx)
-		require.NoError(t, err)
-		time.Sleep(500 * time.Millisecond)
-		assert.True(t, l.Valid(), "auto-refresh kept the lease past three TTLs")
-		_, err = s.TryAcquire(ctx)
-		require.ErrorIs(t, err, ErrNoToken)
-		require.NoError(t, l.Release(ctx))
-		requireInventory(t, s, 1, 0)
-		// goleak in TestMain proves the refresher stopped.
+		const ttl = 300 * time.Millisecond
+		for _, c := range []struct {
+			name  string
+			opts  []Option
+			fixed bool
+		}{
+			{"default", nil, false},
+			{"WithAutoRefresh", []Option{WithAutoRefresh()}, false},
+			{"WithFixedTTL", []Option{WithFixedTTL()}, true},
+			{"WithFixedTTL then WithAutoRefresh", []Option{WithFixedTTL(), WithAutoRefresh()}, false},
+		} {
+			s := newSem(t, b, "auto", 1, append([]Option{WithTTL(ttl)}, c.opts...)...)
+			l, err := s.Acquire(ctx)
+			require.NoError(t, err, c.name)
+			time.Sleep(4 * ttl)
+			if c.fixed {
+				assert.False(t, l.Valid(), "%s: the fixed lease ended after its TTL", c.name)
+				assert.ErrorIs(t, l.Err(), ErrLeaseExpired, c.name)
+				l2, err := s.TryAcquire(ctx) // reclaims the expired lease
+				require.NoError(t, err, c.name)
+				require.NoError(t, l2.Release(ctx), c.name)
+				require.ErrorIs(t, l.Release(ctx), ErrLeaseLost, c.name)
+			} else {
+				assert.True(t, l.Valid(), "%s: auto-refresh kept the lease past four TTLs (%v)", c.name, l.Err())
+				_, err = s.TryAcquire(ctx)
+				require.ErrorIs(t, err, ErrNoToken, c.name)
+				require.NoError(t, l.Release(ctx), c.name)
+			}
+			requireInventory(t, s, 1, 0)
+		}
+		// goleak in TestMain proves the refreshers stopped.
 	})
 }
 

@@ -4,7 +4,6 @@ import (
 	"container/list"
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 )
@@ -26,20 +25,6 @@ import (
 // Order: within a process, waiters are served in arrival order. Between
 // processes, Redis serves the blocked calls in arrival order, and a pump
 // that was served queues again behind the others: processes take turns.
-
-// WithWaitConnections sets how many blocking Redis calls the goroutines
-// waiting on one Semaphore share. Default 1. With n = 0 every waiting
-// Acquire blocks on a connection of its own, as BLPOP-based semaphores
-// usually do: more connections, but Redis itself orders every waiter.
-func WithWaitConnections(n int) Option {
-	return optionFunc(func(c *config) error {
-		if n < 0 || n > 1024 {
-			return fmt.Errorf("%w: %d wait connections is not between 0 and 1024", ErrInvalidOption, n)
-		}
-		c.waitConns = n
-		return nil
-	})
-}
 
 // waitQueue is a Semaphore's local queue of waiting goroutines.
 type waitQueue struct {

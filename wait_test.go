@@ -145,12 +145,24 @@ func TestSharedWaitCancelCostsNoRoundTrip(t *testing.T) {
 // A storm of local waiters with tiny deadlines on one Semaphore while
 // holders come and go: a lease that reaches a waiter that has just left is
 // handed on or given back, so exactly the tokens remain.
+//
+// Most waiters give up after 1-20ms, less than one round trip when the
+// machine is loaded (miniredis runs each script in a fresh gopher-lua state,
+// several milliseconds under -race): how many of those are granted depends
+// on the machine, not on the library. Every tenth waiter is patient, and
+// each of those must be granted: nobody who waits long enough is left
+// waiting while tokens are free, however many leave around it.
 func TestSharedWaitCancellationStorm(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const size, waiters = 2, 200
 		ctx := ctxT(t, 60*time.Second)
 		s := newSem(t, b, "shared-storm", size)
-		var grants, timeouts atomic.Int64
+		// Load the scripts first: the storm is about the protocol, not
+		// about the first EVAL's compile time.
+		l, err := s.TryAcquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		var grants, patientGrants, timeouts atomic.Int64
 		var wg sync.WaitGroup
 		errs := make(chan error, waiters)
 		for i := 0; i < waiters; i++ {
@@ -159,20 +171,28 @@ func TestSharedWaitCancellationStorm(t *testing.T) {
 				defer wg.Done()
 				rng := rand.New(rand.NewSource(seed))
 				time.Sleep(time.Duration(rng.Intn(300)) * time.Millisecond)
-				wctx, cancel := context.WithTimeout(ctx, time.Duration(1+rng.Intn(20))*time.Millisecond)
+				patient := seed%10 == 0
+				wait := time.Duration(1+rng.Intn(20)) * time.Millisecond
+				if patient {
+					wait = 20 * time.Second
+				}
+				wctx, cancel := context.WithTimeout(ctx, wait)
 				defer cancel()
 				l, err := s.Acquire(wctx)
 				switch {
 				case err == nil:
 					grants.Add(1)
+					if patient {
+						patientGrants.Add(1)
+					}
 					time.Sleep(time.Duration(rng.Intn(3)) * time.Millisecond)
 					if err := l.Release(ctx); err != nil {
 						errs <- err
 					}
-				case errors.Is(err, context.DeadlineExceeded):
+				case errors.Is(err, context.DeadlineExceeded) && !patient:
 					timeouts.Add(1)
 				default:
-					errs <- err
+					errs <- fmt.Errorf("waiter %d (patient %v): %w", seed, patient, err)
 				}
 			}(int64(i))
 		}
@@ -182,7 +202,7 @@ func TestSharedWaitCancellationStorm(t *testing.T) {
 			require.NoError(t, err)
 		}
 		t.Logf("%s: %d waiters, %d grants, %d timed out", b.name, waiters, grants.Load(), timeouts.Load())
-		assert.Positive(t, grants.Load())
+		assert.EqualValues(t, waiters/10, patientGrants.Load(), "every patient waiter is granted")
 		assert.Positive(t, timeouts.Load())
 		assert.True(t, s.pumpsIdleWithin(5*time.Second), "pumps stop")
 		require.Eventually(t, func() bool {
@@ -198,7 +218,7 @@ func TestSharedWaitCancellationStorm(t *testing.T) {
 func TestSharedWaitErrorReachesWaiters(t *testing.T) {
 	b := realRedis(t)
 	ctx := ctxT(t, 30*time.Second)
-	holder := newSem(t, b, "shifting", 1)
+	holder := newSem(t, b, "shifting", 1, WithFixedTTL()) // its lease is dropped
 	_, err := holder.Acquire(ctx)
 	require.NoError(t, err)
 	s := newSem(t, b, "shifting", 1, WithGrace(100*time.Millisecond))

@@ -17,7 +17,7 @@ import (
 //
 // Only one weighted acquisition of a semaphore at a time may hold tokens
 // before it has all it asked for: the holder of the collector ticket (meta
-// field "coll", see lua/weighted.lua). The others queue for the ticket in a
+// field "coll", see internal/engine/lua/weighted.lua). The others queue for the ticket in a
 // Redis list, first come, first served, each sleeping in BLPOP on a doorbell
 // of its own. The collector waits for its first token in the ordinary token
 // queue (BLMOVE into its pending list, with the script right behind it in
@@ -98,13 +98,15 @@ func (k keys) wqueue() string { return k.base + "wqueue" }
 // every earlier fence. Other errors: ErrInvalidSize, *SizeMismatchError,
 // ErrWrongType, ErrCorrupt, ErrOutOfMemory, or a connection error.
 func (s *Semaphore) AcquireN(ctx context.Context, k int) (*Lease, error) {
-	if err := s.checkN(k); err != nil {
-		return nil, err
-	}
 	if k == 1 {
 		return s.Acquire(ctx)
 	}
-	return s.acquireN(ctx, k, true)
+	start := time.Now()
+	if err := s.checkN(k); err != nil {
+		return s.observeAcquire(start, nil, err)
+	}
+	l, err := s.acquireN(ctx, k, true)
+	return s.observeAcquire(start, l, err)
 }
 
 // TryAcquireN returns a lease on k tokens if k are free now and no weighted
@@ -112,13 +114,15 @@ func (s *Semaphore) AcquireN(ctx context.Context, k int) (*Lease, error) {
 // token after a failure. It never waits; it is one round trip.
 // TryAcquireN(ctx, 1) is TryAcquire(ctx).
 func (s *Semaphore) TryAcquireN(ctx context.Context, k int) (*Lease, error) {
-	if err := s.checkN(k); err != nil {
-		return nil, err
-	}
 	if k == 1 {
 		return s.TryAcquire(ctx)
 	}
-	return s.acquireN(ctx, k, false)
+	start := time.Now()
+	if err := s.checkN(k); err != nil {
+		return s.observeAcquire(start, nil, err)
+	}
+	l, err := s.acquireN(ctx, k, false)
+	return s.observeAcquire(start, l, err)
 }
 
 func (s *Semaphore) checkN(k int) error {
@@ -360,16 +364,13 @@ func (s *Semaphore) failedAcquireN(ctx context.Context, acq string, k int, err e
 // go on in the background for at most settleTimeout.
 func (s *Semaphore) settleN(ctx context.Context, acq string, k int) {
 	done := make(chan struct{})
-	go func() {
+	clk.Go(func() {
 		defer close(done)
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 		defer cancel()
 		_, _ = s.abortN(actx, acq, k, "release")
-	}()
-	select {
-	case <-done:
-	case <-time.After(settleWait):
-	}
+	})
+	clk.WaitOrDone(context.Background(), done, settleWait)
 }
 
 // abortN runs abort_n.lua for acq in the given mode ("release" or "resolve").

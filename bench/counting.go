@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"net"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +18,31 @@ import (
 type counters struct {
 	roundTrips atomic.Int64
 	commands   atomic.Int64
+
+	mu     sync.Mutex
+	byName map[string]int64 // commands sent, by lower-case name
+}
+
+// sent counts one command the client sent.
+func (c *counters) sent(name string) {
+	c.commands.Add(1)
+	c.mu.Lock()
+	if c.byName == nil {
+		c.byName = map[string]int64{}
+	}
+	c.byName[strings.ToLower(name)]++
+	c.mu.Unlock()
+}
+
+// sentByName returns a copy of the commands sent so far, by name.
+func (c *counters) sentByName() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := make(map[string]int64, len(c.byName))
+	for k, v := range c.byName {
+		m[k] = v
+	}
+	return m
 }
 
 func (c *counters) snapshot() (rt, cmds int64) {
@@ -64,7 +91,7 @@ func (c *countingConn) Err() error   { return c.conn.Err() }
 
 func (c *countingConn) count(cmd string) {
 	if cmd != "" {
-		c.c.commands.Add(1)
+		c.c.sent(cmd)
 	}
 	if cmd != "" || c.pending > 0 {
 		c.c.roundTrips.Add(1)
@@ -88,7 +115,7 @@ func (c *countingConn) DoWithTimeout(d time.Duration, cmd string, args ...interf
 }
 
 func (c *countingConn) Send(cmd string, args ...interface{}) error {
-	c.c.commands.Add(1)
+	c.c.sent(cmd)
 	c.pending++
 	return c.conn.Send(cmd, args...)
 }
@@ -124,7 +151,7 @@ func (h countingHook) DialHook(next goredis.DialHook) goredis.DialHook {
 func (h countingHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
 		h.c.roundTrips.Add(1)
-		h.c.commands.Add(1)
+		h.c.sent(cmd.Name())
 		return next(ctx, cmd)
 	}
 }
@@ -132,7 +159,9 @@ func (h countingHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook 
 func (h countingHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
 		h.c.roundTrips.Add(1)
-		h.c.commands.Add(int64(len(cmds)))
+		for _, cmd := range cmds {
+			h.c.sent(cmd.Name())
+		}
 		return next(ctx, cmds)
 	}
 }

@@ -50,12 +50,36 @@ func (e *env) info(section string) string {
 }
 
 // stats is one INFO commandstats sample.
-type stats struct{ calls, scripts, scriptUsec int64 }
+type stats struct {
+	calls, scripts, scriptUsec int64
+	byName                     map[string][2]int64 // name -> calls, usec
+}
 
 func (e *env) stats() stats {
 	info := e.info("commandstats")
 	sc, us := scriptCalls(info)
-	return stats{calls: commandCalls(info), scripts: sc, scriptUsec: us}
+	return stats{calls: commandCalls(info), scripts: sc, scriptUsec: us, byName: commandUsec(info)}
+}
+
+// serverUsec is the Redis server time, in µs, of the commands clients sent
+// between samples s0 and s1, from INFO commandstats: every command's usec,
+// but those that scripts ran (already in the script's own usec). sent is
+// what the clients sent, by name, meanwhile: a command both sent and run by
+// scripts counts in proportion.
+func serverUsec(s0, s1 stats, sent map[string]int64) float64 {
+	var t float64
+	for name, v := range s1.byName {
+		calls, usec := v[0]-s0.byName[name][0], v[1]-s0.byName[name][1]
+		if calls <= 0 || name == "info" {
+			continue
+		}
+		if name == "eval" || name == "evalsha" {
+			t += float64(usec)
+			continue
+		}
+		t += float64(usec) * min(1, float64(sent[name])/float64(calls))
+	}
+	return t
 }
 
 func (e *env) clientsField(name string) int {

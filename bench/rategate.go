@@ -12,12 +12,12 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/rate"
 )
 
 // The rate scenario: 64 goroutines start calls as fast as a gate of n
-// starts per interval lets them, for dur, through redsem's RateGate and
-// through the common hand-made fixed-window limiter (INCR on a key per
+// starts per interval lets them, for dur, through redsem's rate gate
+// (package rate) and through the common hand-made fixed-window limiter (INCR on a key per
 // window, PEXPIRE, sleep to the next window when over). It reports the
 // achieved rate against the configured one, the most starts seen in any
 // window of length per (n is the limit; a fixed window lets up to 2n
@@ -106,7 +106,7 @@ func (e *env) rateRun(ctx context.Context, dur time.Duration, start starter) ([]
 }
 
 func (e *env) redsemStart(_ context.Context, pool *redis.Pool, key string) (func(context.Context) error, error) {
-	g, err := redsem.NewRateGate(pool, key, rateN, ratePer)
+	g, err := rate.New(pool, key, rateN, ratePer)
 	if err != nil {
 		return nil, err
 	}

@@ -201,7 +201,7 @@ func columnsFor(sc string) (cols []column, ratio string) {
 		return []column{{"pairs_per_s", "pairs/s", 1, 0}, {"p50_us", "p50 µs", 1, 0}, {"p99_us", "p99 µs", 1, 0},
 			{"roundtrips", "RTs/pair", 1, 2}, {"roundtrips_acq", "RTs acq", 1, 2}, {"roundtrips_rel", "RTs rel", 1, 2},
 			{"sent_cmds", "cmds sent/pair", 1, 1}, {"redis_cmds", "Redis cmds/pair (inner incl.)", 1, 1},
-			{"script_us", "Lua µs/pair (server)", 1, 1}}, "p50_us"
+			{"script_us", "Lua µs/pair (server)", 1, 1}, {"server_us", "Redis µs/pair (commandstats)", 1, 1}}, "p50_us"
 	case strings.HasPrefix(sc, "contended/"):
 		return []column{{"acq_per_s", "acq/s", 1, 0}, {"wait_p50_us", "wait p50 ms", 1000, 2}, {"wait_p99_us", "wait p99 ms", 1000, 1},
 			{"wait_max_us", "wait max ms", 1000, 0}, {"jain", "Jain", 1, 3}, {"starved", "starved", 1, 0},

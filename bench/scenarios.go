@@ -24,6 +24,7 @@ func (e *env) uncontended(ls []*lib, n int) (map[string]metrics, error) {
 		lat                   []float64
 		rtAcq, rtRel, rt, cmd int64
 		calls, scripts, susec int64
+		serverUs              float64
 		elapsed               time.Duration
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -60,6 +61,7 @@ func (e *env) uncontended(ls []*lib, n int) (map[string]metrics, error) {
 			i := (k + r) % len(ls)
 			s := st[i]
 			rt0, cmd0 := s.c.snapshot()
+			sent0 := s.c.sentByName()
 			s0 := e.stats()
 			start := time.Now()
 			for range n / rounds {
@@ -86,6 +88,11 @@ func (e *env) uncontended(ls []*lib, n int) (map[string]metrics, error) {
 			s.calls += s1.calls - s0.calls
 			s.scripts += s1.scripts - s0.scripts
 			s.susec += s1.scriptUsec - s0.scriptUsec
+			sent := s.c.sentByName()
+			for k, v := range sent0 {
+				sent[k] -= v
+			}
+			s.serverUs += serverUsec(s0, s1, sent)
 		}
 	}
 	out := map[string]metrics{}
@@ -103,6 +110,7 @@ func (e *env) uncontended(ls []*lib, n int) (map[string]metrics, error) {
 			"roundtrips_rel":   float64(s.rtRel) / fn,
 			"script_inner_cmd": float64(s.calls-s.cmd) / fn,
 			"script_us":        float64(s.susec) / fn,
+			"server_us":        s.serverUs / fn,
 		}
 	}
 	return out, nil

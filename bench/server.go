@@ -157,6 +157,22 @@ func scriptCalls(info string) (calls, usec int64) {
 	return calls, usec
 }
 
+// commandUsec returns the calls and usec of every command in an INFO
+// commandstats reply, by lower-case name ("config|get" for subcommands).
+func commandUsec(info string) map[string][2]int64 {
+	m := map[string][2]int64{}
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, st, _ := strings.Cut(rest, ":")
+		m[name] = [2]int64{statField(st, "calls"), statField(st, "usec")}
+	}
+	return m
+}
+
 // statField returns field name of "calls=1,usec=2,...".
 func statField(st, name string) int64 {
 	for _, kv := range strings.Split(strings.TrimSpace(st), ",") {

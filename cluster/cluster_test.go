@@ -33,6 +33,7 @@ func TestCluster(t *testing.T) {
 	t.Run("Keyslot", func(t *testing.T) { testKeyslot(t, c) })
 	t.Run("Routing", func(t *testing.T) { testRouting(t, c, p) })
 	t.Run("Spread", func(t *testing.T) { testSpread(t, c, p) })
+	t.Run("Fleet", func(t *testing.T) { testFleet(t, c, p) })
 	t.Run("Reshard", func(t *testing.T) { testReshard(t, c, p) })
 	t.Run("Failover", func(t *testing.T) { testFailover(t, c, p) })
 	t.Run("Wait", func(t *testing.T) { testWait(t, c) })
@@ -276,9 +277,9 @@ func testSpread(t *testing.T, c *redistest.Cluster, p *cluster.Pool) {
 // Lua sources of the library, to play a waiter that dies between its BLMOVE
 // and its lease script.
 func script(t *testing.T, name string) *redis.Script {
-	common, err := os.ReadFile("../lua/common.lua")
+	common, err := os.ReadFile("../internal/engine/lua/common.lua")
 	require.NoError(t, err)
-	body, err := os.ReadFile("../lua/" + name)
+	body, err := os.ReadFile("../internal/engine/lua/" + name)
 	require.NoError(t, err)
 	return redis.NewScript(6, string(common)+"\n"+string(body))
 }
@@ -448,9 +449,9 @@ func median(ds []time.Duration) time.Duration {
 	return ds[len(ds)/2]
 }
 
-// TestReclaimDuringMigration reproduces a library bug on Redis Cluster (see
-// the package documentation, "Known issue"): a script that runs on the source of a
-// migrating slot fails at its first access to a key that does not exist
+// TestReclaimDuringMigration is the regression test of a library bug on
+// Redis Cluster (see the package documentation, "Resharding"): a script that
+// runs on the source of a migrating slot fails at its first access to a key that does not exist
 // there, even one it emptied itself, and keeps its earlier writes. Here
 // Reclaim removed an expired lease (the last one, so the leases key went),
 // then failed giving its token back: the token was gone for good. The
@@ -461,7 +462,8 @@ func TestReclaimDuringMigration(t *testing.T) {
 	p := newPool(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := redsem.NewSemaphore(p, "repro", 2, redsem.WithTTL(300*time.Millisecond), redsem.WithGrace(100*time.Millisecond))
+	s, err := redsem.NewSemaphore(p, "repro", 2, redsem.WithTTL(300*time.Millisecond), redsem.WithFixedTTL(),
+		redsem.WithGrace(100*time.Millisecond))
 	require.NoError(t, err)
 	l1, err := s.Acquire(ctx)
 	require.NoError(t, err)
@@ -489,5 +491,44 @@ func TestReclaimDuringMigration(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.NoError(t, <-done)
+	settled(t, s)
+}
+
+// The fast paths of Release and Acquire (internal/engine/lua/release_fast.lua,
+// internal/engine/lua/acquire_fast.lua) carry no probe for a migrating slot: Redis answers
+// TRYAGAIN itself when some of a script's declared keys are missing on the
+// source (here the token list, all tokens being out, and the fresh call's
+// pending list), and the pool retries once the move is over. A release and
+// a waiter during a migration both complete, and nothing is lost.
+func TestReleaseAndAcquireDuringMigration(t *testing.T) {
+	c := redistest.StartCluster(t, 2, 0)
+	p := newPool(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := redsem.NewSemaphore(p, "fastmove", 1, redsem.WithTTL(5*time.Second), redsem.WithFixedTTL())
+	require.NoError(t, err)
+	l, err := s.Acquire(ctx) // the token list is empty now: its key is gone
+	require.NoError(t, err)
+
+	slot := slotOf(s)
+	released, acquired := make(chan error, 1), make(chan error, 1)
+	_, err = c.MoveSlot(slot, otherMaster(t, c, c.Owner(slot)), func(round int) bool {
+		if round == 0 { // MIGRATING, every key still on the source
+			go func() { released <- l.Release(ctx) }()
+			time.Sleep(300 * time.Millisecond)
+			go func() {
+				l2, err := s.Acquire(ctx)
+				if err == nil {
+					err = l2.Release(ctx)
+				}
+				acquired <- err
+			}()
+			time.Sleep(300 * time.Millisecond)
+		}
+		return false
+	})
+	require.NoError(t, err)
+	assert.NoError(t, <-released, "Release during the migration")
+	assert.NoError(t, <-acquired, "Acquire and Release during the migration")
 	settled(t, s)
 }

@@ -49,14 +49,17 @@
 // redirected once SETSLOT NODE is done. Pending lists left by dead waiters
 // move with the slot and are swept on the new master.
 //
-// Known issue (redsem's scripts, not this package): a script that runs on the
-// source of a migrating slot fails at its first access to a key that is not
-// there, even one it has just emptied itself, and keeps the writes it made
-// before. In a narrow window (Reclaim, or a waiter served, on the source
-// while the slot is MIGRATING and before its keys moved) this can lose a
-// token. TestReclaimDuringMigration reproduces it; the fix is for the
-// scripts to probe a key that never exists and answer TRYAGAIN before their
-// first write.
+// A script that runs on the source of a migrating slot would fail at its
+// first access to a key that is not there, even one it has just emptied
+// itself, and keep the writes it made before, which could lose a token. So
+// the general scripts first probe a key that never exists and, on a
+// migrating slot, answer TRYAGAIN before their first write; this package
+// retries it like any TRYAGAIN. The hot-path scripts need no probe: a fresh
+// acquire declares its pending list, which never exists on the source, so
+// Redis answers TRYAGAIN or ASK before running it; behind a BLMOVE, a
+// put-back that fails falls back to the token list.
+// TestReclaimDuringMigration and TestReleaseAndAcquireDuringMigration check
+// that a migration loses nothing.
 //
 // # Failover
 //

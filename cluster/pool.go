@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/redsem/redsem/internal/errconn"
 )
 
 // Pool is a connection source for a Redis Cluster. It keeps the slot map
@@ -85,7 +87,7 @@ func (p *Pool) GetContext(ctx context.Context) (redis.Conn, error) {
 func (p *Pool) Get() redis.Conn {
 	c, err := p.GetContext(context.Background())
 	if err != nil {
-		return errorConn{err}
+		return errconn.New(err)
 	}
 	return c
 }
@@ -379,21 +381,3 @@ func backoff(ctx context.Context, n int) error {
 		return nil
 	}
 }
-
-// errorConn is what Get returns when GetContext fails.
-type errorConn struct{ err error }
-
-func (e errorConn) Close() error                                   { return nil }
-func (e errorConn) Err() error                                     { return e.err }
-func (e errorConn) Do(string, ...interface{}) (interface{}, error) { return nil, e.err }
-func (e errorConn) Send(string, ...interface{}) error              { return e.err }
-func (e errorConn) Flush() error                                   { return e.err }
-func (e errorConn) Receive() (interface{}, error)                  { return nil, e.err }
-func (e errorConn) DoContext(context.Context, string, ...interface{}) (interface{}, error) {
-	return nil, e.err
-}
-func (e errorConn) ReceiveContext(context.Context) (interface{}, error) { return nil, e.err }
-func (e errorConn) DoWithTimeout(time.Duration, string, ...interface{}) (interface{}, error) {
-	return nil, e.err
-}
-func (e errorConn) ReceiveWithTimeout(time.Duration) (interface{}, error) { return nil, e.err }

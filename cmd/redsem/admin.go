@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -33,7 +32,10 @@ Reads where every slot of semaphore NAME is (free, pending, leased, retired)
 and lists duplicates, strangers (forged or stale tokens) and missing slots.
 Exits 0 when healthy, 65 when not.
 
-  --json           print the inventory as JSON
+  --json           print the inventory as JSON: snake_case keys, lists never
+                   null, slots as numbers (the same style as status --json)
+  --all            check every semaphore under --prefix instead of NAME
+                   (see redsem check --all --help)
 
 ` + connHelp + `
 Example:
@@ -54,12 +56,12 @@ Example:
 `
 
 func cmdResize(args []string, stdout, _ io.Writer) error {
-	return adminCommand("resize", resizeHelp, args, 2, nil, func(ctx context.Context, sem *redsem.Semaphore, pos []string) error {
+	return adminCommand("resize", resizeHelp, args, 2, nil, func(ctx context.Context, adm *redsem.Admin, pos []string) error {
 		n, err := strconv.Atoi(pos[1])
 		if err != nil || n < 1 {
 			return usagef("resize: N must be a whole number of at least 1, not %q", pos[1])
 		}
-		if err := sem.Resize(ctx, n); err != nil {
+		if err := adm.Resize(ctx, n); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "%q now has %d slot(s)\n", pos[0], n)
@@ -67,22 +69,20 @@ func cmdResize(args []string, stdout, _ io.Writer) error {
 	})
 }
 
-func cmdCheck(args []string, stdout, _ io.Writer) error {
+func cmdCheck(args []string, stdout, stderr io.Writer) error {
+	if wantsCheckAll(args) {
+		return cmdCheckAll(args, stdout, stderr)
+	}
 	var asJSON *bool
 	flags := func(fs *flag.FlagSet) { asJSON = fs.Bool("json", false, "") }
-	return adminCommand("check", checkHelp, args, 1, flags, func(ctx context.Context, sem *redsem.Semaphore, pos []string) error {
-		inv, err := sem.Check(ctx)
+	return adminCommand("check", checkHelp, args, 1, flags, func(ctx context.Context, adm *redsem.Admin, pos []string) error {
+		inv, err := adm.Check(ctx)
 		if err != nil {
 			return err
 		}
 		healthy := inv.Healthy()
 		if *asJSON {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			if err := enc.Encode(struct {
-				redsem.Inventory
-				Healthy bool `json:"healthy"`
-			}{inv, healthy}); err != nil {
+			if err := writeJSON(stdout, toCheckJSON(inv)); err != nil {
 				return err
 			}
 		} else {
@@ -98,8 +98,8 @@ func cmdCheck(args []string, stdout, _ io.Writer) error {
 }
 
 func cmdRepair(args []string, stdout, _ io.Writer) error {
-	return adminCommand("repair", repairHelp, args, 1, nil, func(ctx context.Context, sem *redsem.Semaphore, pos []string) error {
-		rep, err := sem.Repair(ctx)
+	return adminCommand("repair", repairHelp, args, 1, nil, func(ctx context.Context, adm *redsem.Admin, pos []string) error {
+		rep, err := adm.Repair(ctx)
 		fmt.Fprintf(stdout, "%s: reclaimed %d, dropped %d, minted %d, still missing %v\n",
 			pos[0], rep.Reclaimed, len(rep.Dropped), len(rep.Minted), rep.Missing)
 		if errors.Is(err, redsem.ErrRepairUnsafe) {
@@ -112,9 +112,9 @@ func cmdRepair(args []string, stdout, _ io.Writer) error {
 // adminCommand is the frame of the commands that act on one semaphore: it
 // parses the connection flags, the command's own (added by flags, may be
 // nil) and want positional arguments, the first of them NAME; opens NAME;
-// and runs do under a context bounded by opTimeout.
+// and runs do on its Admin under a context bounded by opTimeout.
 func adminCommand(cmd, help string, args []string, want int, flags func(*flag.FlagSet),
-	do func(ctx context.Context, sem *redsem.Semaphore, pos []string) error) error {
+	do func(ctx context.Context, adm *redsem.Admin, pos []string) error) error {
 	fs := newFlagSet(cmd)
 	var c connFlags
 	c.register(fs)
@@ -134,12 +134,12 @@ func adminCommand(cmd, help string, args []string, want int, flags func(*flag.Fl
 	} else if len(pos) != want {
 		return usagef("%s: %d arguments expected, got %d (see redsem %s --help)", cmd, want, len(pos), cmd)
 	}
-	sem, p, err := openSemaphore(c, pos[0])
+	adm, p, err := openAdmin(c, pos[0])
 	if err != nil {
 		return err
 	}
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	return do(ctx, sem, pos)
+	return do(ctx, adm, pos)
 }

@@ -65,3 +65,50 @@ func TestResizeCheckRepair(t *testing.T) {
 	r = e.run(t, "resize", "adm", "zero")
 	assert.Equal(t, 64, r.code)
 }
+
+// After "redsem resize pool 1", run --size 3 fails with 65 as before, and
+// run --size 3 --adopt-size follows the stored size: it runs, and its
+// command sees REDSEM_SIZE=1.
+func TestRunAdoptSize(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.run(t, "run", "--size", "3", "pool", "--", "true")
+	require.Equal(t, 0, r.code, r.stderr)
+	r = e.run(t, "resize", "pool", "1")
+	require.Equal(t, 0, r.code, r.stderr)
+
+	r = e.run(t, "run", "--size", "3", "pool", "--", "true")
+	assert.Equal(t, exitData, r.code, "without --adopt-size a size mismatch stays an error")
+	assert.Contains(t, r.stderr, "--adopt-size")
+
+	r = e.run(t, "run", "--size", "3", "--adopt-size", "pool", "-c", `echo "size=$REDSEM_SIZE"`)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "size=1\n", r.stdout)
+
+	// A name that does not exist yet is created with --size.
+	r = e.run(t, "run", "--size", "3", "--adopt-size", "fresh", "-c", `echo "size=$REDSEM_SIZE"`)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "size=3\n", r.stdout)
+}
+
+// delete of a semaphore that does not exist means one thing, with or
+// without --force: it is already gone, exit 0 and say so.
+func TestDeleteMissing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, args := range [][]string{{"delete", "nope"}, {"delete", "--force", "nope"}} {
+		r := e.run(t, args...)
+		assert.Equal(t, 0, r.code, "%v: %s", args, r.stderr)
+		assert.Equal(t, "semaphore \"nope\" does not exist; nothing to delete\n", r.stdout, "%v", args)
+		assert.Empty(t, r.stderr, "%v", args)
+	}
+	r := e.run(t, "resize", "there", "2")
+	require.Equal(t, 0, r.code, r.stderr)
+	r = e.run(t, "delete", "there")
+	assert.Equal(t, exitUsage, r.code, "an existing one needs --force")
+	r = e.run(t, "delete", "--force", "there")
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "deleted \"there\"\n", r.stdout)
+	r = e.run(t, "delete", "--force", "there")
+	assert.Equal(t, 0, r.code, "twice is fine")
+}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"fmt"
 	"net"
 	"net/url"
 	"os"
@@ -35,6 +34,7 @@ type target struct {
 	addr    string
 	opts    []redis.DialOption
 	shown   string // the URL with its password redacted, for messages
+	db      int    // the database the URL selects (0 when it names none)
 }
 
 // resolveURL picks --redis, then $REDIS_URL, then the default.
@@ -52,6 +52,22 @@ func resolveURL(flagURL string) string {
 // password and database (path "/N" or query "db=N"), or unix:///path with
 // password and db in the query (or user info). A bare host:port means
 // redis://host:port.
+// tlsConfig is the TLS configuration --cacert and --insecure ask for.
+func (c connFlags) tlsConfig() (*tls.Config, error) {
+	cfg := &tls.Config{InsecureSkipVerify: c.insecure, MinVersion: tls.VersionTLS12}
+	if c.cacert != "" {
+		pem, err := os.ReadFile(c.cacert)
+		if err != nil {
+			return nil, usagef("--cacert: %v", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, usagef("--cacert %s: no PEM certificate in it", c.cacert)
+		}
+	}
+	return cfg, nil
+}
+
 func parseTarget(raw string, c connFlags) (target, error) {
 	if !strings.Contains(raw, "://") {
 		raw = "redis://" + raw
@@ -103,6 +119,7 @@ func parseTarget(raw string, c connFlags) (target, error) {
 			return target{}, usagef("bad Redis URL %s: database %q is not a number", t.shown, db)
 		}
 		t.opts = append(t.opts, redis.DialDatabase(n))
+		t.db = n
 	}
 	if hasPassword {
 		t.opts = append(t.opts, redis.DialPassword(password))
@@ -111,16 +128,9 @@ func parseTarget(raw string, c connFlags) (target, error) {
 		}
 	}
 	if u.Scheme == "rediss" {
-		cfg := &tls.Config{InsecureSkipVerify: c.insecure, MinVersion: tls.VersionTLS12}
-		if c.cacert != "" {
-			pem, err := os.ReadFile(c.cacert)
-			if err != nil {
-				return target{}, usagef("--cacert: %v", err)
-			}
-			cfg.RootCAs = x509.NewCertPool()
-			if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-				return target{}, usagef("--cacert %s: no PEM certificate in it", c.cacert)
-			}
+		cfg, err := c.tlsConfig()
+		if err != nil {
+			return target{}, err
 		}
 		t.opts = append(t.opts, redis.DialUseTLS(true), redis.DialTLSConfig(cfg))
 	} else if c.cacert != "" || c.insecure {
@@ -142,10 +152,13 @@ func redact(u *url.URL) string {
 // pools are the two connection pools of one command: main for short calls
 // (refresh, release, status), block for the waits of Acquire.
 type pools struct {
-	main, block *redis.Pool
+	main, block pool
 	shown       string // the URL, password redacted
 }
 
+// newPools returns the pools of t. Every connection they open has been
+// through dialRedis: it reached a Redis, logged in and selected the
+// database, or the pool returns a *connError that says which step failed.
 func newPools(t target) *pools {
 	mk := func(read time.Duration, maxIdle int) *redis.Pool {
 		opts := append([]redis.DialOption{
@@ -158,11 +171,7 @@ func newPools(t target) *pools {
 			MaxIdle:     maxIdle,
 			IdleTimeout: time.Minute,
 			DialContext: func(ctx context.Context) (redis.Conn, error) {
-				c, err := redis.DialContext(ctx, t.network, t.addr, opts...)
-				if err != nil {
-					return nil, fmt.Errorf("cannot reach Redis at %s: %w", t.shown, err)
-				}
-				return c, nil
+				return dialRedis(ctx, t, opts)
 			},
 		}
 	}
@@ -175,8 +184,13 @@ func (p *pools) Close() {
 }
 
 // connect resolves the URL from the flags and the environment and returns
-// the pools.
+// the pools. A new URL scheme needs a case in parseTarget (and, if it does
+// not dial one address, a dial of its own in dialRedis); the rest of the
+// command sees only pools.
 func connect(c connFlags) (*pools, error) {
+	if p, ok, err := connectSentinel(c); ok {
+		return p, err
+	}
 	t, err := parseTarget(resolveURL(c.url), c)
 	if err != nil {
 		return nil, err

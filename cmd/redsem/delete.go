@@ -19,6 +19,11 @@ blocked waiters keep waiting and are served by the semaphore the next acquire
 creates afresh. To change a semaphore's size, use redsem resize instead.
 
   --force          required: without it, delete only says what it would remove
+                   (and exits 64 when there is something to remove)
+
+A semaphore that does not exist is not an error, with or without --force:
+delete says so and exits 0, since what delete is for (no semaphore NAME)
+already holds; cleanup scripts can run it twice.
 
 ` + connHelp + `
 Example:
@@ -28,21 +33,28 @@ Example:
 func cmdDelete(args []string, stdout, _ io.Writer) error {
 	var force *bool
 	flags := func(fs *flag.FlagSet) { force = fs.Bool("force", false, "") }
-	return adminCommand("delete", deleteHelp, args, 1, flags, func(ctx context.Context, sem *redsem.Semaphore, pos []string) error {
+	return adminCommand("delete", deleteHelp, args, 1, flags, func(ctx context.Context, adm *redsem.Admin, pos []string) error {
 		name := pos[0]
+		st, err := adm.Status(ctx)
+		if err != nil {
+			return err
+		}
 		if !*force {
-			st, err := sem.Status(ctx)
-			if err != nil {
-				return err
-			}
 			if !st.Exists {
-				return usagef("delete: semaphore %q does not exist; nothing to delete", name)
+				fmt.Fprintf(stdout, "semaphore %q does not exist; nothing to delete\n", name)
+				return nil
 			}
 			return usagef("delete: semaphore %q (size %d) has %d holder(s) and %d waiter(s); add --force to delete it",
 				name, st.Size, len(st.Holders), st.Waiting)
 		}
-		if err := sem.Delete(ctx); err != nil {
+		// Delete even what Status does not count as a semaphore (a waits
+		// key left by waiters of a deleted one).
+		if err := adm.Delete(ctx); err != nil {
 			return err
+		}
+		if !st.Exists {
+			fmt.Fprintf(stdout, "semaphore %q does not exist; nothing to delete\n", name)
+			return nil
 		}
 		fmt.Fprintf(stdout, "deleted %q\n", name)
 		return nil

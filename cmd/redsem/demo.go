@@ -127,7 +127,7 @@ func cmdDemo(args []string, stdout, _ io.Writer) error {
 
 	cctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if sem, serr := redsem.NewSemaphore(p.main, name, o.size, redsem.WithPrefix(o.conn.prefix)); serr == nil {
+	if sem, serr := redsem.NewAdmin(p.main, o.conn.prefix, name); serr == nil {
 		_ = sem.Delete(cctx)
 	}
 	if ctx.Err() != nil {

@@ -20,7 +20,8 @@ const (
 	// exitBusy: run found no free slot with -n, or the wait of -w/--timeout
 	// ran out (flock's default; change it with -E).
 	exitBusy = 1
-	// exitUsage: a bad flag or argument, or delete without --force.
+	// exitUsage: a bad flag or argument, or delete without --force of a
+	// semaphore that exists.
 	exitUsage = 64
 	// exitData: the semaphore's state in Redis does not fit the request: the
 	// size differs from the stored one, a key holds another type, or the
@@ -86,6 +87,10 @@ func codeFor(err error) int {
 func report(w io.Writer, err error) int {
 	code := codeFor(err)
 	msg := err.Error()
+	var ce *connError
+	if errors.As(err, &ce) {
+		msg = ce.msg // the connection, not the operation that needed it
+	}
 	if msg == "" {
 		return code
 	}

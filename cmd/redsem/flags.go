@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -89,38 +90,127 @@ func newFlagSet(name string) *flag.FlagSet {
 }
 
 // parseArgs parses flags wherever they appear among the positional
-// arguments (flag stops at the first non-flag; this resumes after it) and
-// returns the positionals. "--" ends flag parsing for good.
+// arguments and returns the positionals; "--" ends flag parsing, and what
+// follows it is positional. See scanArgs for the forms it accepts.
 func parseArgs(fs *flag.FlagSet, args []string, help string) ([]string, error) {
-	var pos []string
-	for {
-		if err := parseOnce(fs, args, help); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
+	pos, _, err := scanArgs(fs, args, help, -1)
+	return pos, err
 }
 
-// parseOnce runs fs.Parse and turns -h/--help into a help exit and other
-// errors into usage errors.
-func parseOnce(fs *flag.FlagSet, args []string, help string) error {
-	err := fs.Parse(args)
-	switch {
-	case err == nil:
-		return nil
-	case err == flag.ErrHelp:
-		return &helpRequest{text: help}
-	default:
-		return usagef("%s: %v (see redsem %s --help)", fs.Name(), err, fs.Name())
+// scanArgs parses args against fs the way GNU getopt and flock(1) users
+// expect, with the standard flag package's values:
+//
+//   - flags may come before, between and after the positionals;
+//   - --name value, --name=value, -name value, -name=value; a boolean flag
+//     takes no separate value (--json, --json=false);
+//   - one-letter flags may be bundled: -nw 5, -nw5, -vn (every letter but the
+//     last must be a boolean flag; the last may take the value);
+//   - a negative number ("-2") is a positional, not a flag;
+//   - -h, -help, --help ask for help.
+//
+// With stopAfter >= 0, once stopAfter positionals have been read, the next
+// positional and everything after it are returned as rest unparsed (the
+// command of run), as is everything after a "--". With stopAfter < 0, every
+// argument after "--" is a positional and rest is empty.
+func scanArgs(fs *flag.FlagSet, args []string, help string, stopAfter int) (pos, rest []string, err error) {
+	cmd := fs.Name()
+	bad := func(format string, a ...any) error {
+		return usagef("%s: %s (see redsem %s --help)", cmd, fmt.Sprintf(format, a...), cmd)
 	}
+	set := func(f *flag.Flag, shown, value string) error {
+		if err := f.Value.Set(value); err != nil {
+			return bad("invalid value %q for %s: %v", value, shown, err)
+		}
+		return nil
+	}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			if stopAfter < 0 {
+				return append(pos, args[i+1:]...), nil, nil
+			}
+			return pos, args[i+1:], nil
+		case len(a) < 2 || a[0] != '-' || negativeNumber.MatchString(a):
+			if stopAfter >= 0 && len(pos) == stopAfter {
+				return pos, args[i:], nil
+			}
+			pos = append(pos, a)
+			continue
+		}
+		name, value, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		shown := "-" + name
+		if strings.HasPrefix(a, "--") {
+			shown = "--" + name
+		}
+		f := fs.Lookup(name)
+		if f == nil && (name == "h" || name == "help") {
+			return nil, nil, &helpRequest{text: help}
+		}
+		if f == nil && !strings.HasPrefix(a, "--") && !hasValue && len(name) > 1 {
+			// A bundle of one-letter flags: -nw 5, -nw5.
+			consumed, err := setBundle(fs, name, args[i+1:], bad, set)
+			if err != nil {
+				return nil, nil, err
+			}
+			i += consumed
+			continue
+		}
+		if f == nil {
+			return nil, nil, bad("unknown flag %s", shown)
+		}
+		if isBool(f) {
+			if !hasValue {
+				value = "true"
+			}
+		} else if !hasValue {
+			if i+1 == len(args) {
+				return nil, nil, bad("flag %s needs a value", shown)
+			}
+			i++
+			value = args[i]
+		}
+		if err := set(f, shown, value); err != nil {
+			return nil, nil, err
+		}
+	}
+	return pos, nil, nil
+}
+
+// negativeNumber is an argument that is a value, not a flag: "-2", "-1.5".
+var negativeNumber = regexp.MustCompile(`^-[0-9]+(\.[0-9]*)?$`)
+
+// setBundle sets the one-letter flags of the bundle "-" + letters, taking
+// the value of the last one, if it needs one, from the rest of the bundle or
+// from next. It returns how many arguments of next it used.
+func setBundle(fs *flag.FlagSet, letters string, next []string,
+	bad func(string, ...any) error, set func(*flag.Flag, string, string) error) (int, error) {
+	for j := 0; j < len(letters); j++ {
+		shown := "-" + letters[j:j+1]
+		f := fs.Lookup(letters[j : j+1])
+		if f == nil {
+			return 0, bad("unknown flag %s in -%s", shown, letters)
+		}
+		if isBool(f) {
+			if err := set(f, shown, "true"); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		if j+1 < len(letters) {
+			return 0, set(f, shown, letters[j+1:])
+		}
+		if len(next) == 0 {
+			return 0, bad("flag %s needs a value", shown)
+		}
+		return 1, set(f, shown, next[0])
+	}
+	return 0, nil
+}
+
+func isBool(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // helpRequest asks main to print text on stdout and exit 0.

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 )
 
 const mainHelp = `redsem: a distributed flock(1) on Redis, with status and a demo.
@@ -35,7 +36,11 @@ Usage:
   redsem repair NAME                             drop stray tokens, mint missing ones safely
   redsem delete --force NAME                     remove the semaphore's keys
   redsem demo [--workers W] [--size K]           watch W workers share K slots (no Redis needed)
+  redsem top [--prefix P]                        live view of every semaphore and rate gate
+  redsem check --all [--prefix P]                every unhealthy semaphore; exit 65 if any
+  redsem exporter [--listen :9464]               Prometheus /metrics (runs redsem-exporter)
   redsem help COMMAND                            help for one command
+  redsem --version                               print the version
 
 Redis comes from --redis URL or $REDIS_URL (default redis://127.0.0.1:6379).
 
@@ -68,6 +73,9 @@ func init() {
 		"repair":  {repairHelp, cmdRepair},
 		"delete":  {deleteHelp, cmdDelete},
 		"demo":    {demoHelp, cmdDemo},
+		// The fleet view (top.go, exporter.go).
+		"top":      {topHelp, cmdTop},
+		"exporter": {exporterHelp, cmdExporter},
 	}
 }
 
@@ -100,6 +108,9 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprint(stdout, c.help)
 		return exitOK
+	case "-V", "--version", "-version", "version":
+		fmt.Fprintf(stdout, "redsem %s\n", version())
+		return exitOK
 	case guardCommand:
 		return runGuard(rest)
 	}
@@ -117,4 +128,14 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	return report(stderr, err)
+}
+
+// version is the module version redsem was built from ("v0.1.0" when
+// installed with go install ...@v0.1.0), or "(devel)" when built from a
+// checkout.
+func version() string {
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
+		return info.Main.Version
+	}
+	return "(devel)"
 }

@@ -22,8 +22,8 @@ Example:
 `
 
 func cmdReclaim(args []string, stdout, _ io.Writer) error {
-	return adminCommand("reclaim", reclaimHelp, args, 1, nil, func(ctx context.Context, sem *redsem.Semaphore, pos []string) error {
-		n, err := sem.Reclaim(ctx)
+	return adminCommand("reclaim", reclaimHelp, args, 1, nil, func(ctx context.Context, adm *redsem.Admin, pos []string) error {
+		n, err := adm.Reclaim(ctx)
 		if err != nil {
 			return err
 		}

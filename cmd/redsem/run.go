@@ -33,11 +33,17 @@ Waiting (flock's flags keep their meaning):
                         exit code when no slot was had (default 1); busy is
                         silent unless -v, as with flock
   -c, --command STRING  run STRING with /bin/sh -c instead of COMMAND ARGS
+  -x, -e, --exclusive   accepted for flock compatibility: a slot is always
+                        exclusive to its holder
+  One-letter flags may be bundled: -nw 5 is -n -w 5.
 
 Semaphore:
   --size N              number of slots (default 1: a mutex). Every user of
                         NAME must give the same size; -n is NOT the size (it is
-                        flock's non-blocking flag). To resize, delete it first
+                        flock's non-blocking flag). redsem resize changes it
+  --adopt-size          follow the size stored in Redis instead of failing
+                        with exit 65 when it differs from --size (after a
+                        redsem resize); --size then only creates NAME
   --ttl DURATION        lease time to live (default 30s). The lease is
                         refreshed every TTL/3; if redsem dies, its slot frees
                         itself within the TTL
@@ -83,6 +89,7 @@ type runOptions struct {
 	busyCode  int
 	lostCode  int
 	size      int
+	adoptSize bool
 	ttl       durationValue
 	killAfter durationValue
 	label     string
@@ -110,6 +117,13 @@ func parseRunArgs(args []string) (*runOptions, error) {
 		fs.BoolVar(&o.verbose, n, false, "")
 	}
 	fs.IntVar(&o.size, "size", 1, "")
+	fs.BoolVar(&o.adoptSize, "adopt-size", false, "")
+	// flock's -x/--exclusive (and -e) is what run always does: accepted so
+	// that flock command lines carry over.
+	var exclusive bool
+	for _, n := range []string{"x", "e", "exclusive"} {
+		fs.BoolVar(&exclusive, n, false, "")
+	}
 	fs.Var(&o.ttl, "ttl", "")
 	fs.Var(&o.killAfter, "kill-after", "")
 	fs.IntVar(&o.lostCode, "lost-exit-code", exitLost, "")
@@ -117,17 +131,15 @@ func parseRunArgs(args []string) (*runOptions, error) {
 
 	// Flags may come before and after NAME; the command starts after "--"
 	// or at the first argument after NAME that is not a flag.
-	if err := parseOnce(fs, args, runHelp); err != nil {
+	pos, rest, err := scanArgs(fs, args, runHelp, 1)
+	if err != nil {
 		return nil, err
 	}
-	if fs.NArg() == 0 {
-		return nil, usagef("run: missing NAME and command (see redsem run --help)")
+	if len(pos) == 0 {
+		// "redsem run -- echo hi" must not take echo for the NAME.
+		return nil, usagef("run: missing NAME: redsem run [flags] NAME -- COMMAND [ARGS...] (see redsem run --help)")
 	}
-	o.name = fs.Arg(0)
-	if err := parseOnce(fs, fs.Args()[1:], runHelp); err != nil {
-		return nil, err
-	}
-	o.argv = fs.Args()
+	o.name, o.argv = pos[0], rest
 	switch {
 	case shell != "" && len(o.argv) > 0:
 		return nil, usagef("run: give either -c STRING or a command after --, not both")
@@ -186,6 +198,9 @@ func cmdRun(args []string, _, stderr io.Writer) error {
 	if o.ttl.set {
 		opts = append(opts, redsem.WithTTL(o.ttl.d))
 	}
+	if o.adoptSize {
+		opts = append(opts, redsem.WithAdoptSize())
+	}
 	sem, err := redsem.NewSemaphore(p.main, o.name, o.size, opts...)
 	if err != nil {
 		return err
@@ -206,6 +221,15 @@ func cmdRun(args []string, _, stderr io.Writer) error {
 	lease, err := acquire(sem, o, sigs)
 	if err != nil {
 		return err
+	}
+	if o.adoptSize {
+		// The size in force, for REDSEM_SIZE and the messages: the stored
+		// one, which may differ from --size.
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		if st, err := sem.Status(ctx); err == nil && st.Exists {
+			o.size = st.Size
+		}
+		cancel()
 	}
 	if o.verbose {
 		fmt.Fprintf(stderr, "redsem: holding slot %s of %d of %q after %v, fence %d\n",
@@ -264,7 +288,7 @@ func acquire(sem *redsem.Semaphore, o *runOptions, sigs <-chan os.Signal) (*reds
 		}
 		return nil, exitf(o.busyCode, "")
 	case errors.Is(r.err, redsem.ErrSizeMismatch):
-		return nil, fmt.Errorf("%w (every user of a name must give the same --size; redsem resize changes it)", r.err)
+		return nil, fmt.Errorf("%w (every user of a name must give the same --size, or --adopt-size to follow the stored one; redsem resize changes it)", r.err)
 	default:
 		return nil, r.err
 	}

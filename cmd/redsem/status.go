@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -22,7 +21,9 @@ holder with its slot, fence, label and time left. The holder label is
 "host:pid command" for holders started by redsem run.
 
   --json           print JSON instead of a table (exit code 0 also when the
-                   semaphore does not exist: see "exists")
+                   semaphore does not exist: see "exists"). Keys are
+                   snake_case, lists are never null, slots are numbers,
+                   times RFC 3339, durations in ms (keys ending in _ms)
 
 ` + connHelp + `
 Examples:
@@ -34,79 +35,35 @@ Examples:
 // opTimeout bounds status, reclaim and delete.
 const opTimeout = 10 * time.Second
 
-// openSemaphore returns the semaphore NAME for status, reclaim and delete:
-// they do not depend on the size, so any valid size does.
-func openSemaphore(c connFlags, name string) (*redsem.Semaphore, *pools, error) {
+// openAdmin returns an Admin of the semaphore NAME for the commands that
+// inspect or repair it: none of them needs its size.
+func openAdmin(c connFlags, name string) (*redsem.Admin, *pools, error) {
 	p, err := connect(c)
 	if err != nil {
 		return nil, nil, err
 	}
-	sem, err := redsem.NewSemaphore(p.main, name, 1, redsem.WithPrefix(c.prefix))
+	a, err := redsem.NewAdmin(p.main, c.prefix, name)
 	if err != nil {
 		p.Close()
 		return nil, nil, err
 	}
-	return sem, p, nil
+	return a, p, nil
 }
 
 func cmdStatus(args []string, stdout, _ io.Writer) error {
 	var asJSON *bool
 	flags := func(fs *flag.FlagSet) { asJSON = fs.Bool("json", false, "") }
-	return adminCommand("status", statusHelp, args, 1, flags, func(ctx context.Context, sem *redsem.Semaphore, _ []string) error {
-		st, err := sem.Status(ctx)
+	return adminCommand("status", statusHelp, args, 1, flags, func(ctx context.Context, adm *redsem.Admin, _ []string) error {
+		st, err := adm.Status(ctx)
 		if err != nil {
 			return err
 		}
 		if *asJSON {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			return enc.Encode(toJSON(st))
+			return writeJSON(stdout, toStatusJSON(st))
 		}
 		printStatus(stdout, st)
 		return nil
 	})
-}
-
-// statusJSON is the --json form of a status; field names are stable.
-type statusJSON struct {
-	Name       string       `json:"name"`
-	Exists     bool         `json:"exists"`
-	Size       int          `json:"size"`
-	Available  int          `json:"available"`
-	Held       int          `json:"held"`
-	Waiting    int          `json:"waiting"`
-	Stray      int          `json:"stray"`
-	Rejected   int64        `json:"rejected"`
-	Epoch      string       `json:"epoch"`
-	ServerTime time.Time    `json:"server_time"`
-	Holders    []holderJSON `json:"holders"`
-}
-
-type holderJSON struct {
-	Slot      string    `json:"slot"`
-	Token     string    `json:"token"`
-	Fence     int64     `json:"fence"`
-	Label     string    `json:"label"`
-	Acquired  time.Time `json:"acquired"`
-	Deadline  time.Time `json:"deadline"`
-	TTLLeftMs int64     `json:"ttl_left_ms"`
-	Expired   bool      `json:"expired"`
-}
-
-func toJSON(st redsem.Status) statusJSON {
-	out := statusJSON{
-		Name: st.Name, Exists: st.Exists, Size: st.Size, Available: st.Available,
-		Held: len(st.Holders), Waiting: st.Waiting, Stray: st.Stray, Rejected: st.Rejected,
-		Epoch: st.Epoch, ServerTime: st.ServerTime, Holders: []holderJSON{},
-	}
-	for _, h := range st.Holders {
-		out.Holders = append(out.Holders, holderJSON{
-			Slot: slotOf(h.Token), Token: h.Token, Fence: h.Fence, Label: h.Label,
-			Acquired: h.Acquired, Deadline: h.Deadline,
-			TTLLeftMs: max(0, h.Deadline.Sub(st.ServerTime).Milliseconds()), Expired: h.Expired,
-		})
-	}
-	return out
 }
 
 // slotOf returns the slot part of a token ("3f2a9c0d41be:2" -> "2").

@@ -4,12 +4,17 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem"
 )
 
 func TestStatusJSONAndTable(t *testing.T) {
@@ -34,7 +39,7 @@ func TestStatusJSONAndTable(t *testing.T) {
 	require.Len(t, st.Holders, 1)
 	h := st.Holders[0]
 	assert.Equal(t, fence, h.Fence, "status shows the fence the command saw in REDSEM_FENCE")
-	assert.Equal(t, info[3], h.Slot)
+	assert.Equal(t, info[3], strconv.Itoa(h.Slot), "slot is a number")
 	assert.Equal(t, info[4], h.Token)
 	assert.Equal(t, "nightly job", h.Label)
 	assert.False(t, h.Expired)
@@ -61,4 +66,73 @@ func TestStatusJSONAndTable(t *testing.T) {
 	assert.Contains(t, r.stderr, "--force")
 	assert.Contains(t, r.stderr, "1 holder(s)")
 	assert.Equal(t, 1, strings.Count(r.stderr, "\n"))
+}
+
+// status --json and check --json share one style: snake_case keys, no null
+// anywhere (lists are arrays), slots as numbers.
+func TestJSONStyle(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, helperEnvFor(), append([]string{"run", "--size", "2", "js"}, helperArgs()...)...)
+	waitHelper(t, e.dir, "child")
+	for _, args := range [][]string{
+		{"status", "--json", "js"}, {"check", "--json", "js"},
+		{"status", "--json", "none"}, {"check", "--json", "none"},
+	} {
+		r := e.run(t, args...)
+		require.Equal(t, 0, r.code, "%v: %s", args, r.stderr)
+		var doc map[string]any
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc), r.stdout)
+		checkJSONStyle(t, strings.Join(args, " "), doc)
+		assert.Contains(t, doc, "name")
+		assert.Contains(t, doc, "exists")
+		assert.Contains(t, doc, "size")
+	}
+	r := e.run(t, "status", "--json", "js")
+	var doc struct {
+		Holders []map[string]any `json:"holders"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	require.Len(t, doc.Holders, 1)
+	assert.IsType(t, float64(0), doc.Holders[0]["slot"], "slot is a number")
+	r = e.run(t, "check", "--json", "js")
+	var inv map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &inv))
+	assert.Len(t, inv["leased"], 1)
+	assert.Len(t, inv["free"], 1)
+	assert.Equal(t, true, inv["healthy"])
+}
+
+var snakeCase = regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
+
+func checkJSONStyle(t *testing.T, where string, v any) {
+	t.Helper()
+	switch v := v.(type) {
+	case nil:
+		assert.Fail(t, "null in JSON", where)
+	case map[string]any:
+		for k, x := range v {
+			assert.Regexp(t, snakeCase, k, where)
+			checkJSONStyle(t, where+"."+k, x)
+		}
+	case []any:
+		for i, x := range v {
+			checkJSONStyle(t, fmt.Sprintf("%s[%d]", where, i), x)
+		}
+	}
+}
+
+// Every field of redsem.Inventory has its snake_case key in check --json.
+func TestCheckJSONCoversInventory(t *testing.T) {
+	keys := map[string]bool{}
+	ct := reflect.TypeOf(checkJSON{})
+	for i := 0; i < ct.NumField(); i++ {
+		keys[ct.Field(i).Tag.Get("json")] = true
+	}
+	it := reflect.TypeOf(redsem.Inventory{})
+	for i := 0; i < it.NumField(); i++ {
+		name := it.Field(i).Name
+		snake := strings.ToLower(regexp.MustCompile(`([a-z])([A-Z])`).ReplaceAllString(name, "${1}_${2}"))
+		assert.True(t, keys[snake], "Inventory.%s has no %q in check --json", name, snake)
+	}
 }

@@ -35,7 +35,7 @@ func supervise(sem *redsem.Semaphore, lease *redsem.Lease, o *runOptions, sigs <
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(),
 		"REDSEM_NAME="+o.name,
-		"REDSEM_SIZE="+strconv.Itoa(sem.Size()),
+		"REDSEM_SIZE="+strconv.Itoa(o.size),
 		"REDSEM_TOKEN="+lease.Token(),
 		"REDSEM_SLOT="+slotOf(lease.Token()),
 		"REDSEM_FENCE="+strconv.FormatInt(lease.Fence(), 10),

@@ -267,7 +267,10 @@ func TestAcquireHonoursContextOnUnresponsiveServer(t *testing.T) {
 	took := time.Since(start)
 	cancel()
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Less(t, took, 900*time.Millisecond, "Acquire with a 500ms context returned after %v", took)
+	// The promise: 250ms (settleWait) after the context ends at most; 150ms
+	// of slack for scheduling on a loaded machine.
+	assert.Less(t, took-500*time.Millisecond, 250*time.Millisecond+150*time.Millisecond,
+		"Acquire with a 500ms context returned after %v", took)
 	pool.Close()
 	hole.Close()
 	<-acceptDone

@@ -228,7 +228,7 @@ func (r *run) pool() *redis.Pool { return r.srv.Pool(r.t) }
 // sem returns the run's semaphore for the test's own use.
 func (r *run) sem(opts ...redsem.Option) *redsem.Semaphore {
 	s, err := redsem.NewSemaphore(r.pool(), r.name, r.size,
-		append([]redsem.Option{redsem.WithTTL(r.ttl), redsem.WithGrace(r.grace)}, opts...)...)
+		append([]redsem.Option{redsem.WithTTL(r.ttl), redsem.WithFixedTTL(), redsem.WithGrace(r.grace)}, opts...)...)
 	require.NoError(r.t, err)
 	return s
 }

@@ -31,7 +31,7 @@ func TestEvictingServer(t *testing.T) {
 	assert.ErrorIs(t, err, redsem.ErrEvictingServer)
 	t.Logf("CheckServer on allkeys-lru: %v", err)
 
-	sem, err := redsem.NewSemaphore(pool, "evict", 2, redsem.WithTTL(10*time.Second))
+	sem, err := redsem.NewSemaphore(pool, "evict", 2, redsem.WithTTL(10*time.Second), redsem.WithFixedTTL())
 	require.NoError(t, err)
 	l, err := sem.Acquire(ctx)
 	require.NoError(t, err)
@@ -124,7 +124,7 @@ func TestOOMNoEviction(t *testing.T) {
 	pool := srv.Pool(t)
 	ctx := ctxT(t, 30*time.Second)
 	require.NoError(t, redsem.CheckServer(ctx, pool))
-	sem, err := redsem.NewSemaphore(pool, "oom", 3, redsem.WithTTL(10*time.Second))
+	sem, err := redsem.NewSemaphore(pool, "oom", 3, redsem.WithTTL(10*time.Second), redsem.WithFixedTTL())
 	require.NoError(t, err)
 	a, err := sem.Acquire(ctx)
 	require.NoError(t, err)

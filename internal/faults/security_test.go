@@ -27,11 +27,9 @@ import (
 	"github.com/redsem/redsem/internal/redistest"
 )
 
-// aclCommands are the commands redsem needs: what the client sends (EVALSHA,
-// EVAL, BLMOVE) and what its scripts call. The scripts' commands are checked
-// against the calling user too.
-const aclCommands = "+evalsha +eval +blmove +time +type +hmget +hget +hset +hsetnx +hdel +hincrby +hgetall +exists " +
-	"+rpush +lpush +lpop +lrange +llen +del +zadd +zrem +zscore +zrange +zrangebyscore"
+// aclCommands are the commands redsem needs (redsem.ACLCommands), as ACL
+// rules "+cmd ...".
+var aclCommands = "+" + strings.Join(redsem.ACLCommands(), " +")
 
 // aclLine is the least-privilege user for the default prefix.
 func aclLine(user, pass, keys, cmds string) []interface{} {

@@ -44,16 +44,20 @@ func TestStoppedHolderPastTTL(t *testing.T) {
 	if soak() {
 		rounds = 20
 	}
-	runFor := time.Duration(rounds)*(4*ttl+time.Second) + 2*time.Second
-	for i := 0; i < 3; i++ {
-		r.spawn("-dur", runFor.String(), "-holdmin", "10ms", "-holdmax", "60ms")
-	}
 	var victims []*proc
 	for i := 0; i < rounds; i++ {
 		v := r.spawn("-iters", "1", "-holdmin", (3 * ttl).String(), "-holdmax", (3 * ttl).String())
 		require.True(t, waitFor(10*time.Second, func() bool { _, ok := lastAcq(r, v.pid()); return ok }), "victim never acquired")
 		require.NoError(t, syscall.Kill(v.pid(), syscall.SIGSTOP))
 		stoppedAt := time.Now()
+		// Workers that reuse the victim's token, started for this round:
+		// workers started once, for a time fixed in advance, could stop
+		// before the last round on a loaded machine, where the rounds take
+		// longer (the waits above allow 10s each), and nobody would reuse
+		// that victim's token.
+		for j := 0; j < 3; j++ {
+			r.spawn("-dur", (4*ttl + 2*time.Second).String(), "-holdmin", "10ms", "-holdmax", "60ms")
+		}
 		acq, _ := lastAcq(r, v.pid())
 		// Wait until another worker has acquired the victim's token.
 		reused := waitFor(10*time.Second, func() bool {

@@ -32,6 +32,7 @@ type Server struct {
 	args []string
 	pid  int
 	done chan error // receives the exit status of the current process
+	ping []redis.DialOption
 	tb   testing.TB
 }
 
@@ -49,13 +50,45 @@ func Binary(tb testing.TB) string {
 	return path
 }
 
+// Tool returns the path of another program a test needs (script(1) for a
+// pseudo-terminal, say), skipping the test when it is not on PATH, or
+// failing it when REDSEM_REQUIRE_REDIS=1: CI installs what its tests run,
+// so there a missing tool is a broken setup, not a reason to test less.
+// install says how to get it (e.g. "apt-get install util-linux").
+func Tool(tb testing.TB, name, install string) string {
+	tb.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv(RequireEnv) == "1" {
+			tb.Fatalf("%s not on PATH and %s=1: %s", name, RequireEnv, install)
+		}
+		tb.Skipf("%s not on PATH: %s, or set %s=1 to fail instead", name, install, RequireEnv)
+	}
+	return path
+}
+
 // Start runs redis-server on a free loopback port with no persistence and
 // DEBUG enabled for local clients; extra arguments are appended as given
 // (e.g. "--appendonly", "yes"). The server is killed when the test ends.
 func Start(tb testing.TB, extra ...string) *Server {
 	tb.Helper()
+	return startWith(tb, func(s *Server) []string {
+		return append([]string{
+			"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+			"--dir", s.Dir, "--save", "", "--appendonly", "no",
+			"--enable-debug-command", "local", "--protected-mode", "yes",
+			"--logfile", filepath.Join(s.Dir, "redis.log"),
+		}, extra...)
+	}, nil)
+}
+
+// startWith starts redis-server with the arguments args returns for the
+// chosen port and directory; ping, when not nil, dials the readiness check
+// (a server with a password needs one).
+func startWith(tb testing.TB, args func(s *Server) []string, ping []redis.DialOption) *Server {
+	tb.Helper()
 	bin := Binary(tb)
-	s := &Server{Dir: tb.TempDir(), tb: tb, bin: bin}
+	s := &Server{Dir: tb.TempDir(), tb: tb, bin: bin, ping: ping}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port, err := freePort()
@@ -64,12 +97,7 @@ func Start(tb testing.TB, extra ...string) *Server {
 		}
 		s.Port = port
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		s.args = append([]string{
-			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--dir", s.Dir, "--save", "", "--appendonly", "no",
-			"--enable-debug-command", "local", "--protected-mode", "yes",
-			"--logfile", filepath.Join(s.Dir, "redis.log"),
-		}, extra...)
+		s.args = args(s)
 		if lastErr = s.start(); lastErr == nil {
 			tb.Cleanup(s.Kill)
 			return s
@@ -94,7 +122,7 @@ func (s *Server) start() error {
 			return fmt.Errorf("exited early: %v; log: %s", err, s.logTail())
 		default:
 		}
-		if c, err := redis.Dial("tcp", s.Addr, redis.DialConnectTimeout(200*time.Millisecond)); err == nil {
+		if c, err := redis.Dial("tcp", s.Addr, append([]redis.DialOption{redis.DialConnectTimeout(200 * time.Millisecond)}, s.ping...)...); err == nil {
 			_, perr := c.Do("PING")
 			c.Close()
 			if perr == nil {
@@ -184,4 +212,33 @@ func (s *Server) Do(tb testing.TB, cmd string, args ...interface{}) interface{} 
 		tb.Fatalf("%s: %v", cmd, err)
 	}
 	return v
+}
+
+// CommandCalls returns how many times each command ran on the server since
+// it started or since CONFIG RESETSTAT, from INFO commandstats: lower-case
+// command names ("scan", "evalsha"); commands that scripts run count too.
+func (s *Server) CommandCalls(tb testing.TB) map[string]int {
+	tb.Helper()
+	info, err := redis.String(s.Do(tb, "INFO", "commandstats"), nil)
+	if err != nil {
+		tb.Fatalf("INFO commandstats: %v", err)
+	}
+	calls := map[string]int{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		cmd, found := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !found {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					tb.Fatalf("INFO commandstats: %q: %v", line, err)
+				}
+				calls[cmd] = n
+			}
+		}
+	}
+	return calls
 }

@@ -32,10 +32,15 @@ import (
 	"github.com/redsem/redsem"
 	"github.com/redsem/redsem/internal/failpoint"
 	"github.com/redsem/redsem/internal/faults/history"
+	"github.com/redsem/redsem/sentinel"
 )
 
 var (
 	addr      = flag.String("addr", "", "redis host:port")
+	sentinels = flag.String("sentinels", "", "comma-separated sentinel host:port list: find the master through them (instead of -addr)")
+	master    = flag.String("master", "m", "with -sentinels: the master's name")
+	waitN     = flag.Int("wait", 0, "with -sentinels: WAIT for this many replicas after every write of the library (0: no WAIT)")
+	waitTO    = flag.Duration("waittimeout", 200*time.Millisecond, "with -wait: the WAIT timeout")
 	user      = flag.String("user", "", "ACL user name")
 	password  = flag.String("password", "", "password (AUTH)")
 	tlsCA     = flag.String("tlsca", "", "PEM file of the CA to trust; enables TLS")
@@ -94,8 +99,8 @@ type actor struct {
 
 func main() {
 	flag.Parse()
-	if *addr == "" || *histPath == "" {
-		fmt.Fprintln(os.Stderr, "worker: -addr and -hist are required")
+	if (*addr == "") == (*sentinels == "") || *histPath == "" {
+		fmt.Fprintln(os.Stderr, "worker: -hist and one of -addr and -sentinels are required")
 		os.Exit(2)
 	}
 	semName := *name
@@ -128,6 +133,10 @@ func main() {
 			return redis.DialContext(ctx, "tcp", *addr, append(opts, redis.DialReadTimeout(*rto))...)
 		},
 	}}
+	if *sentinels != "" {
+		pool.src, bookPool = sentinelPools()
+		defer bookPool.Close()
+	}
 	defer pool.Close()
 
 	if *weighted != "" {
@@ -144,7 +153,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "worker: -goroutines must be at least 1")
 		os.Exit(2)
 	}
-	semOpts := []redsem.Option{redsem.WithPrefix(*prefix), redsem.WithTTL(*ttl),
+	// Fixed leases: a worker's hold is bounded by the TTL, whatever it does.
+	semOpts := []redsem.Option{redsem.WithPrefix(*prefix), redsem.WithTTL(*ttl), redsem.WithFixedTTL(),
 		redsem.WithGrace(*grace), redsem.WithLabel(fmt.Sprintf("worker-%d:%d", *id, pid))}
 	if *waitConns >= 0 {
 		semOpts = append(semOpts, redsem.WithWaitConnections(*waitConns))
@@ -209,9 +219,14 @@ func dialOptions() []redis.DialOption {
 // dyingPool kills the process on the first connection asked for after the
 // strand failpoint skipped a lease script: that request comes from the
 // library settling the skipped wait, after its BLMOVE returned, so the token
-// (if one was moved) is left in the pending list with no lease.
+// (if one was moved) is left in the pending list with no lease. With
+// -sentinels its connections come from src instead of Pool.
 type dyingPool struct {
 	*redis.Pool
+	src interface {
+		GetContext(context.Context) (redis.Conn, error)
+		Close() error
+	}
 	die atomic.Bool
 }
 
@@ -221,7 +236,46 @@ func (p *dyingPool) GetContext(ctx context.Context) (redis.Conn, error) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 		select {}
 	}
+	if p.src != nil {
+		return p.src.GetContext(ctx)
+	}
 	return p.Pool.GetContext(ctx)
+}
+
+func (p *dyingPool) Close() error {
+	if p.src != nil {
+		p.src.Close()
+	}
+	return p.Pool.Close()
+}
+
+// bookPool, with -sentinels, gives the bookkeeping connections: to the
+// master in use, without WAIT.
+var bookPool *sentinel.Pool
+
+// sentinelPools returns the library's pool (with WAIT when -wait asks for
+// it) and the bookkeeping pool, both following the master through the
+// sentinels of -sentinels.
+func sentinelPools() (*sentinel.Pool, *sentinel.Pool) {
+	addrs := strings.Split(*sentinels, ",")
+	mk := func(extra ...sentinel.Option) *sentinel.Pool {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		o := append([]sentinel.Option{sentinel.WithDialOptions(append(dialOptions(), redis.DialReadTimeout(*rto))...)}, extra...)
+		p, err := sentinel.New(ctx, addrs, *master, o...)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "worker: sentinel:", err)
+			os.Exit(2)
+		}
+		return p
+	}
+	var lib *sentinel.Pool
+	if *waitN > 0 {
+		lib = mk(sentinel.WithWait(*waitN, *waitTO))
+	} else {
+		lib = mk()
+	}
+	return lib, mk()
 }
 
 // emit records an event of the process as a whole (goroutine 0).
@@ -238,7 +292,15 @@ func (a *actor) emit(e history.Event) {
 }
 
 func (a *actor) dialBook() error {
-	c, err := redis.Dial("tcp", *addr, dialOptions()...)
+	var c redis.Conn
+	var err error
+	if bookPool != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		c, err = bookPool.GetContext(ctx)
+		cancel()
+	} else {
+		c, err = redis.Dial("tcp", *addr, dialOptions()...)
+	}
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,313 @@
+package redsem
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem/internal/redistest"
+	"github.com/redsem/redsem/rate"
+)
+
+// aclSetUser creates user with password pw allowed exactly cmds, on the keys
+// under prefix and no channel, and returns a pool that logs in as it.
+func aclSetUser(t *testing.T, srv *redistest.Server, user, pw, prefix string, cmds []string) *redis.Pool {
+	t.Helper()
+	args := []interface{}{"SETUSER", user, "reset", "on", ">" + pw, "resetkeys", "~" + prefix + "*", "resetchannels", "-@all"}
+	for _, c := range cmds {
+		args = append(args, "+"+c)
+	}
+	srv.Do(t, "ACL", args...)
+	return srv.Pool(t, redis.DialUsername(user), redis.DialPassword(pw))
+}
+
+// A Redis user allowed only ACLCommands, only on the keys under the prefix,
+// runs every public operation of the package: each code path that sends a
+// command of its own (the waits, the weighted doorbell, the rate gate's
+// queue, a shrink, a repair) is taken at least once. The server is fresh, so
+// every script's first call also goes through EVAL after NOSCRIPT. Remove a
+// command from aclCommands and this test fails with NOPERM (or, for a
+// command a script runs under pcall, with the error the script makes of it).
+func TestACLUserRunsEveryOperation(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, prefix := range []string{DefaultPrefix, "team-a:sem:"} {
+		t.Run(strings.TrimSuffix(prefix, ":"), func(t *testing.T) {
+			user := "app-" + strings.ReplaceAll(prefix, ":", "-")
+			pool := aclSetUser(t, srv, user, "pw", prefix, ACLCommands())
+			runEveryOperation(t, pool, prefix)
+			// Delete removed every semaphore's keys; the rate gate's stay
+			// (a rate gate has no Delete).
+			keys, err := redis.Strings(srv.Do(t, "KEYS", prefix+"*"), nil)
+			require.NoError(t, err)
+			for _, k := range keys {
+				assert.Contains(t, k, "{rate}:rate:", "left behind")
+			}
+		})
+	}
+
+	// The same user under the wrong key pattern is refused at once, with
+	// NOPERM in the error and nothing written.
+	other := aclSetUser(t, srv, "other-keys", "pw", "other:", ACLCommands())
+	sem, err := NewSemaphore(other, "denied", 1)
+	require.NoError(t, err)
+	_, err = sem.TryAcquire(ctxT(t, 10*time.Second))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "NOPERM")
+	keys, err := redis.Strings(srv.Do(t, "KEYS", "*denied*"), nil)
+	require.NoError(t, err)
+	assert.Empty(t, keys)
+}
+
+// CheckServer needs INFO, which ACLCommands leaves out: without it,
+// CheckServer reports nothing; with it, it checks.
+func TestACLCheckServer(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, "--maxmemory-policy", "allkeys-lru")
+	ctx := ctxT(t, 10*time.Second)
+	without := aclSetUser(t, srv, "no-info", "pw", DefaultPrefix, ACLCommands())
+	assert.NoError(t, CheckServer(ctx, without), "without INFO, CheckServer cannot tell")
+	with := aclSetUser(t, srv, "info", "pw", DefaultPrefix, append(ACLCommands(), "info"))
+	assert.ErrorIs(t, CheckServer(ctx, with), ErrEvictingServer, "with INFO, CheckServer sees the policy")
+}
+
+// runEveryOperation runs each public operation on pool under prefix and
+// fails t on any error; it deletes every semaphore it made.
+func runEveryOperation(t *testing.T, pool *redis.Pool, prefix string) {
+	ctx := ctxT(t, 60*time.Second)
+	p := WithPrefix(prefix)
+	errs := make(chan error, 16)
+	mk := func(name string, size int, opts ...Option) *Semaphore {
+		t.Helper()
+		s, err := NewSemaphore(pool, name, size, append([]Option{p, WithTTL(2 * time.Second), WithGrace(200 * time.Millisecond)}, opts...)...)
+		require.NoError(t, err)
+		return s
+	}
+	// blocked waits for a goroutine's Acquire to register as blocked.
+	blocked := func(s *Semaphore, n int) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			st, err := s.Status(ctx)
+			return err == nil && st.Waiting >= n
+		}, 10*time.Second, 10*time.Millisecond, "%d waiter(s) on %s", n, s.Name())
+	}
+
+	t.Log("Acquire uncontended, TryAcquire, TryAcquire busy, Refresh, Status")
+	sem := mk("plain", 2)
+	l1, err := sem.Acquire(ctx)
+	require.NoError(t, err)
+	l2, err := sem.TryAcquire(ctx)
+	require.NoError(t, err)
+	_, err = sem.TryAcquire(ctx)
+	require.ErrorIs(t, err, ErrNoToken)
+	require.NoError(t, l1.Refresh(ctx, 3*time.Second))
+	st, err := sem.Status(ctx)
+	require.NoError(t, err)
+	assert.Len(t, st.Holders, 2)
+
+	t.Log("Acquire contended, blocked then woken: shared wait (default) and own connection")
+	for _, conns := range []int{1, 0} {
+		s := mk("plain", 2, WithWaitConnections(conns))
+		got := acquireAsync(ctx, s.Acquire)
+		blocked(s, 1)
+		require.NoError(t, l2.Release(ctx))
+		l, ok := <-got
+		require.True(t, ok, "woken waiter (wait connections %d) got a lease", conns)
+		l2 = l
+	}
+
+	t.Log("Acquire cancelled while blocked (abort)")
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = sem.Acquire(short)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, l1.Release(ctx))
+	require.NoError(t, l2.Release(ctx))
+
+	t.Log("Reclaim of an expired lease")
+	exp := mk("plain", 2, WithTTL(100*time.Millisecond), WithFixedTTL())
+	_, err = exp.Acquire(ctx)
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond)
+	n, err := sem.Reclaim(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+
+	t.Log("auto-refresh keeps a short lease")
+	auto := mk("plain", 2, WithTTL(300*time.Millisecond), WithAutoRefresh())
+	la, err := auto.Acquire(ctx)
+	require.NoError(t, err)
+	time.Sleep(time.Second)
+	require.True(t, la.Valid(), "auto-refresh kept the lease: %v", la.Err())
+	require.NoError(t, la.Release(ctx))
+
+	t.Log("AcquireN under contention, a weighted waiter queued behind it, Release while it collects, a cancelled AcquireN")
+	w := mk("weighted", 3)
+	h1, err := w.Acquire(ctx)
+	require.NoError(t, err)
+	h2, err := w.Acquire(ctx)
+	require.NoError(t, err)
+	_, err = w.TryAcquireN(ctx, 2)
+	require.ErrorIs(t, err, ErrNoToken)
+	first := make(chan *Lease, 1)
+	go func() {
+		l, err := w.AcquireN(ctx, 3)
+		if err != nil {
+			errs <- fmt.Errorf("AcquireN(3): %w", err)
+			close(first)
+			return
+		}
+		first <- l
+	}()
+	// It collects the free token and waits for two more.
+	require.Eventually(t, func() bool {
+		st, err := w.Status(ctx)
+		return err == nil && len(st.Holders) == 3
+	}, 10*time.Second, 10*time.Millisecond, "AcquireN(3) collecting")
+	second := make(chan *Lease, 1)
+	go func() {
+		l, err := w.AcquireN(ctx, 2)
+		if err != nil {
+			errs <- fmt.Errorf("AcquireN(2): %w", err)
+			close(second)
+			return
+		}
+		second <- l
+	}()
+	blocked(w, 2)
+	cctx, ccancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = w.AcquireN(cctx, 2)
+	ccancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded, "a queued AcquireN gives up")
+	require.NoError(t, h1.Release(ctx), "Release routes its token to the collecting waiter")
+	require.NoError(t, h2.Release(ctx))
+	l3, ok := <-first
+	require.True(t, ok, "AcquireN(3) granted: %v", drain(errs))
+	assert.Len(t, l3.Tokens(), 3)
+	require.NoError(t, l3.Release(ctx))
+	l4, ok := <-second
+	require.True(t, ok, "AcquireN(2) granted: %v", drain(errs))
+	require.NoError(t, l4.Refresh(ctx, 2*time.Second))
+	require.NoError(t, l4.Release(ctx))
+	// The cancelled AcquireN was settled in full (it settles in the
+	// background, and a failing abort is swallowed: the ctx error is what
+	// the caller sees): it left its tombstone, and nobody collects or waits.
+	require.Eventually(t, func() bool { return tombstones(t, pool, w.k.waits) == 1 },
+		10*time.Second, 10*time.Millisecond, "the cancelled AcquireN's tombstone")
+	l5, err := w.TryAcquireN(ctx, 3)
+	require.NoError(t, err, "the queue is empty again")
+
+	t.Log("Resize down while a slot above the new size is held, Resize up, Check, Repair")
+	require.NoError(t, l5.Release(ctx))
+	var top *Lease // holds slot 3
+	hs := holdN(t, ctx, w.Acquire, 3)
+	for _, h := range hs {
+		if strings.HasSuffix(h.Token(), ":3") {
+			top = h
+		} else {
+			require.NoError(t, h.Release(ctx))
+		}
+	}
+	require.NotNil(t, top)
+	require.NoError(t, w.Resize(ctx, 1), "a shrink withholds a free token")
+	require.NoError(t, top.Release(ctx))
+	require.NoError(t, w.Resize(ctx, 4))
+	inv, err := w.Check(ctx)
+	require.NoError(t, err)
+	assert.True(t, inv.Healthy(), "%+v", inv)
+	rep, err := w.Repair(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, rep.Minted)
+
+	t.Log("Mutex Lock, TryLock busy, Lock woken")
+	m, err := NewMutex(pool, "mutex", p)
+	require.NoError(t, err)
+	ml, err := m.Lock(ctx)
+	require.NoError(t, err)
+	_, err = m.TryLock(ctx)
+	require.ErrorIs(t, err, ErrNoToken)
+	got := acquireAsync(ctx, m.Lock)
+	blocked(m.Semaphore(), 1)
+	require.NoError(t, ml.Release(ctx))
+	ml, ok = <-got
+	require.True(t, ok)
+	require.NoError(t, ml.Release(ctx))
+
+	t.Log("rate.Gate Allow, Allow refused, Wait contended, Wait cancelled; Gate")
+	g, err := rate.New(pool, "rate", 2, 400*time.Millisecond, rate.WithPrefix(prefix))
+	require.NoError(t, err)
+	for i := 0; i < 2; i++ {
+		_, err = g.Allow(ctx)
+		require.NoError(t, err)
+	}
+	_, err = g.Allow(ctx)
+	require.ErrorIs(t, err, rate.ErrRateLimited)
+	waited := make(chan error, 2)
+	for i := 0; i < 2; i++ {
+		go func() { _, err := g.Wait(ctx); waited <- err }()
+	}
+	gctx, gcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = g.Wait(gctx)
+	gcancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded, "a cancelled Wait")
+	assert.Equal(t, 1, tombstones(t, pool, prefix+"{rate}:rate:waits"), "the cancelled Wait's tombstone")
+	for i := 0; i < 2; i++ {
+		require.NoError(t, <-waited, "contended Wait")
+	}
+	// The cancelled Wait left the queue: once the starts are back, Allow
+	// is not held up behind it.
+	time.Sleep(600 * time.Millisecond)
+	_, err = g.Allow(ctx)
+	require.NoError(t, err, "Allow after the cancelled Wait")
+	gs := mk("gated", 1)
+	gate, err := NewGate(gs, g)
+	require.NoError(t, err)
+	gl, err := gate.Acquire(ctx)
+	require.NoError(t, err)
+	_, err = gate.TryAcquire(ctx)
+	require.Error(t, err)
+	require.NoError(t, gl.Release(ctx))
+
+	require.Empty(t, drain(errs))
+
+	t.Log("Delete every name")
+	for _, s := range []*Semaphore{sem, w, m.Semaphore(), gs} {
+		require.NoError(t, s.Delete(ctx), s.Name())
+	}
+}
+
+// tombstones counts the "x:" members of the waits zset key: one per
+// cancelled acquisition whose abort script ran to the end.
+func tombstones(t *testing.T, pool *redis.Pool, key string) int {
+	t.Helper()
+	c := pool.Get()
+	defer c.Close()
+	members, err := redis.Strings(c.Do("ZRANGE", key, 0, -1))
+	require.NoError(t, err)
+	n := 0
+	for _, m := range members {
+		if strings.HasPrefix(m, "x:") {
+			n++
+		}
+	}
+	return n
+}
+
+// drain returns the errors sent to errs so far.
+func drain(errs chan error) []error {
+	var out []error
+	for {
+		select {
+		case err := <-errs:
+			out = append(out, err)
+		default:
+			return out
+		}
+	}
+}

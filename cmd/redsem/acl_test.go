@@ -1,0 +1,72 @@
+//go:build unix
+
+package main
+
+import (
+	"encoding/json"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/internal/redistest"
+)
+
+// Every command of redsem runs as a Redis user allowed only
+// redsem.ACLCommands() on ~redsem:*, with SELECT added for the database the
+// URL names: run (free, and blocked until a slot frees), --adopt-size,
+// status, check, repair, resize, reclaim, delete.
+func TestCommandsAsACLUser(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	args := []interface{}{"SETUSER", "cli", "reset", "on", ">pw", "resetkeys", "~redsem:*", "resetchannels", "-@all", "+select"}
+	for _, c := range redsem.ACLCommands() {
+		args = append(args, "+"+c)
+	}
+	srv.Do(t, "ACL", args...)
+	e := &env{srv: srv, url: "redis://cli:pw@" + srv.Addr + "/2", dir: t.TempDir()}
+
+	r := e.run(t, "run", "--size", "2", "acl", "--", "true")
+	require.Equal(t, 0, r.code, r.stderr)
+	// A holder, then a second run that blocks until the holder is gone.
+	holder := e.start(t, helperEnvFor(), append([]string{"run", "--size", "1", "--ttl", "2s", "one"}, helperArgs()...)...)
+	pid := waitHelper(t, e.dir, "child")
+	waiter := e.start(t, nil, "run", "--size", "1", "-w", "30", "one", "--", "true")
+	waitFor(t, 10*time.Second, "the waiter to block", func() bool {
+		r := e.run(t, "status", "--json", "one")
+		var st statusJSON
+		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &st) == nil && st.Waiting == 1
+	})
+	require.NoError(t, syscall.Kill(pid, syscall.SIGTERM)) // the helper exits 5, redsem releases
+	assert.Equal(t, 5, holder.wait(t, 20*time.Second), holder.stderr.String())
+	assert.Equal(t, 0, waiter.wait(t, 20*time.Second), "the blocked run got the slot: %s", waiter.stderr)
+
+	for _, tc := range []struct {
+		args []string
+		out  string
+	}{
+		{[]string{"resize", "acl", "1"}, "1 slot(s)"},
+		{[]string{"run", "--size", "2", "--adopt-size", "acl", "--", "true"}, ""},
+		{[]string{"status", "acl"}, "size       1"},
+		{[]string{"check", "acl"}, "size 1"},
+		{[]string{"repair", "acl"}, "minted 0"},
+		{[]string{"reclaim", "acl"}, "reclaimed 0"},
+		{[]string{"delete", "--force", "acl"}, "deleted"},
+		{[]string{"delete", "--force", "one"}, "deleted"},
+	} {
+		r := e.run(t, tc.args...)
+		assert.Equal(t, 0, r.code, "%v: %s", tc.args, r.stderr)
+		assert.Contains(t, r.stdout, tc.out, "%v", tc.args)
+		assert.NotContains(t, r.stderr, "NOPERM", "%v", tc.args)
+	}
+	c, err := redis.Dial("tcp", srv.Addr, redis.DialDatabase(2))
+	require.NoError(t, err)
+	defer c.Close()
+	keys, err := redis.Strings(c.Do("KEYS", "*"))
+	require.NoError(t, err)
+	assert.Empty(t, keys, "delete removed everything")
+}

@@ -1,0 +1,325 @@
+//go:build unix
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/internal/redistest"
+	"github.com/redsem/redsem/rate"
+)
+
+// fleetPool is a pool on the test's database.
+func fleetPool(t *testing.T, e *env) *redis.Pool {
+	p := &redis.Pool{Dial: func() (redis.Conn, error) {
+		return redis.Dial("tcp", e.srv.Addr, redis.DialDatabase(2))
+	}}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// makeFleet creates, under the default prefix: "lock" (a mutex, held, one
+// waiter), "full" (2 of 2 held), "half" (2 of 4), "api" (a rate gate, 3 of
+// 10 per minute started) and "idle" (0 of 3). By saturation, then waiters,
+// that is the order top shows.
+func makeFleet(t *testing.T, e *env) *redis.Pool {
+	t.Helper()
+	pool := fleetPool(t, e)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hold := func(name string, size, n int) {
+		s, err := redsem.NewSemaphore(pool, name, size, redsem.WithFixedTTL())
+		require.NoError(t, err)
+		for i := 0; i < n; i++ {
+			_, err := s.TryAcquire(ctx)
+			require.NoError(t, err)
+		}
+		if n == 0 {
+			l, err := s.TryAcquire(ctx)
+			require.NoError(t, err)
+			require.NoError(t, l.Release(ctx))
+		}
+	}
+	hold("lock", 1, 1)
+	hold("full", 2, 2)
+	hold("half", 4, 2)
+	hold("idle", 3, 0)
+	g, err := rate.New(pool, "api", 10, time.Minute)
+	require.NoError(t, err)
+	for i := 0; i < 3; i++ {
+		_, err := g.Allow(ctx)
+		require.NoError(t, err)
+	}
+	// A waiter registered on "lock", as a blocked Acquire registers itself.
+	c := pool.Get()
+	defer c.Close()
+	_, err = c.Do("ZADD", "redsem:{lock}:waits", time.Now().Add(time.Hour).UnixMilli(), "w:someone")
+	require.NoError(t, err)
+	return pool
+}
+
+var rowName = regexp.MustCompile(`(?m)^(\S+)\s+(sem|rate)\s`)
+
+// topOrder returns the names of the first block of top's output, in order.
+func topOrder(out string) []string {
+	block, _, _ := strings.Cut(out, "\n\n")
+	var names []string
+	for _, m := range rowName.FindAllStringSubmatch(block, -1) {
+		names = append(names, m[1])
+	}
+	return names
+}
+
+func TestTopPlainLines(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	makeFleet(t, e)
+	r := e.run(t, "top", "-n", "2", "--interval", "50ms")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Empty(t, r.stderr)
+	assert.NotContains(t, r.stdout, "\x1b[", "no terminal escapes into a pipe")
+	assert.Equal(t, 2, strings.Count(r.stdout, "redsem top "), "one block per refresh:\n%s", r.stdout)
+	assert.Contains(t, r.stdout, `prefix "redsem:"  4 semaphores, 1 rate gates`)
+	assert.Equal(t, []string{"lock", "full", "half", "api", "idle"}, topOrder(r.stdout), r.stdout)
+	fields := func(name string) []string {
+		m := regexp.MustCompile(`(?m)^` + name + `\s.*$`).FindString(r.stdout)
+		return strings.Fields(m)
+	}
+	// NAME KIND HELD SIZE SAT WAIT FREE EXP STRAY OLDEST
+	assert.Equal(t, []string{"half", "sem", "2", "4", "50%", "0", "2", "0", "0"}, fields("half")[:9])
+	assert.Equal(t, []string{"lock", "sem", "1", "1", "100%", "1", "0", "0", "0"}, fields("lock")[:9])
+	assert.Equal(t, []string{"api", "rate", "3", "10", "30%", "0", "7", "-", "0", "per", "1m0s"}, fields("api"))
+	assert.Equal(t, []string{"idle", "sem", "0", "3", "0%", "0", "3", "0", "0", "-"}, fields("idle"))
+}
+
+// Under a pseudo-terminal top redraws in place: cursor hidden, drawn from
+// the top left, cursor shown again at the end.
+func TestTopUnderPTY(t *testing.T) {
+	t.Parallel()
+	script := redistest.Tool(t, "script", "apt-get install util-linux")
+	e := newEnv(t)
+	makeFleet(t, e)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, script, "-q", "-e", "-c", bin+" top -n 3 --interval 50ms", "/dev/null")
+	cmd.Env = append(cleanEnv(), "REDIS_URL="+e.url, "TERM=xterm")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Run(), out.String())
+	s := out.String()
+	assert.True(t, strings.HasPrefix(s, "\x1b[?25l\x1b[H\x1b[2J"), "starts by hiding the cursor and clearing: %q", s[:min(40, len(s))])
+	assert.Equal(t, 3, strings.Count(s, "\x1b[J"), "three frames, each drawn over the last")
+	assert.True(t, strings.HasSuffix(strings.TrimRight(s, "\r\n"), "\x1b[?25h"), "ends by showing the cursor: %q", s[max(0, len(s)-40):])
+	frames := strings.Split(s, "\x1b[H")
+	last := frames[len(frames)-1]
+	plain := strings.ReplaceAll(regexp.MustCompile(`\x1b\[[0-9;?]*[a-zA-Z]`).ReplaceAllString(last, ""), "\r", "")
+	assert.Equal(t, []string{"lock", "full", "half", "api", "idle"}, topOrder(plain), plain)
+}
+
+func TestTopBadArguments(t *testing.T) {
+	t.Parallel()
+	e := &env{url: "redis://127.0.0.1:1", dir: t.TempDir()}
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"top", "extra"}, exitUsage},
+		{[]string{"top", "-n", "-1"}, exitUsage},
+		{[]string{"top", "--interval", "1ms"}, exitUsage},
+		{[]string{"top", "--limit", "0"}, exitUsage},
+		{[]string{"top", "--max-scan", "0"}, exitUsage},
+		{[]string{"top", "--prefix", "a{"}, exitUsage},
+		{[]string{"top", "-n", "1"}, exitUnavailable},
+		{[]string{"check", "--all", "extra"}, exitUsage},
+		{[]string{"check", "--all", "--limit", "0"}, exitUsage},
+		{[]string{"check", "--all", "--max-scan", "0"}, exitUsage},
+		{[]string{"check", "--all"}, exitUnavailable},
+	} {
+		r := e.run(t, tc.args...)
+		assert.Equal(t, tc.code, r.code, "%v: %s", tc.args, r.stderr)
+		assert.Equal(t, 1, strings.Count(r.stderr, "\n"), "%v: one line: %q", tc.args, r.stderr)
+		assert.Empty(t, r.stdout, "%v", tc.args)
+	}
+	for _, args := range [][]string{{"top", "--help"}, {"check", "--all", "--help"}, {"help", "top"}, {"help", "exporter"}} {
+		r := e.run(t, args...)
+		assert.Equal(t, 0, r.code, "%v", args)
+		assert.Contains(t, r.stdout, "Usage:", "%v", args)
+	}
+}
+
+// check --all is silent and exits 0 on a healthy fleet, and prints one line
+// per unhealthy semaphore (and one per unreadable name) with exit 65.
+func TestCheckAll(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	pool := makeFleet(t, e)
+	r := e.run(t, "check", "--all")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Empty(t, r.stdout)
+	assert.Empty(t, r.stderr)
+
+	c := pool.Get()
+	defer c.Close()
+	for _, cmd := range [][]interface{}{
+		{"LPOP", "redsem:{idle}:tokens"},          // a slot missing
+		{"RPUSH", "redsem:{half}:tokens", "junk"}, // a stranger
+		{"SET", "redsem:{bad}:meta", "a string"},  // unreadable
+	} {
+		_, err := c.Do(cmd[0].(string), cmd[1:]...)
+		require.NoError(t, err)
+	}
+	r = e.run(t, "check", "--all")
+	assert.Equal(t, exitData, r.code, r.stderr)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 3, r.stdout)
+	assert.True(t, strings.HasPrefix(lines[0], `"bad": cannot check: `), lines[0])
+	assert.True(t, strings.HasPrefix(lines[1], `"half": size 4,`), lines[1])
+	assert.Contains(t, lines[1], "strangers 1")
+	assert.True(t, strings.HasPrefix(lines[2], `"idle": size 3,`), lines[2])
+	assert.Contains(t, lines[2], "missing [")
+	assert.Equal(t, "redsem: check --all: 3 of 5 semaphores under \"redsem:\" unhealthy\n", r.stderr)
+
+	// Another prefix holds nothing: healthy.
+	r = e.run(t, "check", "--all", "--prefix", "other:")
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Empty(t, r.stdout)
+
+	// The cap on names is said on stderr.
+	r = e.run(t, "check", "--all", "--limit", "1")
+	assert.Contains(t, r.stderr, "raise --limit")
+}
+
+// top and check --all send at most --max-scan SCAN calls (default
+// redsem.DefaultMaxScan) and say when that cut the scan short.
+func TestFleetMaxScan(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	pool := makeFleet(t, e)
+	c := pool.Get()
+	defer c.Close()
+	// 20,000 keys of another program: about 40 SCAN calls of COUNT 500.
+	_, err := c.Do("DEBUG", "POPULATE", 20000, "other")
+	require.NoError(t, err)
+
+	e.srv.Do(t, "CONFIG", "RESETSTAT")
+	r := e.run(t, "top", "-n", "1", "--max-scan", "3")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "scan incomplete: raise --limit or --max-scan")
+	assert.Equal(t, 3, e.srv.CommandCalls(t)["scan"])
+
+	e.srv.Do(t, "CONFIG", "RESETSTAT")
+	r = e.run(t, "top", "-n", "1")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.NotContains(t, r.stdout, "scan incomplete")
+	assert.Equal(t, []string{"lock", "full", "half", "api", "idle"}, topOrder(r.stdout), r.stdout)
+	scans := e.srv.CommandCalls(t)["scan"]
+	assert.Greater(t, scans, 3)
+	assert.LessOrEqual(t, scans, redsem.DefaultMaxScan)
+
+	e.srv.Do(t, "CONFIG", "RESETSTAT")
+	r = e.run(t, "check", "--all", "--max-scan", "3")
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "more may exist (raise --limit 1000 or --max-scan 3)")
+	assert.Equal(t, 3, e.srv.CommandCalls(t)["scan"])
+
+	r = e.run(t, "check", "--all")
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Empty(t, r.stderr)
+}
+
+var (
+	exporterOnce sync.Once
+	exporterDir  string
+	exporterErr  error
+)
+
+// buildExporter builds redsem-exporter (its own module, ../../exporter)
+// once, into a directory of its own.
+func buildExporter(t *testing.T) string {
+	t.Helper()
+	exporterOnce.Do(func() {
+		exporterDir = filepath.Join(filepath.Dir(bin), "exporter")
+		cmd := exec.Command(goTool(), "build", "-o", filepath.Join(exporterDir, "redsem-exporter"), "./cmd/redsem-exporter")
+		cmd.Dir = filepath.Join("..", "..", "exporter")
+		var out []byte
+		if out, exporterErr = cmd.CombinedOutput(); exporterErr != nil {
+			exporterErr = &buildError{exporterErr, string(out)}
+		}
+	})
+	require.NoError(t, exporterErr)
+	return exporterDir
+}
+
+type buildError struct {
+	err error
+	out string
+}
+
+func (b *buildError) Error() string { return "build redsem-exporter: " + b.err.Error() + "\n" + b.out }
+
+func goTool() string {
+	if _, err := exec.LookPath("go"); err == nil {
+		return "go"
+	}
+	return filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+}
+
+// runWithPath runs the redsem binary at redsemBin with PATH set to path.
+func runWithPath(t *testing.T, redsemBin, path string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, redsemBin, args...)
+	cmd.Env = append(cleanEnv(), "PATH="+path, "REDIS_URL=redis://127.0.0.1:1")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	return result{code: exitCodeOf(err), stdout: out.String(), stderr: errb.String()}
+}
+
+// redsem exporter runs redsem-exporter with its arguments: found on PATH,
+// or next to the redsem binary; without it, one line says how to install it.
+func TestExporterSubcommand(t *testing.T) {
+	t.Parallel()
+	dir := buildExporter(t)
+	empty := t.TempDir()
+
+	r := runWithPath(t, bin, empty, "exporter", "--help")
+	assert.Equal(t, exitUsage, r.code)
+	assert.Equal(t, "redsem: exporter: redsem-exporter not found next to redsem or on PATH; "+
+		"install it: go install github.com/redsem/redsem/exporter/cmd/redsem-exporter@latest\n", r.stderr)
+	assert.Empty(t, r.stdout)
+
+	// On PATH: the arguments reach it (its own help, its own usage error).
+	r = runWithPath(t, bin, empty+":"+dir, "exporter", "--help")
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "Usage: redsem-exporter")
+	r = runWithPath(t, bin, dir, "exporter", "--bogus")
+	assert.Equal(t, exitUsage, r.code)
+	assert.Contains(t, r.stderr, "redsem-exporter: flag provided but not defined: -bogus")
+
+	// Next to redsem, with nothing on PATH.
+	both := t.TempDir()
+	for src, dst := range map[string]string{bin: "redsem", filepath.Join(dir, "redsem-exporter"): "redsem-exporter"} {
+		data, err := os.ReadFile(src)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(both, dst), data, 0o755))
+	}
+	r = runWithPath(t, filepath.Join(both, "redsem"), empty, "exporter", "--help")
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "Usage: redsem-exporter")
+}

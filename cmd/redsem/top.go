@@ -1,0 +1,265 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redsem/redsem"
+)
+
+const topHelp = `Usage: redsem top [--interval D] [-n N] [--limit N] [--max-scan N] [--plain] [connection flags]
+
+A live view of every semaphore, mutex and rate gate under the prefix, found
+by SCAN over their meta keys and read one script call each, refreshed every
+--interval and sorted by saturation (held/size, then waiters). On a terminal
+the view is redrawn in place; otherwise (a pipe, a file, --plain) each
+refresh prints a time line and one plain line per name. Stop it with Ctrl-C.
+
+Columns: NAME, KIND (sem, rate), HELD (rate: starts in the current window),
+SIZE (rate: starts allowed per interval), SAT (HELD/SIZE), WAIT (waiters),
+FREE (rate: starts possible now), EXP (leases expired, not yet reclaimed), STRAY (stray tokens), OLDEST
+(age of the oldest lease; rate: the interval).
+
+  --interval D     time between refreshes (default 1s)
+  -n N             stop after N refreshes (default 0: until interrupted)
+  --limit N        show at most N names (default 1000)
+  --max-scan N     send at most N SCAN calls (COUNT 500) per refresh (default 100);
+                   a keyspace larger than that is not walked whole
+  --plain          plain lines even on a terminal
+
+` + connHelp + `
+Examples:
+  redsem top
+  redsem top --prefix myapp: --interval 5s
+  redsem top -n 1 | sort -k4 -n
+`
+
+// topOptions are the flags of top.
+type topOptions struct {
+	interval durationValue
+	n        int
+	limit    int
+	maxScan  int
+	plain    bool
+}
+
+func cmdTop(args []string, stdout, _ io.Writer) error {
+	fs := newFlagSet("top")
+	var c connFlags
+	c.register(fs)
+	o := topOptions{interval: durationValue{d: time.Second}}
+	fs.Var(&o.interval, "interval", "")
+	fs.IntVar(&o.n, "n", 0, "")
+	fs.IntVar(&o.limit, "limit", redsem.DefaultScanLimit, "")
+	fs.IntVar(&o.maxScan, "max-scan", redsem.DefaultMaxScan, "")
+	fs.BoolVar(&o.plain, "plain", false, "")
+	pos, err := parseArgs(fs, args, topHelp)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) > 0:
+		return usagef("top: no arguments expected, got %q (see redsem top --help)", strings.Join(pos, " "))
+	case o.interval.d < 10*time.Millisecond:
+		return usagef("top: --interval must be at least 10ms")
+	case o.n < 0:
+		return usagef("top: -n must be at least 0")
+	case o.limit < 1:
+		return usagef("top: --limit must be at least 1")
+	case o.maxScan < 1:
+		return usagef("top: --max-scan must be at least 1")
+	}
+	p, err := connect(c)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	t := &topView{w: stdout, prefix: c.prefix, shown: p.shown, live: !o.plain && isTerminal(stdout)}
+	read := func() (redsem.Fleet, error) {
+		rctx, cancel := context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+		return redsem.ReadFleetWithin(rctx, p.main, c.prefix, o.limit, o.maxScan)
+	}
+	fl, err := read()
+	if err != nil {
+		return err // Redis unreachable at the start: say so and exit
+	}
+	t.begin()
+	defer t.end()
+	tick := time.NewTicker(o.interval.d)
+	defer tick.Stop()
+	for i := 1; ; i++ {
+		t.show(fl, err, time.Now())
+		if o.n > 0 && i >= o.n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		fl, err = read()
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// topView draws the fleet: redrawn in place on a terminal (live), or as
+// plain lines, one block per refresh.
+type topView struct {
+	w      io.Writer
+	prefix string
+	shown  string // the Redis URL, password redacted
+	live   bool
+}
+
+func (t *topView) begin() {
+	if t.live {
+		fmt.Fprint(t.w, "\x1b[?25l\x1b[H\x1b[2J") // hide the cursor, clear the screen
+	}
+}
+
+func (t *topView) end() {
+	if t.live {
+		fmt.Fprint(t.w, "\x1b[?25h") // show the cursor
+	}
+}
+
+// show draws one refresh; err is the read's error (the fleet is then the
+// last one read).
+func (t *topView) show(fl redsem.Fleet, err error, now time.Time) {
+	rows := topRows(fl)
+	head := fmt.Sprintf("redsem top  %s  %s  prefix %q  %d semaphores, %d rate gates",
+		now.Format("15:04:05"), t.shown, t.prefix, len(fl.Semaphores), len(fl.RateGates))
+	if fl.Truncated {
+		head += "  (scan incomplete: raise --limit or --max-scan)"
+	}
+	lines := []string{head}
+	if err != nil {
+		lines = append(lines, "  error: "+oneLine(err))
+	}
+	for _, f := range fl.Failed {
+		lines = append(lines, fmt.Sprintf("  %q (%s): %s", f.Name, f.Kind, oneLine(f.Err)))
+	}
+	lines = append(lines, formatRows(rows)...)
+	if !t.live {
+		fmt.Fprintln(t.w, strings.Join(lines, "\n"))
+		fmt.Fprintln(t.w)
+		return
+	}
+	if h := termRows(t.w); h > 2 && len(lines) > h-1 {
+		hidden := len(lines) - (h - 2)
+		lines = append(lines[:h-2], fmt.Sprintf("  ... %d more", hidden))
+	}
+	var b strings.Builder
+	b.WriteString("\x1b[H")
+	for _, l := range lines {
+		b.WriteString(l + "\x1b[K\n")
+	}
+	b.WriteString("\x1b[J")
+	fmt.Fprint(t.w, b.String())
+}
+
+// topRow is one line of the view.
+type topRow struct {
+	name, kind                  string
+	held, size, wait, free      int
+	expired, stray              int
+	oldest                      time.Duration
+	sat                         float64
+	showExpired, oldestIsPeriod bool
+}
+
+// topRows turns the fleet into rows sorted by saturation, then waiters,
+// then name.
+func topRows(fl redsem.Fleet) []topRow {
+	var rows []topRow
+	for _, st := range fl.Semaphores {
+		rows = append(rows, topRow{name: st.Name, kind: "sem", held: len(st.Holders), size: st.Size,
+			wait: st.Waiting, free: st.Available, expired: st.Expired(), stray: st.Stray,
+			oldest: st.OldestHold(), showExpired: true})
+	}
+	for _, st := range fl.RateGates {
+		rows = append(rows, topRow{name: st.Name, kind: "rate", held: st.Started, size: st.Limit,
+			wait: st.Waiting, free: st.Available + st.Due, stray: st.Stray, oldest: st.Per, oldestIsPeriod: true})
+	}
+	for i := range rows {
+		if rows[i].size > 0 {
+			rows[i].sat = float64(rows[i].held) / float64(rows[i].size)
+		}
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		a, b := rows[i], rows[j]
+		if a.sat != b.sat {
+			return a.sat > b.sat
+		}
+		if a.wait != b.wait {
+			return a.wait > b.wait
+		}
+		return a.name < b.name
+	})
+	return rows
+}
+
+// maxNameWidth caps the NAME column.
+const maxNameWidth = 40
+
+func formatRows(rows []topRow) []string {
+	width := len("NAME")
+	names := make([]string, len(rows))
+	for i, r := range rows {
+		names[i] = shortName(r.name)
+		width = max(width, len([]rune(names[i])))
+	}
+	line := func(name string, cols ...string) string {
+		pad := width - len([]rune(name))
+		return strings.TrimRight(fmt.Sprintf("%s%s  %-4s %5s %5s %5s %5s %5s %4s %5s  %s", name, strings.Repeat(" ", pad),
+			cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6], cols[7], cols[8]), " ")
+	}
+	out := []string{line("NAME", "KIND", "HELD", "SIZE", "SAT", "WAIT", "FREE", "EXP", "STRAY", "OLDEST")}
+	for i, r := range rows {
+		exp, oldest := "-", "-"
+		if r.showExpired {
+			exp = fmt.Sprint(r.expired)
+		}
+		switch {
+		case r.oldestIsPeriod:
+			oldest = "per " + r.oldest.String()
+		case r.oldest > 0:
+			oldest = r.oldest.Round(time.Second).String()
+			if r.oldest < time.Second {
+				oldest = r.oldest.Round(time.Millisecond).String()
+			}
+		}
+		out = append(out, line(names[i], r.kind, fmt.Sprint(r.held), fmt.Sprint(r.size),
+			fmt.Sprintf("%.0f%%", 100*r.sat), fmt.Sprint(r.wait), fmt.Sprint(r.free), exp,
+			fmt.Sprint(r.stray), oldest))
+	}
+	return out
+}
+
+// shortName makes a name printable on one line of at most maxNameWidth
+// characters.
+func shortName(name string) string {
+	q := name
+	if strings.ContainsFunc(name, func(r rune) bool { return r < ' ' || r == 0x7f || r == '\uFFFD' }) ||
+		strings.TrimSpace(name) != name {
+		q = fmt.Sprintf("%q", name)
+	}
+	if r := []rune(q); len(r) > maxNameWidth {
+		q = string(r[:maxNameWidth-1]) + "…"
+	}
+	return q
+}

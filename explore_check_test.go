@@ -1,0 +1,379 @@
+package redsem
+
+// The explorer's invariants, checked after every step of every run:
+//
+//  1. No grant while the size or more hold: when a command makes Redis
+//     record a new acquisition, the leases Redis counts as live (deadline
+//     not passed, retired ones after a shrink included) number at most the
+//     size. And never more believed holders than the largest size set. A
+//     believed holder is a living client whose lease is Valid(), unless
+//     Redis already ran its Release (the reply is on its way).
+//  2. A client that believes it holds is recorded by Redis as the holder:
+//     its acquisition owns every token's record, and no token's deadline
+//     in Redis has passed.
+//  3. Every valid token is in exactly one place (the token list, a pending
+//     list, the leases, or withheld by a shrink); a retired one in at most
+//     one.
+//  4. Fences strictly increase from grant to grant; meta's fence never goes
+//     back.
+//  5. TryAcquire never says "no token" while a valid token is free or a
+//     lease on one has expired, and Release never reports success unless
+//     Redis saw it take this acquisition's lease back.
+//  6. At the end, once every program ran and time passed: every client
+//     finished (no waiter waits forever while tokens are free), and the
+//     library's own Check finds the semaphore whole and free.
+// Data loss suspends 1 and 2 for the leases granted before it (Redis
+// cannot promise them; the README says so); a stranger's key overwrite
+// suspends 2 and 3 until the key is put back.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type checker struct {
+	pending   string          // a violation seen by an operation, reported at the next check
+	fenced    map[string]bool // acquisitions whose fence was checked
+	maxFence  float64         // highest fence granted
+	metaFence float64         // meta's fence at the last check
+	admin     *Semaphore      // for the final Reclaim and Check, on a direct pool
+	maxSize   int             // the largest size Redis held
+}
+
+func (c *checker) init(admin *Semaphore) {
+	c.fenced = map[string]bool{}
+	c.admin = admin
+}
+
+// grants checks invariant 1 at the command that granted: what it added
+// to Redis's records, against the leases live right after it.
+func (c *checker) grants(r *run, label string, before, after srvView) {
+	if c.pending != "" || !after.exists || len(r.saved) > 0 {
+		return
+	}
+	owners := map[string]bool{}
+	for _, a := range before.holders {
+		owners[a] = true
+	}
+	var fresh []string
+	for tok, a := range after.holders {
+		if !owners[a] {
+			fresh = append(fresh, tok)
+		}
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	nowMs := float64(r.w.now.UnixMilli())
+	live := 0
+	for _, dl := range after.leases {
+		if dl > nowMs {
+			live++
+		}
+	}
+	if live > after.size {
+		sort.Strings(fresh)
+		c.pending = fmt.Sprintf("%s granted %v while %d leases are live and the size is %d", label, fresh, live, after.size)
+	}
+}
+
+// trySnapshot is what was free when a TryAcquire's script ran.
+type trySnapshot struct {
+	free, expired, over int
+}
+
+// srvView is the semaphore as Redis holds it.
+type srvView struct {
+	exists  bool
+	size    int
+	epoch   string
+	fence   float64
+	over    int
+	held    []string
+	list    []string
+	leases  map[string]float64
+	holders map[string]string  // token -> owner acquisition
+	fences  map[string]float64 // acquisition -> fence of its records
+	pends   map[string][]string
+}
+
+func (r *run) view() srvView {
+	m, k := r.m, r.k
+	v := srvView{leases: map[string]float64{}, holders: map[string]string{}, fences: map[string]float64{}, pends: map[string][]string{}}
+	if m.Type(k.meta) == "hash" {
+		size, _ := strconv.Atoi(m.HGet(k.meta, "size"))
+		v.size = size
+		v.epoch = m.HGet(k.meta, "epoch")
+		v.exists = size > 0 && v.epoch != ""
+		v.fence, _ = strconv.ParseFloat(m.HGet(k.meta, "fence"), 64)
+		v.over, _ = strconv.Atoi(m.HGet(k.meta, "over"))
+		v.held = strings.Fields(m.HGet(k.meta, "held"))
+	}
+	if m.Type(k.tokens) == "list" {
+		v.list, _ = m.List(k.tokens)
+	}
+	if m.Type(k.leases) == "zset" {
+		members, _ := m.ZMembers(k.leases)
+		for _, mem := range members {
+			v.leases[mem], _ = m.ZScore(k.leases, mem)
+		}
+	}
+	if m.Type(k.holders) == "hash" {
+		fields, _ := m.HKeys(k.holders)
+		for _, f := range fields {
+			if !strings.HasPrefix(f, "t:") {
+				continue
+			}
+			rec := strings.Split(m.HGet(k.holders, f), "|")
+			v.holders[f[2:]] = rec[0]
+			if len(rec) > 1 {
+				fence, _ := strconv.ParseFloat(rec[1], 64)
+				if fence > v.fences[rec[0]] {
+					v.fences[rec[0]] = fence
+				}
+			}
+		}
+	}
+	for _, key := range m.Keys() {
+		if strings.HasPrefix(key, k.base+"pend:") && m.Type(key) == "list" {
+			v.pends[key], _ = m.List(key)
+		}
+	}
+	return v
+}
+
+// epochSlot returns the slot of tok if it is a token of epoch.
+func epochSlot(tok, epoch string) (int, bool) {
+	e, s, ok := strings.Cut(tok, ":")
+	if !ok || e != epoch {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	return n, err == nil && n >= 1
+}
+
+// beforeExec and afterExec watch one command of cl's current operation
+// (w.mu held).
+func (c *checker) beforeExec(cl *vclient, cmd string) interface{} {
+	r := c.runOf(cl)
+	switch {
+	case cl.cur.kind == opTryAcquire && cmd == "acquire.lua":
+		// What was free when the script that may answer "none" ran.
+		v := r.view()
+		snap := &trySnapshot{over: v.over}
+		nowMs := float64(r.w.now.UnixMilli())
+		for _, tok := range v.list {
+			if n, ok := epochSlot(tok, v.epoch); ok && n <= v.size {
+				if _, leased := v.leases[tok]; !leased {
+					snap.free++
+				}
+			}
+		}
+		for tok, dl := range v.leases {
+			if n, ok := epochSlot(tok, v.epoch); ok && n <= v.size && dl <= nowMs {
+				snap.expired++
+			}
+		}
+		return snap
+	case cl.cur.kind == opRelease:
+		if cl.lease != nil {
+			return r.view().holders[cl.lease.token]
+		}
+	}
+	return nil
+}
+
+func (c *checker) afterExec(cl *vclient, before interface{}) {
+	r := c.runOf(cl)
+	// Time runs on while Redis works: 10µs a command.
+	r.w.now = r.w.now.Add(10 * time.Microsecond)
+	r.m.SetTime(r.w.now)
+	switch b := before.(type) {
+	case *trySnapshot:
+		cl.trySnap = b
+	case string:
+		if cl.lease != nil && b == cl.lease.acqID && r.view().holders[cl.lease.token] != b {
+			cl.selfReleased = true
+		}
+	}
+}
+
+func (c *checker) runOf(cl *vclient) *run { return cl.run }
+
+// tryRefused is called when cl's TryAcquire returned ErrNoToken.
+func (c *checker) tryRefused(cl *vclient) {
+	r := cl.run
+	r.w.mu.Lock()
+	defer r.w.mu.Unlock()
+	s := cl.trySnap
+	if s != nil && c.pending == "" && (s.free > 0 || (s.expired > 0 && s.over == 0)) {
+		c.pending = fmt.Sprintf("c%d TryAcquire said no token free while %d valid tokens were free and %d leases had expired", cl.id, s.free, s.expired)
+	}
+}
+
+// releasedOK is called when cl's Release returned nil.
+func (c *checker) releasedOK(cl *vclient) {
+	r := cl.run
+	r.w.mu.Lock()
+	defer r.w.mu.Unlock()
+	if !cl.selfReleased && c.pending == "" {
+		c.pending = fmt.Sprintf("c%d Release returned nil, but Redis never saw its lease taken back", cl.id)
+	}
+}
+
+// check tests invariants 1 to 5 and returns the first violation, or "".
+func (c *checker) check(r *run) string {
+	if c.pending != "" {
+		return c.pending
+	}
+	v := r.view()
+	nowMs := float64(r.w.Now().UnixMilli())
+	strangerHere := len(r.saved) > 0
+
+	// 1 and 2.
+	believed, fresh := 0, -1
+	var who []string
+	for _, cl := range r.clients {
+		releasing := cl.busy > 0 && cl.cur.kind == opRelease && cl.selfReleased
+		if cl.dead || cl.lease == nil || cl.preLoss || releasing || !cl.lease.Valid() {
+			if cl.newBelief {
+				cl.newBelief = false
+			}
+			continue
+		}
+		believed += len(cl.lease.tokens)
+		who = append(who, fmt.Sprintf("c%d:%s", cl.id, strings.Join(cl.lease.tokens, ",")))
+		if cl.newBelief {
+			cl.newBelief, fresh = false, cl.id
+		}
+		if strangerHere {
+			continue
+		}
+		for _, tok := range cl.lease.tokens {
+			owner, rec := v.holders[tok]
+			dl, leased := v.leases[tok]
+			switch {
+			case !rec || owner != cl.lease.acqID:
+				return fmt.Sprintf("c%d believes it holds %s, but Redis records %q as its holder", cl.id, tok, owner)
+			case !leased:
+				return fmt.Sprintf("c%d believes it holds %s, but Redis has no lease on it", cl.id, tok)
+			case dl <= nowMs:
+				return fmt.Sprintf("c%d believes it holds %s, but its lease expired in Redis %vms ago", cl.id, tok, nowMs-dl)
+			}
+		}
+	}
+	if v.size > c.maxSize {
+		c.maxSize = v.size
+	}
+	if fresh >= 0 && believed > c.maxSize {
+		return fmt.Sprintf("c%d believes it was granted while %d permits were believed held (%s), above any size set (%d)", fresh, believed, strings.Join(who, " "), c.maxSize)
+	}
+
+	// 3.
+	if v.exists && !strangerHere {
+		places := map[string][]string{}
+		add := func(tok, where string) { places[tok] = append(places[tok], where) }
+		for _, tok := range v.list {
+			add(tok, "list")
+		}
+		for key, toks := range v.pends {
+			for _, tok := range toks {
+				add(tok, strings.TrimPrefix(key, r.k.base))
+			}
+		}
+		for tok := range v.leases {
+			add(tok, "leases")
+		}
+		for _, tok := range v.held {
+			add(tok, "withheld")
+		}
+		for slot := 1; slot <= v.size; slot++ {
+			tok := v.epoch + ":" + strconv.Itoa(slot)
+			// A stranger's copies may sit on the list or in a pending list
+			// (a BLMOVE carries them there) beside the real one; a token is
+			// leased or withheld in one place at most.
+			held := 0
+			for _, p := range places[tok] {
+				if p == "leases" || p == "withheld" {
+					held++
+				}
+			}
+			if n := len(places[tok]); n == 0 || held > 1 || n > 1+r.forged[tok] {
+				return fmt.Sprintf("token %s is in %d places %v (want exactly one)", tok, n, places[tok])
+			}
+		}
+		for tok, where := range places {
+			if n, ok := epochSlot(tok, v.epoch); ok && n > v.size && len(where) > 1 {
+				return fmt.Sprintf("retired token %s is in %d places %v", tok, len(where), where)
+			}
+		}
+	}
+
+	// 4.
+	if v.fence < c.metaFence && !r.loss {
+		return fmt.Sprintf("meta's fence went back from %.0f to %.0f", c.metaFence, v.fence)
+	}
+	c.metaFence = v.fence
+	acqs := make([]string, 0, len(v.fences))
+	for a := range v.fences {
+		acqs = append(acqs, a)
+	}
+	sort.Slice(acqs, func(i, j int) bool { return v.fences[acqs[i]] < v.fences[acqs[j]] })
+	for _, a := range acqs {
+		f := v.fences[a]
+		if f <= 0 || c.fenced[a] {
+			continue
+		}
+		if f <= c.maxFence {
+			return fmt.Sprintf("acquisition %s was granted fence %.0f, not above an earlier grant's %.0f", a[:8], f, c.maxFence)
+		}
+		if f >= math.Pow(2, 53) {
+			return fmt.Sprintf("acquisition %s was granted fence %.0f, beyond the integers a Lua number holds exactly", a[:8], f)
+		}
+		c.fenced[a] = true
+		c.maxFence = f
+	}
+	return ""
+}
+
+// final tests invariant 6 after the drain.
+func (c *checker) final(r *run) string {
+	for _, cl := range r.clients {
+		if !cl.dead && (cl.busy > 0 || cl.pc < len(cl.prog)) {
+			return fmt.Sprintf("c%d never finished %v (results %v): it waits while the world is quiet", cl.id, cl.cur, cl.results)
+		}
+	}
+	// Every lease a program left behind expires; a Reclaim gives it back.
+	w := r.w
+	w.mu.Lock()
+	w.advanceTo(w.now.Add(r.sc.ttl + r.sc.grace + maxBlock + blockSlack + time.Minute))
+	w.mu.Unlock()
+	ctx := context.Background()
+	if r.repairAtEnd {
+		// What a stranger pushed is dropped as it is popped, or by Repair.
+		if _, err := c.admin.Repair(ctx); err != nil && !errors.Is(err, ErrRepairUnsafe) {
+			return "final Repair failed: " + err.Error()
+		}
+	}
+	if _, err := c.admin.Reclaim(ctx); err != nil {
+		if errors.Is(err, ErrCorrupt) && r.corrupted {
+			return "" // a stranger corrupted meta: refusing it is right
+		}
+		return "final Reclaim failed: " + err.Error()
+	}
+	inv, err := c.admin.Check(ctx)
+	if err != nil {
+		return "final Check failed: " + err.Error()
+	}
+	if !inv.Healthy() || (inv.Exists && len(inv.Free) != inv.Size) {
+		return fmt.Sprintf("at the end the semaphore is not whole and free: size %d, free %v, leased %v, pending %v, withheld %v, missing %v, duplicates %v, strangers %v",
+			inv.Size, inv.Free, inv.Leased, inv.Pending, inv.Withheld, inv.Missing, inv.Duplicates, inv.Strangers)
+	}
+	return ""
+}

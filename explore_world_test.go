@@ -1,0 +1,843 @@
+package redsem
+
+// The explorer's runs: virtual clients executing programs of public
+// operations in the world of explore_sim_test.go, the steps a scheduler may
+// choose, and the invariants checked after every step
+// (explore_check_test.go).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/redsem/redsem/internal/failpoint"
+)
+
+// opKind is a public operation a virtual client performs.
+type opKind int
+
+const (
+	opAcquire    opKind = iota // Acquire, cancellable
+	opTryAcquire               // TryAcquire
+	opAcquireN                 // AcquireN(n), cancellable
+	opRelease                  // Release of the lease held
+	opRefresh                  // Refresh(ttl) of the lease held
+	opRefresh2                 // two Refreshes of the lease held at once: ttl and ttl2
+	opResize                   // Resize(n)
+	opReclaim                  // Reclaim
+	opRepair                   // Repair
+	opCrash                    // the process dies here: it never acts again
+	opPause                    // wait until the scheduler lets this client go on
+)
+
+// op is one step of a client's program.
+type op struct {
+	kind     opKind
+	n        int
+	ttl      time.Duration
+	ttl2     time.Duration
+	cancelOK bool // the scheduler may end this operation's context
+}
+
+func (o op) String() string {
+	switch o.kind {
+	case opAcquire:
+		return "Acquire"
+	case opTryAcquire:
+		return "TryAcquire"
+	case opAcquireN:
+		return fmt.Sprintf("AcquireN(%d)", o.n)
+	case opRelease:
+		return "Release"
+	case opRefresh:
+		return fmt.Sprintf("Refresh(%v)", o.ttl)
+	case opRefresh2:
+		return fmt.Sprintf("Refresh(%v) || Refresh(%v)", o.ttl, o.ttl2)
+	case opResize:
+		return fmt.Sprintf("Resize(%d)", o.n)
+	case opReclaim:
+		return "Reclaim"
+	case opRepair:
+		return "Repair"
+	case opCrash:
+		return "crash"
+	case opPause:
+		return "pause"
+	}
+	return "?"
+}
+
+// stranger is a write by someone who is not a redsem client: a key
+// overwritten with another type (and later put back as it was), or a
+// corrupted field.
+type stranger struct {
+	label string
+	key   func(k keys) string // the key to overwrite with a string
+	pend  bool                // or: the pending list of the oldest registered waiter
+	hset  [2]string           // or: a meta field and the value to write
+	forge string              // or: push onto the token list a "copy" of a valid token, an "old"-epoch one, or "garbage"
+}
+
+// scenario is what one run starts from.
+type scenario struct {
+	name  string
+	size  int
+	ttl   time.Duration
+	grace time.Duration
+	setup []int  // clients that Acquire, in order, before the run
+	progs [][]op // each client's program
+	// shares maps a client to the client whose lease its Release and
+	// Refresh act on: a second goroutine of the same process (a user's
+	// Refresh beside auto-refresh's).
+	shares map[int]int
+	// Which steps the scheduler may choose besides exec and time: faults
+	// (drop, cancel, kill) at most maxFaults times, data loss, strangers
+	// (applied in order, each once, and always undone by the end).
+	lazyDeliver bool // deliveries are choices (else made at once)
+	drops       bool
+	kills       bool
+	restart     bool
+	maxFaults   int
+	strangers   []stranger
+}
+
+// vclient is a virtual client: one Semaphore of its own, a program.
+type vclient struct {
+	run      *run
+	id       int
+	sem      *Semaphore
+	prog     []op
+	pc       int
+	busy     int // goroutines running its current operation
+	cur      op
+	lease    *Lease
+	preLoss  bool // lease granted before the server lost its data
+	cancel   context.CancelFunc
+	canceled bool
+	dead     bool
+	results  []string
+	// Facts collected while its current operation ran.
+	selfReleased bool
+	trySnap      *trySnapshot
+	newBelief    bool
+}
+
+// exploreSwitches are failpoints that answer true in explored runs: the
+// test-only switches that bring an old bug back (failpoint.go).
+var exploreSwitches = map[string]bool{}
+
+// step is one choice of the scheduler.
+type step struct {
+	label string
+	apply func(r *run)
+	fault bool
+}
+
+// run is one execution of a scenario under a chooser.
+type run struct {
+	sc          scenario
+	w           *simWorld
+	m           *miniredis.Miniredis
+	k           keys
+	clients     []*vclient
+	faults      int
+	strangerI   int // strangers applied so far
+	saved       map[string]string
+	loss        bool           // the server lost its data during the run
+	draining    bool           // no more faults; replies are read at once
+	corrupted   bool           // a stranger wrote a corrupt meta field
+	pendKey     string         // the pending list a stranger overwrote
+	forged      map[string]int // copies of valid tokens a stranger pushed
+	repairAtEnd bool           // a stranger pushed tokens: Repair before the final Check
+	chk         checker
+	trace       []string
+}
+
+const exploreName = "ex"
+
+// newRun builds the world for sc on m (flushed) and runs the setup.
+func newRun(env *exploreEnv, sc scenario) (*run, error) {
+	m, exec := env.m, env.exec
+	m.FlushAll()
+	nclients := len(sc.progs)
+	w := newSimWorld(m, exec, nclients, scriptNames())
+	r := &run{sc: sc, w: w, m: m, saved: map[string]string{}, forged: map[string]int{}}
+	clk = w
+	failpoint.Set(func(p string) bool {
+		if pointsScheduled[p] {
+			w.atPoint(p)
+		}
+		return exploreSwitches[p]
+	})
+	for i := 0; i < nclients; i++ {
+		sem, err := NewSemaphore(w.pools[i], exploreName, sc.size, WithTTL(sc.ttl), WithGrace(sc.grace), WithFixedTTL(),
+			WithWaitConnections(0), WithAdoptSize(), WithLabel(fmt.Sprintf("c%d", i)))
+		if err != nil {
+			return nil, err
+		}
+		if i == 0 {
+			r.k = sem.k
+		}
+		r.clients = append(r.clients, &vclient{run: r, id: i, sem: sem, prog: sc.progs[i]})
+	}
+	admin, err := NewSemaphore(env.direct, exploreName, 1, WithAdoptSize())
+	if err != nil {
+		return nil, err
+	}
+	r.chk.init(admin)
+	r.trace = append(r.trace, fmt.Sprintf("setup: size %d, ttl %v, c%v acquire", sc.size, sc.ttl, sc.setup))
+	// Setup: each listed client acquires, alone, every step taken at once.
+	r.draining = true
+	defer func() { r.draining = false }()
+	for _, id := range sc.setup {
+		cl := r.clients[id]
+		r.startOp(cl, op{kind: opAcquire})
+		for cl.busy > 0 {
+			if err := r.quiesceDelivering(); err != nil {
+				return nil, err
+			}
+			w.mu.Lock()
+			busy := cl.busy
+			w.mu.Unlock()
+			if busy == 0 {
+				break
+			}
+			st := r.enabled(false)
+			if len(st) == 0 {
+				return nil, fmt.Errorf("setup of c%d stuck", id)
+			}
+			st[0].apply(r)
+		}
+		if cl.lease == nil {
+			return nil, fmt.Errorf("setup: c%d got no lease: %v", id, cl.results)
+		}
+		cl.results = nil
+	}
+	w.log = nil
+	return r, nil
+}
+
+// startOp runs o for cl in a goroutine of the world.
+func (r *run) startOp(cl *vclient, o op) {
+	w := r.w
+	ctx, cancel := context.WithCancel(context.Background())
+	w.mu.Lock()
+	cl.cur, cl.cancel, cl.canceled = o, cancel, false
+	cl.selfReleased, cl.trySnap = false, nil
+	w.mu.Unlock()
+	done := func(res string, l *Lease, keep bool) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		cl.busy--
+		if keep {
+			cl.lease, cl.preLoss, cl.newBelief = l, false, l != nil
+		}
+		cl.results = append(cl.results, res)
+		r.trace = append(r.trace, fmt.Sprintf("  c%d %v -> %s", cl.id, o, res))
+		if cl.busy == 0 {
+			cancel()
+		}
+	}
+	lease := cl.lease
+	if owner, ok := r.sc.shares[cl.id]; ok {
+		lease = r.clients[owner].lease
+	}
+	run1 := func(f func() (string, *Lease, bool)) {
+		w.mu.Lock()
+		cl.busy++
+		w.mu.Unlock()
+		w.Go(func() {
+			res, l, keep := f()
+			done(res, l, keep)
+		})
+	}
+	switch o.kind {
+	case opAcquire, opTryAcquire, opAcquireN:
+		run1(func() (string, *Lease, bool) {
+			var l *Lease
+			var err error
+			switch o.kind {
+			case opAcquire:
+				l, err = cl.sem.Acquire(ctx)
+			case opTryAcquire:
+				l, err = cl.sem.TryAcquire(ctx)
+				if errors.Is(err, ErrNoToken) {
+					r.chk.tryRefused(cl)
+				}
+			default:
+				l, err = cl.sem.AcquireN(ctx, o.n)
+			}
+			if err != nil {
+				return "err " + shortErr(err), nil, false
+			}
+			return fmt.Sprintf("granted %s fence %d", strings.Join(l.Tokens(), ","), l.Fence()), l, true
+		})
+	case opRelease:
+		run1(func() (string, *Lease, bool) {
+			if lease == nil {
+				return "nothing held", nil, false
+			}
+			err := lease.Release(ctx)
+			if err == nil {
+				r.chk.releasedOK(cl)
+			}
+			return errString(err), nil, true
+		})
+	case opRefresh, opRefresh2:
+		ttls := []time.Duration{o.ttl}
+		if o.kind == opRefresh2 {
+			ttls = append(ttls, o.ttl2)
+		}
+		for _, ttl := range ttls {
+			ttl := ttl
+			run1(func() (string, *Lease, bool) {
+				if lease == nil {
+					return "nothing held", nil, false
+				}
+				return fmt.Sprintf("(%v) %s", ttl, errString(lease.Refresh(ctx, ttl))), nil, false
+			})
+		}
+	case opResize:
+		run1(func() (string, *Lease, bool) { return errString(cl.sem.Resize(ctx, o.n)), nil, false })
+	case opReclaim:
+		run1(func() (string, *Lease, bool) {
+			n, err := cl.sem.Reclaim(ctx)
+			if err != nil {
+				return "err " + shortErr(err), nil, false
+			}
+			return fmt.Sprintf("reclaimed %d", n), nil, false
+		})
+	case opRepair:
+		run1(func() (string, *Lease, bool) {
+			rep, err := cl.sem.Repair(ctx)
+			if err != nil {
+				return "err " + shortErr(err), nil, false
+			}
+			return fmt.Sprintf("minted %v dropped %v", rep.Minted, rep.Dropped), nil, false
+		})
+	case opPause:
+		run1(func() (string, *Lease, bool) {
+			r.w.atPoint(fmt.Sprintf("c%d pause", cl.id))
+			return "went on", nil, false
+		})
+	case opCrash:
+		w.mu.Lock()
+		r.killLocked(cl)
+		r.trace = append(r.trace, fmt.Sprintf("  c%d crashes", cl.id))
+		w.mu.Unlock()
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return "err " + shortErr(err)
+}
+
+func shortErr(err error) string {
+	s := err.Error()
+	s = strings.TrimPrefix(s, "redsem: ")
+	if len(s) > 90 {
+		s = s[:90] + "..."
+	}
+	return s
+}
+
+// startIdle starts the next operation of every idle, living client.
+func (r *run) startIdle() bool {
+	started := false
+	for _, cl := range r.clients {
+		r.w.mu.Lock()
+		idle := !cl.dead && cl.busy == 0 && cl.pc < len(cl.prog)
+		r.w.mu.Unlock()
+		if idle {
+			o := cl.prog[cl.pc]
+			cl.pc++
+			r.startOp(cl, o)
+			started = true
+		}
+	}
+	return started
+}
+
+// settle starts what can start and waits until the world is quiet. Unless
+// the scenario makes deliveries choices, replies that arrived are read
+// at once, in connection order, as part of settling.
+func (r *run) settle() error {
+	for {
+		if err := r.w.quiesce(); err != nil {
+			return err
+		}
+		if r.startIdle() {
+			continue
+		}
+		if r.sc.lazyDeliver && !r.draining {
+			return nil
+		}
+		if c := r.firstDelivery(); c != nil {
+			r.deliver(c)
+			continue
+		}
+		if r.passFirstPoint() {
+			continue
+		}
+		return nil
+	}
+}
+
+// passFirstPoint lets the oldest goroutine parked at a failpoint go on.
+func (r *run) passFirstPoint() bool {
+	r.w.mu.Lock()
+	defer r.w.mu.Unlock()
+	if len(r.w.points) == 0 {
+		return false
+	}
+	r.w.pass(r.w.points[0])
+	return true
+}
+
+// quiesceDelivering waits for quiet, reading replies as they come.
+func (r *run) quiesceDelivering() error {
+	for {
+		if err := r.w.quiesce(); err != nil {
+			return err
+		}
+		if c := r.firstDelivery(); c != nil {
+			r.deliver(c)
+			continue
+		}
+		if !r.passFirstPoint() {
+			return nil
+		}
+	}
+}
+
+// firstDelivery is the first connection with a reply for a parked reader.
+func (r *run) firstDelivery() *simConn {
+	r.w.mu.Lock()
+	defer r.w.mu.Unlock()
+	for _, c := range r.w.sortedConns() {
+		if c.recv != nil && len(c.replies) > 0 {
+			return c
+		}
+	}
+	return nil
+}
+
+// killLocked makes cl a dead process: its connections break, its pool
+// refuses, it starts nothing more, and what it held is forgotten by it.
+func (r *run) killLocked(cl *vclient) {
+	cl.dead = true
+	r.w.dead[cl.id] = true
+	for _, c := range r.w.conns {
+		if c.client == cl.id {
+			c.breakLocked(&simNetError{"killed"})
+		}
+	}
+	r.w.pools[cl.id].idle = nil
+}
+
+// enabled lists the steps the scheduler may choose now, in a fixed order.
+// With faults false, only progress: exec, deliver, time.
+func (r *run) enabled(faults bool) []step {
+	w := r.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []step
+	conns := w.sortedConns()
+	for _, c := range conns {
+		if c.broken == nil && len(c.inbox) > 0 && !c.blocked {
+			c := c
+			out = append(out, step{label: c.name() + " exec", apply: func(r *run) { r.exec(c) }})
+		}
+	}
+	for _, c := range conns {
+		if c.recv != nil && len(c.replies) > 0 {
+			c := c
+			out = append(out, step{label: c.name() + " reply read", apply: func(r *run) { r.deliver(c) }})
+		}
+	}
+	for i, p := range w.points {
+		p := p
+		out = append(out, step{label: fmt.Sprintf("%s #%d passes", p.name, i+1), apply: func(r *run) {
+			r.w.mu.Lock()
+			r.w.pass(p)
+			r.w.mu.Unlock()
+			r.note(p.name + " passed")
+		}})
+	}
+	if t, ok := w.nextEvent(r.serverDeadlines()); ok {
+		out = append(out, step{label: fmt.Sprintf("time +%v", t.Sub(w.now)), apply: func(r *run) { r.advance(t) }})
+	}
+	if !faults {
+		return out
+	}
+	if r.strangerI < len(r.sc.strangers) {
+		i := r.strangerI
+		out = append(out, step{label: "stranger: " + r.strangerLabel(i), apply: func(r *run) { r.applyStranger(i) }})
+	}
+	if r.faults >= r.sc.maxFaults {
+		return out
+	}
+	if r.sc.drops {
+		for _, c := range conns {
+			if c.broken == nil && (len(c.inbox) > 0 || len(c.replies) > 0) {
+				c := c
+				out = append(out, step{label: c.name() + " connection drops", fault: true, apply: func(r *run) { r.drop(c) }})
+			}
+		}
+	}
+	for _, cl := range r.clients {
+		cl := cl
+		if !cl.dead && cl.busy > 0 && cl.cur.cancelOK && !cl.canceled {
+			out = append(out, step{label: fmt.Sprintf("c%d context ends", cl.id), fault: true, apply: func(r *run) { r.cancel(cl) }})
+		}
+		if r.sc.kills && !cl.dead && (cl.busy > 0 || cl.lease != nil) {
+			out = append(out, step{label: fmt.Sprintf("c%d killed", cl.id), fault: true, apply: func(r *run) {
+				r.w.mu.Lock()
+				r.killLocked(cl)
+				r.w.mu.Unlock()
+			}})
+		}
+	}
+	if r.sc.restart && !r.loss {
+		out = append(out, step{label: "server restarts without its data", fault: true, apply: func(r *run) { r.restart() }})
+	}
+	return out
+}
+
+// serverDeadlines are the lease and waits deadlines in Redis, as times just
+// after they pass: moments at which the server's view changes.
+func (r *run) serverDeadlines() []time.Time {
+	var out []time.Time
+	for _, key := range []string{r.k.leases, r.k.waits} {
+		if r.m.Type(key) != "zset" {
+			continue
+		}
+		members, _ := r.m.ZMembers(key)
+		for _, mem := range members {
+			sc, err := r.m.ZScore(key, mem)
+			if err == nil {
+				out = append(out, time.UnixMilli(int64(sc)+1).UTC())
+			}
+		}
+	}
+	return out
+}
+
+func (r *run) exec(c *simConn) {
+	w := r.w
+	w.mu.Lock()
+	cl := r.clients[c.client]
+	before, v0 := r.chk.beforeExec(cl, w.cmdLabel(c.inbox[0])), r.view()
+	label := w.execute(c)
+	r.chk.afterExec(cl, before)
+	r.chk.grants(r, label, v0, r.view())
+	w.mu.Unlock()
+	r.note(c.name() + " " + label)
+}
+
+func (r *run) deliver(c *simConn) {
+	w := r.w
+	w.mu.Lock()
+	rep := c.replies[0]
+	c.replies = c.replies[1:]
+	ch := c.recv
+	c.recv = nil
+	w.running++
+	ch <- rep
+	w.mu.Unlock()
+	r.note(c.name() + " reply read")
+}
+
+func (r *run) drop(c *simConn) {
+	r.w.mu.Lock()
+	c.breakLocked(&simNetError{"dropped"})
+	r.faults++
+	r.w.mu.Unlock()
+	r.note(c.name() + " connection drops")
+}
+
+// cancel ends cl's context; a read parked under it returns at once, and its
+// connection closes, as redigo's DoContext does.
+func (r *run) cancel(cl *vclient) {
+	r.faults++
+	cl.canceled = true
+	cl.cancel()
+	w := r.w
+	w.mu.Lock()
+	for _, c := range w.conns {
+		if c.client == cl.id && c.recv != nil && c.recvCtx.Err() != nil {
+			err := c.recvCtx.Err()
+			c.closed = true
+			c.breakLocked(err)
+		}
+	}
+	// A bounded wait under the ended context returns too.
+	for _, sw := range w.waits {
+		if !sw.woken && sw.ctx.Err() != nil {
+			sw.woken = true
+			w.running++
+			close(sw.wake)
+		}
+	}
+	w.mu.Unlock()
+	r.note(fmt.Sprintf("c%d context ends", cl.id))
+}
+
+func (r *run) restart() {
+	r.faults++
+	r.loss = true
+	w := r.w
+	w.mu.Lock()
+	r.m.FlushAll()
+	for _, c := range w.conns {
+		c.breakLocked(&simNetError{"server restarted"})
+	}
+	for _, cl := range r.clients {
+		if cl.lease != nil {
+			cl.preLoss = true
+		}
+	}
+	w.mu.Unlock()
+	r.note("server restarts without its data")
+}
+
+func (r *run) advance(t time.Time) {
+	w := r.w
+	w.mu.Lock()
+	d := t.Sub(w.now)
+	fire := w.advanceTo(t)
+	w.mu.Unlock()
+	for _, f := range fire {
+		f()
+	}
+	r.note(fmt.Sprintf("time +%v", d))
+}
+
+func (r *run) strangerLabel(i int) string {
+	st := r.sc.strangers[i]
+	if st.forge != "" {
+		return "pushes a forged token (" + st.forge + ")"
+	}
+	if st.pend {
+		if _, ok := r.saved[r.pendKey]; ok && r.pendKey != "" {
+			return "puts the pending list back"
+		}
+		return "overwrites a waiter's pending list with a string"
+	}
+	if st.key != nil {
+		key := st.key(r.k)
+		if _, ok := r.saved[key]; ok {
+			return "puts " + strings.TrimPrefix(key, r.k.base) + " back"
+		}
+		return "overwrites " + strings.TrimPrefix(key, r.k.base) + " with a string"
+	}
+	return st.label
+}
+
+// applyStranger runs stranger action i: overwrite a key with a string
+// (saving it), put a saved key back, or write a meta field.
+func (r *run) applyStranger(i int) {
+	label := r.strangerLabel(i)
+	st := r.sc.strangers[i]
+	r.w.mu.Lock()
+	if st.forge != "" {
+		r.forge(st.forge)
+	} else if st.key != nil || st.pend {
+		// The key's value waits under a side name meanwhile (miniredis's
+		// DUMP knows strings only).
+		var key string
+		if st.pend {
+			if r.pendKey == "" {
+				ws, _ := redis.Strings(r.w.exec.Do("ZRANGE", r.k.waits, 0, -1))
+				for _, w := range ws {
+					if strings.HasPrefix(w, "w:") {
+						r.pendKey = r.k.pend(w[2:])
+						break
+					}
+				}
+				if r.pendKey == "" {
+					r.pendKey = r.k.pend("nobody-waits")
+				}
+			}
+			key = r.pendKey
+		} else {
+			key = st.key(r.k)
+		}
+		if side, ok := r.saved[key]; ok {
+			_, _ = r.w.exec.Do("DEL", key)
+			if side != "" {
+				_, _ = r.w.exec.Do("RENAME", side, key)
+			}
+			delete(r.saved, key)
+		} else {
+			side := r.k.base + "stranger-saved"
+			if n, _ := redis.Int(r.w.exec.Do("EXISTS", key)); n == 0 {
+				side = ""
+			} else {
+				_, _ = r.w.exec.Do("RENAME", key, side)
+			}
+			r.saved[key] = side
+			_, _ = r.w.exec.Do("SET", key, "stranger")
+		}
+	} else {
+		_, _ = r.w.exec.Do("HSET", r.k.meta, st.hset[0], st.hset[1])
+		r.corrupted = true
+	}
+	r.w.serveBlocked()
+	r.w.mu.Unlock()
+	r.strangerI++
+	r.note("stranger " + label)
+}
+
+// forge pushes onto the token list what a stranger might: a second copy of
+// a valid token (the lowest slot), a token of an older epoch, or garbage
+// (mu held). Copies are counted, so the inventory check allows them.
+func (r *run) forge(kind string) {
+	epoch := r.m.HGet(r.k.meta, "epoch")
+	if epoch == "" {
+		// No semaphore yet: a list without meta is corruption the library
+		// refuses (ErrCorrupt), not a forged token among real ones.
+		return
+	}
+	tok := "garbage"
+	switch kind {
+	case "copy":
+		tok = epoch + ":1"
+		r.forged[tok]++
+	case "old":
+		tok = "000000000000:1"
+	}
+	_, _ = r.w.exec.Do("LPUSH", r.k.tokens, tok)
+	r.repairAtEnd = true
+}
+
+// note records a step in the trace, with what the world logged meanwhile.
+// The trace is written under the world's lock: a client goroutine that
+// deliver has just woken appends its result concurrently (the race
+// detector caught it when a loaded machine let the goroutine run first).
+func (r *run) note(s string) {
+	r.w.mu.Lock()
+	r.trace = append(r.trace, s)
+	r.trace = append(r.trace, r.w.log...)
+	r.w.log = nil
+	r.w.mu.Unlock()
+}
+
+// exploreEnv is the server runs share: miniredis (flushed before each
+// run), the connection that executes the scheduled commands, and a pool
+// that bypasses the scheduler for the final checks.
+type exploreEnv struct {
+	m      *miniredis.Miniredis
+	exec   redis.Conn
+	direct *redis.Pool
+}
+
+// chooser picks one of n enabled steps.
+type chooser interface {
+	choose(r *run, steps []step) int
+}
+
+// exploreOnce runs sc under ch for at most depth choices, then drains it
+// without faults, checking the invariants after every step. It returns the
+// violation found ("" if none) and the trace.
+func exploreOnce(env *exploreEnv, sc scenario, ch chooser, depth int) (string, []string, error) {
+	r, err := newRun(env, sc)
+	if err != nil {
+		return "", nil, err
+	}
+	defer r.teardown()
+	if err := r.settle(); err != nil {
+		return "", r.trace, err
+	}
+	if v := r.chk.check(r); v != "" {
+		return v, r.trace, nil
+	}
+	for i := 0; i < depth; i++ {
+		steps := r.enabled(true)
+		if len(steps) == 0 {
+			break
+		}
+		st := steps[ch.choose(r, steps)]
+		st.apply(r)
+		if err := r.settle(); err != nil {
+			return "", r.trace, err
+		}
+		if v := r.chk.check(r); v != "" {
+			return v, r.trace, nil
+		}
+	}
+	// Drain: undo the strangers, then progress only, until nothing is left.
+	r.draining = true
+	for r.strangerI < len(sc.strangers) {
+		r.applyStranger(r.strangerI)
+		if err := r.settle(); err != nil {
+			return "", r.trace, err
+		}
+	}
+	limit := r.w.Now().Add(10 * time.Minute)
+	for i := 0; i < 3000; i++ {
+		steps := r.enabled(false)
+		if len(steps) == 0 || r.w.Now().After(limit) {
+			break
+		}
+		steps[0].apply(r)
+		if err := r.settle(); err != nil {
+			return "", r.trace, err
+		}
+		if v := r.chk.check(r); v != "" {
+			return v, r.trace, nil
+		}
+	}
+	return r.chk.final(r), r.trace, nil
+}
+
+// teardown wakes every parked goroutine with an error and waits for all of
+// them to finish, so that no goroutine outlives the run.
+func (r *run) teardown() {
+	w := r.w
+	w.mu.Lock()
+	for _, cl := range r.clients {
+		r.killLocked(cl)
+	}
+	for _, sw := range w.waits {
+		if !sw.woken {
+			sw.woken = true
+			w.running++
+			close(sw.wake)
+		}
+	}
+	for len(w.points) > 0 {
+		w.pass(w.points[0])
+	}
+	w.mu.Unlock()
+	_ = w.quiesce()
+	failpoint.Set(nil)
+	for _, cl := range r.clients {
+		if cl.cancel != nil {
+			cl.cancel()
+		}
+	}
+	clk = realTime{}
+}
+
+// scriptNames maps every script's SHA1 to its file, for the schedule.
+func scriptNames() map[string]string {
+	out := map[string]string{}
+	for name, s := range map[string]*redis.Script{
+		"acquire.lua": acquireScript, "release.lua": releaseScript, "refresh.lua": refreshScript,
+		"abort.lua": abortScript, "reclaim.lua": reclaimScript, "delete.lua": deleteScript,
+		"status.lua": statusScript, "acquire_n.lua": acquireNScript, "abort_n.lua": abortNScript,
+		"resize.lua": resizeScript, "repair.lua": repairScript, "check.lua": checkScript,
+	} {
+		out[s.Hash()] = name
+	}
+	return out
+}

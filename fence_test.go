@@ -1,0 +1,77 @@
+package redsem
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem/rate"
+)
+
+// A fence in meta so large that adding one no longer changes a double
+// (2^53 and above) can only be corruption: every script that reads or
+// writes the fence refuses it with ErrCorrupt and writes nothing, so no two
+// grants ever share a fence (issue 11, bug 7).
+func TestFenceTooLargeIsCorrupt(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for _, fence := range []string{"9007199254740992", "9007199254740993", "1e300", "9000000000000000"} {
+			ctx := ctxT(t, 10*time.Second)
+			s := newSem(t, b, "fence-"+fence, 3)
+			l, err := s.TryAcquire(ctx)
+			require.NoError(t, err)
+			b.do(t, "HSET", s.k.meta, "fence", fence)
+			before := b.snapshot(t)
+
+			_, err = s.TryAcquire(ctx)
+			assert.ErrorIs(t, err, ErrCorrupt, "TryAcquire, fence %s", fence)
+			_, err = s.TryAcquireN(ctx, 2)
+			assert.ErrorIs(t, err, ErrCorrupt, "TryAcquireN, fence %s", fence)
+			actx, cancel := context.WithTimeout(ctx, time.Second)
+			_, err = s.Acquire(actx)
+			cancel()
+			assert.ErrorIs(t, err, ErrCorrupt, "Acquire, fence %s", fence)
+			assert.Equal(t, before, b.snapshot(t), "nothing written, fence %s", fence)
+			// A release does not read meta (no fence is granted): it gives
+			// the token back and leaves the corrupt fence for acquisitions
+			// to report.
+			assert.NoError(t, l.Release(ctx), "Release, fence %s", fence)
+			got, _ := redis.String(b.do(t, "HGET", s.k.meta, "fence"), nil)
+			assert.Equal(t, fence, got, "fence %s left alone", fence)
+
+			g, err := rate.New(b.pool, "fence-"+fence, 2, time.Second)
+			require.NoError(t, err)
+			_, err = g.Allow(ctx)
+			require.NoError(t, err)
+			b.do(t, "HSET", DefaultPrefix+"{fence-"+fence+"}:rate:meta", "fence", fence)
+			before = b.snapshot(t)
+			_, err = g.Allow(ctx)
+			assert.ErrorIs(t, err, ErrCorrupt, "Allow, fence %s", fence)
+			assert.Equal(t, before, b.snapshot(t), "nothing written by Allow, fence %s", fence)
+		}
+	})
+}
+
+// Fences keep growing right below the bound.
+func TestFenceGrowsBelowTheBound(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "fence-below", 2)
+		l, err := s.TryAcquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		b.do(t, "HSET", s.k.meta, "fence", "8999999999999990")
+		var last int64
+		for i := 0; i < 5; i++ {
+			l, err := s.TryAcquire(ctx)
+			require.NoError(t, err)
+			assert.Greater(t, l.Fence(), last)
+			last = l.Fence()
+			require.NoError(t, l.Release(ctx))
+		}
+		assert.Equal(t, int64(8999999999999995), last)
+	})
+}

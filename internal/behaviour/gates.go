@@ -1,0 +1,97 @@
+package behaviour
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/rate"
+)
+
+func testMutex(t *testing.T, e *env) {
+	c := ctx(t, 20*time.Second)
+	m, err := redsem.NewMutex(e.tg.Pool, e.name)
+	require.NoError(t, err)
+	l, err := m.Lock(c)
+	require.NoError(t, err)
+	_, err = m.TryLock(c)
+	require.ErrorIs(t, err, redsem.ErrNoToken)
+	// A semaphore of another size under the mutex's name is refused.
+	_, err = e.sem(t, 2).TryAcquire(c)
+	require.ErrorIs(t, err, redsem.ErrSizeMismatch)
+	got := make(chan error, 1)
+	var next *redsem.Lease
+	go func() {
+		var err error
+		next, err = m.Lock(c)
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("second Lock returned while the mutex was held: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	require.NoError(t, l.Release(c))
+	require.NoError(t, <-got)
+	require.NoError(t, next.Release(c))
+	requireWhole(t, m.Semaphore(), 1, 0)
+}
+
+// testRateGateAllow: Allow grants n starts per interval, then refuses with
+// a RetryAfter; a client disagreeing on the rate is refused.
+func testRateGateAllow(t *testing.T, e *env) {
+	c := ctx(t, 20*time.Second)
+	g, err := rate.New(e.tg.Pool, e.name, 2, 2*time.Second)
+	require.NoError(t, err)
+	a, err := g.Allow(c)
+	require.NoError(t, err)
+	b, err := g.Allow(c)
+	require.NoError(t, err)
+	assert.True(t, b.At.After(a.At), "grant times increase: %v, %v", a.At, b.At)
+	_, err = g.Allow(c)
+	require.ErrorIs(t, err, rate.ErrRateLimited)
+	var rl *rate.LimitedError
+	require.True(t, errors.As(err, &rl), "%T", err)
+	assert.Greater(t, rl.RetryAfter, time.Duration(0))
+	assert.LessOrEqual(t, rl.RetryAfter, 2*time.Second)
+
+	other, err := rate.New(e.tg.Pool, e.name, 3, 2*time.Second)
+	require.NoError(t, err)
+	_, err = other.Allow(c)
+	require.ErrorIs(t, err, rate.ErrRateMismatch)
+}
+
+// testRateGateWait: Wait blocks until a start is allowed; no window of the
+// interval holds more than n grants; a Wait whose context ends returns its
+// error.
+func testRateGateWait(t *testing.T, e *env) {
+	c := ctx(t, 30*time.Second)
+	const n, per = 2, 300 * time.Millisecond
+	g, err := rate.New(e.tg.Pool, e.name, n, per)
+	require.NoError(t, err)
+	var at []time.Time
+	for i := 0; i < 5; i++ {
+		st, err := g.Wait(c)
+		require.NoError(t, err)
+		at = append(at, st.At)
+	}
+	for i := n; i < len(at); i++ {
+		assert.GreaterOrEqual(t, at[i].Sub(at[i-n]), per, "grants %d and %d", i-n, i)
+	}
+	// A gate used up for seconds: a short Wait ends with its context.
+	slow, err := rate.New(e.tg.Pool, e.name+"-slow", 1, 5*time.Second)
+	require.NoError(t, err)
+	_, err = slow.Allow(c)
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(c, 30*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = slow.Wait(wctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), 30*time.Millisecond+2*CancelBound)
+}

@@ -1,0 +1,47 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// The sentinels both packages return. redsem and rate export these very
+// values, so errors.Is matches either package's name for them.
+var (
+	ErrWrongType     = errors.New("redsem: key holds the wrong type")
+	ErrCorrupt       = errors.New("redsem: semaphore state is corrupt")
+	ErrOutOfMemory   = errors.New("redsem: redis is out of memory")
+	ErrInvalidName   = errors.New("redsem: invalid name")
+	ErrInvalidSize   = errors.New("redsem: invalid size")
+	ErrInvalidOption = errors.New("redsem: invalid option")
+	// ErrRateLimited is rate.ErrRateLimited, here so that redsem.Counters
+	// can count a refused start as busy.
+	ErrRateLimited = errors.New("redsem: rate limited")
+)
+
+// ScriptError turns the error replies the scripts share, and those of Redis
+// itself, into the sentinels: ErrWrongType, ErrOutOfMemory, ErrCorrupt.
+// Other errors pass through, wrapped. kind and name say whose script ran
+// ("semaphore", "rate gate"); replies a kind has of its own (a size or rate
+// mismatch) are for the caller to map first.
+func ScriptError(op, kind, name string, err error) error {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return fmt.Errorf("redsem: %s %s %q: %w", op, kind, Printable(name), err)
+	}
+	msg := string(re)
+	switch {
+	case strings.HasPrefix(msg, "REDSEM_WRONGTYPE "):
+		return fmt.Errorf("%w: %s", ErrWrongType, strings.TrimPrefix(msg, "REDSEM_WRONGTYPE "))
+	case strings.Contains(msg, "WRONGTYPE"):
+		return fmt.Errorf("%w: %s %q: %s", ErrWrongType, kind, Printable(name), msg)
+	case strings.HasPrefix(msg, "OOM "):
+		return fmt.Errorf("%w: %s %q: %s", ErrOutOfMemory, kind, Printable(name), msg)
+	case strings.HasPrefix(msg, "REDSEM_CORRUPT "):
+		return fmt.Errorf("%w: %s", ErrCorrupt, strings.TrimPrefix(msg, "REDSEM_CORRUPT "))
+	}
+	return fmt.Errorf("redsem: %s %s %q: %w", op, kind, Printable(name), err)
+}

@@ -1,0 +1,29 @@
+package engine
+
+import "time"
+
+// Limits shared by semaphores and rate gates.
+const (
+	// DefaultPrefix starts every key unless the caller sets another.
+	DefaultPrefix = "redsem:"
+	// MaxSize is the most tokens a semaphore, or starts per interval a rate
+	// gate, may have.
+	MaxSize = 10000
+	// MaxNameLen is the longest name, in bytes, before encoding.
+	MaxNameLen = 512
+	// MaxPrefixLen is the longest key prefix, in bytes.
+	MaxPrefixLen = 128
+	// MaxTTL is the longest lease TTL, and the longest rate interval.
+	MaxTTL = 7 * 24 * time.Hour
+	// MaxBlock caps one blocking wait; a wait that long starts over. The
+	// connection's read timeout should be 0 or above MaxBlock+BlockSlack.
+	MaxBlock = 30 * time.Second
+	// BlockSlack is how long past a blocking command's own timeout the
+	// client waits for its reply.
+	BlockSlack = 2 * time.Second
+	// MinBlock is the shortest blocking wait.
+	MinBlock = 10 * time.Millisecond
+	// MaxBrokenWaits bounds how many times in a row a wait starts over after
+	// its blocked connection broke before it gives up and returns the error.
+	MaxBrokenWaits = 5
+)

@@ -1,0 +1,58 @@
+-- abort.lua: settle an acquisition whose reply the client could not read
+-- (cancelled context, dropped connection, read timeout).
+-- KEYS: meta, tokens, leases, holders, waits, pend
+-- ARGV: acqID, mode ("release" or "resolve"), tombMs
+-- If the acquisition holds a lease: mode "release" gives the token back and
+-- returns {3, 0, nowUs}; mode "resolve" keeps it and returns
+-- {1, token, fence, deadlineMs, nowUs} as acquire.lua does.
+-- Otherwise the pending list goes back to the tokens, a tombstone stops a
+-- BLMOVE of this acquisition that is still registered from ever leasing, and
+-- it returns {0, 0, nowUs}.
+
+local acq, mode, tomb = ARGV[1], ARGV[2], int_arg(ARGV[3], 0, 1e9)
+if not tomb or (mode ~= 'release' and mode ~= 'resolve') then
+  return redis.error_reply('REDSEM_ARG invalid arguments to abort')
+end
+local err = check_types(5)
+if err then return redis.error_reply(err) end
+err = type_err(KEYS[6], 'list')
+if err then return redis.error_reply(err) end
+local now = now_us()
+local now_ms = math.floor(now / 1000)
+local size, epoch, _, due
+size, epoch, _, due, err = read_meta()
+if err then return redis.error_reply(err) end
+
+-- The lease is this acquisition's only if its record says so: an "a:" entry
+-- that points at a token another acquisition holds (stale or forged) is
+-- dropped, and that holder's lease is left alone.
+local tok = redis.call('HGET', KEYS[4], 'a:' .. acq)
+local rec = tok and redis.call('HGET', KEYS[4], 't:' .. tok)
+if tok and not (rec and owner_of(rec) == acq) then
+  redis.call('HDEL', KEYS[4], 'a:' .. acq)
+  tok = nil
+end
+if tok then
+  local score = redis.call('ZSCORE', KEYS[3], tok)
+  if mode == 'resolve' and score then
+    local fence = string.match(rec, '^[^|]*|([^|]*)|')
+    return {1, tok, tonumber(fence), tonumber(score), now}
+  end
+  redis.call('ZREM', KEYS[3], tok)
+  redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. acq)
+  give_back(tok, epoch, size, true)
+  return {3, 0, now}
+end
+local toks = redis.call('LRANGE', KEYS[6], 0, 9)
+redis.call('DEL', KEYS[6])
+redis.call('ZREM', KEYS[5], 'w:' .. acq)
+redis.call('ZADD', KEYS[5], now_ms + tomb, 'x:' .. acq)
+-- due may not fall after the tombstone: a token a late BLMOVE moves into the
+-- pending list is swept with it.
+if due and now_ms + tomb < due then redis.call('HSET', KEYS[1], 'due', now_ms + tomb) end
+-- The tombstone lives in meta (where the acquire script reads it with the
+-- rest of meta), or in holders while the semaphore does not exist (create
+-- moves it to meta).
+redis.call('HSET', size and KEYS[1] or KEYS[4], 'x:' .. acq, now_ms + tomb)
+for _, t in ipairs(toks) do give_back(t, epoch, size) end
+return {0, 0, now}

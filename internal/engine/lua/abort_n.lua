@@ -1,0 +1,63 @@
+-- abort_n.lua: settle a weighted acquisition whose reply the client could
+-- not read, or that the client gave up (cancelled context).
+-- KEYS: meta, tokens, leases, holders, waits, pend, bell, queue (weighted.lua)
+-- ARGV: acqID, k, mode ("release" or "resolve"), tombMs
+-- If the acquisition was granted and still holds all k leases, mode
+-- "resolve" keeps them and returns {1, fence, deadlineMs, nowUs, token...} as
+-- acquire_n.lua does. Otherwise every token it holds (granted or collected so
+-- far) and any token in its pending list goes back at once, it leaves the
+-- ticket queue or hands the ticket on, and it returns {3, 0, nowUs} when a
+-- granted lease was given back, else {0, 0, nowUs}; an acquisition never
+-- granted also gets a tombstone (as in abort.lua), so a late script or a
+-- BLMOVE of it still registered can never collect or lease again.
+
+local acq, k, mode, tomb = ARGV[1], int_arg(ARGV[2], 1, 100000), ARGV[3], int_arg(ARGV[4], 0, 1e9)
+if #acq < 16 or string.find(acq, '[|:]') or not k or not tomb
+  or (mode ~= 'release' and mode ~= 'resolve') then
+  return redis.error_reply('REDSEM_ARG invalid arguments to abort_n')
+end
+local err = check_types(5)
+if err then return redis.error_reply(err) end
+for i = 6, 8 do
+  err = type_err(KEYS[i], 'list')
+  if err then return redis.error_reply(err) end
+end
+local now = now_us()
+local now_ms = math.floor(now / 1000)
+local size, epoch, _, due
+size, epoch, _, due, err = read_meta()
+if err then return redis.error_reply(err) end
+
+local toks = held_by(acq)
+local granted, fence = false, 0
+if #toks > 0 then
+  fence = tonumber(string.match(redis.call('HGET', KEYS[4], 't:' .. toks[1]), '^[^|]*|([^|]*)|')) or 0
+  granted = fence > 0
+end
+if granted and mode == 'resolve' and #toks == k then
+  local score = tonumber(redis.call('ZSCORE', KEYS[3], toks[1]))
+  if score > now_ms then
+    local reply = {1, fence, score, now}
+    for _, tok in ipairs(toks) do reply[#reply + 1] = tok end
+    return reply
+  end
+end
+
+-- Freeing writes first, then the pushes.
+unlease(acq, toks)
+local pend = redis.call('LRANGE', KEYS[6], 0, 9)
+redis.call('DEL', KEYS[6], KEYS[7])
+redis.call('ZREM', KEYS[5], 'w:' .. acq)
+redis.call('LREM', KEYS[8], 0, acq .. '|' .. k)
+local coll = parse_coll(redis.call('HGET', KEYS[1], 'coll'))
+if coll and coll.acq == acq then pass_ticket(now_ms, acq) end
+if not granted then
+  redis.call('ZADD', KEYS[5], now_ms + tomb, 'x:' .. acq)
+  -- due may not fall after the tombstone (see abort.lua).
+  if due and now_ms + tomb < due then redis.call('HSET', KEYS[1], 'due', now_ms + tomb) end
+  redis.call('HSET', size and KEYS[1] or KEYS[4], 'x:' .. acq, now_ms + tomb) -- see abort.lua
+end
+for _, tok in ipairs(toks) do give_back(tok, epoch, size, true) end
+for _, tok in ipairs(pend) do give_back(tok, epoch, size) end
+if granted then return {3, 0, now} end
+return {0, 0, now}

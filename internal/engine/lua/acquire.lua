@@ -1,0 +1,179 @@
+-- acquire.lua: the whole of Acquire and TryAcquire on the server.
+-- Runs either alone (the fast path) or right behind a waiter's
+--   BLMOVE tokens <pend> LEFT RIGHT <timeout>
+-- in the same write, so that a token handed to a blocked waiter is leased on
+-- the server before the waiter even reads it.
+--
+-- KEYS: meta, tokens, leases, holders, waits, pend (base.."pend:"..acqID)
+-- ARGV: size, acqID, ttlMs, label, blockMs (0: never wait), graceMs, tombMs,
+--       phase ("fresh" for an acquisition's first call, when nothing of it can
+--       be pending yet; "wait" behind a BLMOVE), and optionally "adopt" (use
+--       the size stored in meta instead of failing on a mismatch)
+-- Returns one of
+--   {1, token, fence, deadlineMs, nowUs}  granted
+--   {0, blockMs, nowUs}                   none free: block this long, then call again
+--                                         (with blockMs 0: when the next lease expires)
+--   {2, 0, nowUs}                         this acquisition was aborted; nothing granted
+-- Errors: REDSEM_ARG, REDSEM_WRONGTYPE, REDSEM_SIZE <stored>, REDSEM_CORRUPT,
+-- and Redis's own WRONGTYPE for a key of the wrong type that is read (or
+-- first written) before anything else is written.
+
+local size = int_arg(ARGV[1], 1, 100000)
+local acq = ARGV[2]
+local ttl = int_arg(ARGV[3], 1, 1e12)
+local label = ARGV[4]
+local block = int_arg(ARGV[5], 0, 1e9)
+local grace = int_arg(ARGV[6], 0, 1e9)
+local tomb = int_arg(ARGV[7], 0, 1e9)
+local fresh = ARGV[8] == 'fresh'
+if not size or #acq < 16 or string.find(acq, '[|:]')
+  or not ttl or not block or not grace or not tomb
+  or (ARGV[8] ~= 'fresh' and ARGV[8] ~= 'wait') then
+  return redis.error_reply('REDSEM_ARG invalid arguments to acquire')
+end
+-- No key of the wrong type makes the script fail half way (see common.lua):
+-- holders and meta are read first. Off the fast path (behind a BLMOVE,
+-- creating, sweeping, or while a shrink drains) every key is type-checked
+-- before the first write. On the fast path (a fresh call, nothing to sweep)
+-- that would cost a TYPE per key per call, so there the token list, leases
+-- and waits are checked at their first access, with pcall, and what the
+-- script changed before is put back (undo) before it fails.
+-- A tombstone means the client gave up on this acquisition and settled it
+-- (abort.lua) before this call reached Redis: a late script, or a BLMOVE that
+-- was still registered. Hand back anything pending and grant nothing.
+local aborted = tombstone_of(acq)
+local err
+
+local now = now_us()
+local now_ms = math.floor(now / 1000)
+
+local msize, epoch, fence, due, over, _
+msize, epoch, fence, due, err, _, over = read_meta()
+if err then return redis.error_reply(err) end
+size, err = size_in_force(msize, size, ARGV[9] == 'adopt')
+if err then return redis.error_reply(err) end
+
+local due_now
+if not fresh or not msize or now_ms >= due or over > 0 then
+  err = check_types(5)
+  if not err and not fresh then err = type_err(KEYS[6], 'list') end
+  if not err and msize and now_ms >= due then due_now, err = overdue(now_ms, 100) end
+  if err then return redis.error_reply(err) end
+end
+
+if not msize then
+  -- First use, or the data was lost: create the semaphore.
+  epoch, err = create(size, acq, now)
+  if err then return redis.error_reply(err) end
+  fence, due, over = now, NO_DUE, 0
+end
+
+-- The fence of a grant by this call. A fresh acquisition writes it first:
+-- HSET is refused when Redis is at maxmemory under noeviction, so new
+-- acquisitions then fail clearly with OOM, while releases, refreshes and
+-- waiters already handed a token (whose first write frees memory) go on.
+local f = math.max(fence + 1, now)
+local fenced = false
+if fresh and msize then
+  redis.call('HSET', KEYS[1], 'fence', fmt_int(f))
+  fenced = true
+end
+
+-- dropped are the strangers this call popped and dropped (fast path);
+-- had_rejected, whether meta had a rejected field before the first drop.
+local dropped, had_rejected = {}, false
+
+-- undo puts back what the fast path changed, before it fails on a key of
+-- the wrong type: the strangers it dropped, at the head of the list in
+-- their order, and the fence. Returns the error reply for e (a pcall error).
+local function undo(e)
+  for i = #dropped, 1, -1 do redis.call('LPUSH', KEYS[2], dropped[i]) end
+  if #dropped > 0 and had_rejected then
+    redis.call('HINCRBY', KEYS[1], 'rejected', -#dropped)
+  elseif #dropped > 0 then
+    redis.call('HDEL', KEYS[1], 'rejected') -- our HINCRBY made it
+  end
+  if fenced then redis.call('HSET', KEYS[1], 'fence', fmt_int(fence)) end
+  local msg = e['err'] or ''
+  if string.find(msg, 'WRONGTYPE') then
+    return redis.error_reply('REDSEM_WRONGTYPE ' .. msg)
+  end
+  return redis.error_reply(msg)
+end
+
+if due_now then
+  -- Something may have expired: sweep, then record the next due time.
+  reclaim(due_now, epoch, size)
+  due = next_due()
+  redis.call('HSET', KEYS[1], 'due', fmt_int(due))
+end
+
+if aborted then
+  if not fresh then
+    local toks = redis.call('LRANGE', KEYS[6], 0, 9)
+    redis.call('DEL', KEYS[6])
+    for _, tok in ipairs(toks) do give_back(tok, epoch, size) end
+  end
+  return {2, 0, now}
+end
+
+local function grant(tok)
+  local deadline = now_ms + ttl
+  redis.call('ZADD', KEYS[3], deadline, tok)
+  if deadline < due then
+    redis.call('HSET', KEYS[1], 'fence', fmt_int(f), 'due', deadline)
+  elseif not fenced then
+    redis.call('HSET', KEYS[1], 'fence', fmt_int(f))
+  end
+  redis.call('HSET', KEYS[4], 't:' .. tok, acq .. '|' .. fmt_int(f) .. '|' .. now_ms .. '|' .. label, 'a:' .. acq, tok)
+  return {1, tok, f, deadline, now}
+end
+
+-- The token the BLMOVE moved into our pending list, then anything free.
+-- One BLMOVE moves one element, and LPOP deletes the emptied list.
+local pending = not fresh
+for _ = 1, 1000 do
+  local tok
+  if pending then
+    tok = redis.call('LPOP', KEYS[6])
+    pending = false
+    if not tok then tok = redis.call('LPOP', KEYS[2]) end
+  else
+    tok = redis.pcall('LPOP', KEYS[2])
+    if type(tok) == 'table' and tok['err'] then return undo(tok) end
+  end
+  if not tok then break end
+  -- leases is first read here, after the pop: put the token back if it
+  -- turns out to be of the wrong type.
+  local leased = redis.pcall('ZSCORE', KEYS[3], tok)
+  if type(leased) == 'table' and leased['err'] then
+    redis.call('LPUSH', KEYS[2], tok)
+    return undo(leased)
+  end
+  if is_valid(tok, epoch, size) and not leased then
+    if not withhold(tok, over) then
+      if not fresh then redis.call('ZREM', KEYS[5], 'w:' .. acq) end
+      return grant(tok)
+    end
+  else
+    if #dropped == 0 then had_rejected = redis.call('HGET', KEYS[1], 'rejected') ~= false end
+    dropped[#dropped + 1] = tok
+    redis.call('HINCRBY', KEYS[1], 'rejected', 1)
+  end
+end
+
+if block == 0 then
+  if not fresh then redis.call('ZREM', KEYS[5], 'w:' .. acq) end
+  local retry = 0
+  if due < NO_DUE then retry = math.max(due - now_ms, 0) end
+  return {0, retry, now}
+end
+-- Wake no later than the earliest lease deadline or pending sweep (due), so
+-- that the tokens of crashed holders and of waiters that died between move
+-- and lease are reclaimed by the waiters themselves.
+block = math.min(block, math.max(due - now_ms + 1, 10))
+local sweep = now_ms + block + grace
+local r = redis.pcall('ZADD', KEYS[5], sweep, 'w:' .. acq)
+if type(r) == 'table' and r['err'] then return undo(r) end
+if sweep < due then redis.call('HSET', KEYS[1], 'due', sweep) end
+return {0, block, now}

@@ -1,0 +1,165 @@
+-- acquire_fast.lua: the common case of acquire.lua, run before the helpers
+-- of common.lua are even defined (defining them costs more than this path).
+-- KEYS, ARGV and Returns: those of acquire.lua.
+--
+-- It serves a call when the semaphore exists with this size, nothing is due
+-- to be swept, no shrink drains and this acquisition was not aborted: a
+-- fresh call is granted the token at the head of the list or registered as
+-- a waiter; a call behind a BLMOVE is granted the token the BLMOVE moved.
+-- Anything else (creation, a sweep, a shrink, a stranger token, a BLMOVE
+-- that timed out, bad arguments, a tombstone) falls through to acquire.lua
+-- with nothing changed.
+--
+-- No write is left half done. There is no probe for a migrating cluster
+-- slot (see common.lua): a script runs on a migrating slot only when every
+-- key it declares exists there (else Redis answers TRYAGAIN or ASK before
+-- it runs), and a fresh call declares its pending list, which never exists
+-- yet, so a fresh call never runs there at all. A call behind a BLMOVE may:
+-- it accesses no key that it may have emptied itself but when it puts a
+-- token back (see putback). Meta is read first (a key of the wrong type
+-- fails there with nothing written); a fresh call writes the fence first
+-- (HSET is refused at maxmemory, so new acquisitions fail clearly with OOM);
+-- a pop, lease, holder record or waiter registration that fails on a key of
+-- the wrong type is undone, in reverse order, before the script fails.
+do
+  local size, acq, ttl = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+  local block, grace, tomb = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+  local fresh = ARGV[8] == 'fresh'
+  if (fresh or ARGV[8] == 'wait') and size and ttl and block and grace and tomb
+    and size >= 1 and size <= 100000 and size % 1 == 0
+    and ttl >= 1 and ttl <= 1e12 and ttl % 1 == 0
+    and block >= 0 and block <= 1e9 and block % 1 == 0
+    and grace >= 0 and grace <= 1e9 and grace % 1 == 0
+    and tomb >= 0 and tomb <= 1e9 and tomb % 1 == 0
+    and #acq >= 16 and not string.find(acq, '|', 1, true) and not string.find(acq, ':', 1, true) then
+    local function fail(e, key)
+      if string.find(e['err'], 'WRONGTYPE', 1, true) then
+        return redis.error_reply('REDSEM_WRONGTYPE ' .. key .. ' is of the wrong type')
+      end
+      return redis.error_reply('TRYAGAIN redsem: ' .. e['err'])
+    end
+    -- x: a tombstone, see acquire.lua.
+    local m = redis.pcall('HMGET', KEYS[1], 'size', 'epoch', 'fence', 'due', 'over', 'x:' .. acq)
+    if m['err'] then return fail(m, KEYS[1]) end
+    local msize, epoch, fence, due = tonumber(m[1]), m[2], tonumber(m[3]), tonumber(m[4])
+    if msize and msize ~= size and ARGV[9] == 'adopt' then size = msize end
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    local now_ms = math.floor(now / 1000)
+    if not m[6] and msize == size and epoch and fence and fence < 9e15 and due and now_ms < due and not m[5] then
+      -- The fence of a grant: Redis TIME in µs, or one more than the last.
+      local f, fs = now, nil
+      if now > fence then
+        local us = t[2]
+        if #us < 6 then us = string.rep('0', 6 - #us) .. us end
+        fs = t[1] .. us
+      else
+        f = fence + 1
+        fs = string.format('%.0f', f)
+      end
+      local deadline = now_ms + ttl
+      -- A token of this epoch within the size ("<epoch>:<slot>", canonical).
+      local function valid(tok)
+        local slot = string.sub(tok, 1, #epoch + 1) == epoch .. ':' and string.sub(tok, #epoch + 2)
+        local n = slot and string.find(slot, '^[1-9]%d*$') and tonumber(slot)
+        return n and n <= size
+      end
+      -- record writes the holder record of tok, or returns the error of
+      -- a holders key that is of the wrong type or moved away (then the
+      -- caller undoes the lease).
+      local function record(tok)
+        local r = redis.pcall('HSET', KEYS[4], 't:' .. tok, acq .. '|' .. fs .. '|' .. now_ms .. '|' .. ARGV[4], 'a:' .. acq, tok)
+        if type(r) == 'table' then return r end
+        return nil
+      end
+      if fresh then
+        -- due falls to the deadline of this grant, if there is one; a due
+        -- that is early for nothing only brings a sweep forward.
+        if deadline < due then
+          redis.call('HSET', KEYS[1], 'fence', fs, 'due', deadline)
+        else
+          redis.call('HSET', KEYS[1], 'fence', fs)
+        end
+        local function undo(e, key)
+          redis.call('HSET', KEYS[1], 'fence', m[3], 'due', m[4])
+          if e then return fail(e, key) end
+        end
+        local tok = redis.pcall('LPOP', KEYS[2])
+        if type(tok) == 'table' then return undo(tok, KEYS[2]) end
+        if not tok then
+          if block == 0 then
+            if due < 9e15 then return {0, math.max(due - now_ms, 0), now} end
+            return {0, 0, now}
+          end
+          block = math.min(block, math.max(due - now_ms + 1, 10))
+          local sweep = now_ms + block + grace
+          local r = redis.pcall('ZADD', KEYS[5], sweep, 'w:' .. acq)
+          if type(r) == 'table' then return undo(r, KEYS[5]) end
+          if sweep < due then redis.call('HSET', KEYS[1], 'due', sweep) end
+          return {0, block, now}
+        end
+        if valid(tok) then
+          -- NX: a token that is leased already is a duplicate, not granted.
+          local r = redis.pcall('ZADD', KEYS[3], 'NX', deadline, tok)
+          if r == 1 then
+            local e = record(tok)
+            if not e then return {1, tok, f, deadline, now} end
+            redis.call('ZREM', KEYS[3], tok)
+            redis.call('LPUSH', KEYS[2], tok)
+            return undo(e, KEYS[4])
+          end
+          if type(r) == 'table' then
+            redis.call('LPUSH', KEYS[2], tok)
+            return undo(r, KEYS[3])
+          end
+        end
+        -- A stranger or a duplicate: put everything back for acquire.lua.
+        redis.call('LPUSH', KEYS[2], tok)
+        undo()
+      else
+        local tok = redis.pcall('LPOP', KEYS[6])
+        if type(tok) == 'table' then return fail(tok, KEYS[6]) end
+        -- putback returns the token this call popped before it fails: to
+        -- the pending list, or (if that fails on a migrating slot, as the
+        -- list is empty now) to the token list, which existed when the
+        -- script began and this call did not touch.
+        local function putback(t)
+          local r = redis.pcall('LPUSH', KEYS[6], t)
+          if type(r) == 'table' then redis.pcall('LPUSH', KEYS[2], t) end
+        end
+        if tok then
+          if valid(tok) then
+            local r = redis.pcall('ZADD', KEYS[3], 'NX', deadline, tok)
+            if r == 1 then
+              local e = record(tok)
+              if e then
+                redis.call('ZREM', KEYS[3], tok)
+                putback(tok)
+                return fail(e, KEYS[4])
+              end
+              local w = redis.pcall('ZREM', KEYS[5], 'w:' .. acq)
+              if type(w) == 'table' then
+                redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. acq)
+                redis.call('ZREM', KEYS[3], tok)
+                putback(tok)
+                return fail(w, KEYS[5])
+              end
+              if deadline < due then
+                redis.call('HSET', KEYS[1], 'fence', fs, 'due', deadline)
+              else
+                redis.call('HSET', KEYS[1], 'fence', fs)
+              end
+              return {1, tok, f, deadline, now}
+            end
+            if type(r) == 'table' then
+              putback(tok)
+              return fail(r, KEYS[3])
+            end
+          end
+          -- A stranger or a duplicate, for acquire.lua to drop.
+          redis.pcall('LPUSH', KEYS[6], tok)
+        end
+      end
+    end
+  end
+end

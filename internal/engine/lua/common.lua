@@ -1,0 +1,342 @@
+-- common.lua: shared prologue, prepended by scripts.go to every script except
+-- status.lua. It defines helpers only; nothing here writes.
+--
+-- Key layout (all keys share one hash tag, so one cluster slot):
+--   KEYS[1] meta     hash  size, epoch, fence, due, rejected, created,
+--                          "x:"..acqID -> tombstone expiry (see waits)
+--   KEYS[2] tokens   list  free tokens; BLMOVE and LPOP take from the left
+--   KEYS[3] leases   zset  token -> lease deadline, ms of Redis TIME
+--   KEYS[4] holders  hash  "t:"..token -> "acqID|fence|grantedMs|label",
+--                          "a:"..acqID -> token,
+--                          "x:"..acqID while the semaphore does not exist
+--                          (create moves them to meta),
+--                          "slow" while a shrink or a weighted collector
+--                          needs release.lua (see release_fast.lua)
+--   KEYS[5] waits    zset  "w:"..acqID -> when its pending list may be swept,
+--                          "x:"..acqID -> when the tombstone of an aborted
+--                          acquisition (also in holders) may go
+-- A waiter's pending list is base.."pend:"..acqID, where base is KEYS[1]
+-- without its "meta" suffix: it shares the tag, so it lives in the same slot.
+--
+-- Every script reads and validates before its first write (a script that
+-- fails half way is not rolled back), and every loop is bounded.
+
+-- On Redis Cluster, a script that runs on the source node of a slot being
+-- migrated fails at its first access to a key that does not exist there
+-- ("Script attempted to access a non local key"), even a key it emptied
+-- itself a moment before, and keeps the writes it made before (no rollback):
+-- a token popped or a lease removed would be lost. So probe with a key that
+-- never exists and step aside before any write; TRYAGAIN makes a cluster
+-- client retry once the migration is over. Anywhere else the probe is one
+-- EXISTS that returns 0.
+do
+  local probe = redis.pcall('EXISTS', string.sub(KEYS[1], 1, #KEYS[1] - 4) .. 'probe')
+  if type(probe) == 'table' and probe['err'] then
+    return redis.error_reply('TRYAGAIN redsem: slot is migrating')
+  end
+end
+
+-- FENCE_MAX bounds fences (and the grant times of a RateGate): Lua numbers
+-- are doubles, exact up to 2^53, so fence + 1 would stop growing there. A
+-- stored fence at or above it can only be corruption (fences are µs of
+-- Redis TIME, 1.8e15 in 2027), and the scripts refuse it (REDSEM_CORRUPT)
+-- rather than ever grant the same fence twice.
+local FENCE_MAX = 9e15
+
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- int_arg returns s as a whole number within [lo, hi], or nil (rejecting
+-- "nan", "inf", fractions and anything out of range).
+local function int_arg(s, lo, hi)
+  local n = tonumber(s)
+  if not n or n ~= n or n < lo or n > hi or n ~= math.floor(n) then return nil end
+  return n
+end
+
+local function fmt_int(n)
+  return string.format('%.0f', n)
+end
+
+-- type_err returns an error string when key exists with a type other than want.
+local function type_err(key, want)
+  local t = redis.call('TYPE', key)
+  if type(t) == 'table' then t = t['ok'] end
+  if t ~= 'none' and t ~= want then
+    return 'REDSEM_WRONGTYPE ' .. key .. ' holds a ' .. t .. ', want a ' .. want
+  end
+  return nil
+end
+
+local function check_types(n)
+  local want = {'hash', 'list', 'zset', 'hash', 'zset'}
+  for i = 1, n do
+    local e = type_err(KEYS[i], want[i])
+    if e then return e end
+  end
+  return nil
+end
+
+-- read_meta returns size, epoch, fence, due, nil (no error), coll, over and
+-- held (all nil when the semaphore does not exist), or nil, nil, nil, nil,
+-- err when meta is unusable. due is a lower bound of every score in leases and waits: nothing
+-- can be expired or stale before it, so the sweeps are skipped until then
+-- (0 when unknown). coll is the collector ticket of a weighted acquisition
+-- (weighted.lua); over and held are those of a shrink (see returned).
+local function read_meta()
+  local m = redis.call('HMGET', KEYS[1], 'size', 'epoch', 'fence', 'due', 'coll', 'over', 'held')
+  if not m[1] and not m[2] then return nil, nil, nil, nil, nil end
+  local size = tonumber(m[1])
+  local fence = tonumber(m[3])
+  if not size or size < 1 or not m[2] or not fence then
+    return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is not a redsem meta record'
+  end
+  if fence >= FENCE_MAX then
+    return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' holds fence ' .. m[3] .. ', too large to grow'
+  end
+  return size, m[2], fence, tonumber(m[4]) or 0, nil, m[5], tonumber(m[6]) or 0, m[7]
+end
+
+-- tombstone_of returns the tombstone of acquisition acq, if it was settled
+-- (abort.lua): in meta, or in holders if it was aborted before the
+-- semaphore existed.
+local function tombstone_of(acq)
+  local x = redis.call('HGET', KEYS[4], 'x:' .. acq)
+  return redis.call('HGET', KEYS[1], 'x:' .. acq) or x
+end
+
+-- size_in_force returns the size an acquisition works with: its own, or
+-- the stored one (msize) for a client made WithAdoptSize (Resize changes
+-- it; a client's own size only creates the semaphore). A client that
+-- disagrees otherwise gets REDSEM_SIZE.
+local function size_in_force(msize, size, adopt)
+  if msize and msize ~= size then
+    if not adopt then return nil, 'REDSEM_SIZE ' .. msize end
+    return msize, nil
+  end
+  return size, nil
+end
+
+-- NO_DUE stands for "no lease and no waiter": later than any real score.
+local NO_DUE = 9e15
+
+-- create makes the semaphore with size tokens of a new epoch (the first 12
+-- hex digits of seed, a random id) at server time now (µs), and returns the
+-- epoch, or nil and an error string. HSETNX is the guard against a second
+-- creator, and the script is atomic: no client ever sees a half-filled list.
+-- Tokens or leases without meta are residue that create refuses (holders
+-- may hold tombstones of acquisitions aborted before creation: fine).
+local function create(size, seed, now)
+  if redis.call('EXISTS', KEYS[2]) + redis.call('EXISTS', KEYS[3]) > 0 then
+    return nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is missing but tokens or leases exist'
+  end
+  local epoch = string.sub(seed, 1, 12)
+  redis.call('HSETNX', KEYS[1], 'size', size)
+  redis.call('HSET', KEYS[1], 'epoch', epoch, 'fence', fmt_int(now), 'due', fmt_int(NO_DUE),
+    'rejected', 0, 'created', math.floor(now / 1000))
+  -- Tombstones of acquisitions aborted before the semaphore existed wait in
+  -- holders; from now on they live in meta, where acquire.lua reads them.
+  for _, f in ipairs(redis.call('HKEYS', KEYS[4])) do
+    if string.sub(f, 1, 2) == 'x:' then
+      redis.call('HSET', KEYS[1], f, redis.call('HGET', KEYS[4], f))
+      redis.call('HDEL', KEYS[4], f)
+    end
+  end
+  local batch = {}
+  for i = 1, size do
+    batch[#batch + 1] = epoch .. ':' .. i
+    if #batch == 1000 or i == size then
+      redis.call('RPUSH', KEYS[2], unpack(batch))
+      batch = {}
+    end
+  end
+  return epoch, nil
+end
+
+-- next_due is the earliest score in leases and waits, or NO_DUE.
+local function next_due()
+  local d = NO_DUE
+  for _, key in ipairs({KEYS[3], KEYS[5]}) do
+    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if first[2] then d = math.min(d, tonumber(first[2])) end
+  end
+  return d
+end
+
+-- is_valid reports whether tok is a token of this generation of the semaphore:
+-- "<epoch>:<slot>" with 1 <= slot <= size, written canonically.
+local function is_valid(tok, epoch, size)
+  local e, s = string.match(tok, '^([^:]+):([1-9][0-9]*)$')
+  if e ~= epoch then return false end
+  local n = tonumber(s)
+  return n ~= nil and n <= size
+end
+
+local function owner_of(rec)
+  return string.match(rec, '^([^|]*)|')
+end
+
+-- base is the common prefix of this semaphore's keys, e.g. "redsem:{name}:".
+local function base()
+  return string.sub(KEYS[1], 1, #KEYS[1] - 4)
+end
+
+-- is_retired reports whether tok is a token of this epoch above the size:
+-- retired by a shrink.
+local function is_retired(tok, epoch, size)
+  local e, s = string.match(tok, '^([^:]+):([1-9][0-9]*)$')
+  return e ~= nil and e == epoch and tonumber(s) > size
+end
+
+-- save_shrink records a shrink's bookkeeping in meta: over, the leases on
+-- retired tokens still out, and keep, the valid tokens withheld meanwhile
+-- (see returned). Both go when over reaches 0.
+local function save_shrink(over, keep)
+  -- holders "slow" sends every release through release.lua (see
+  -- release_fast.lua), set before the shrink's bookkeeping.
+  if over > 0 then redis.call('HSET', KEYS[4], 'slow', 1) end
+  if over == 0 then
+    redis.call('HDEL', KEYS[1], 'over', 'held')
+  elseif #keep > 0 then
+    redis.call('HSET', KEYS[1], 'over', over, 'held', table.concat(keep, ' '))
+  else
+    redis.call('HSET', KEYS[1], 'over', over)
+    redis.call('HDEL', KEYS[1], 'held')
+  end
+end
+
+-- returned puts valid tokens that came back onto the token list, and takes
+-- note of retired_n leases on retired tokens that ended. After a shrink
+-- (resize.lua) meta 'over' counts the leases on retired tokens still out,
+-- and as many valid tokens as that are withheld (meta 'held', space
+-- separated): so the holders drain down to the new size, and none is
+-- granted above it meanwhile. With no shrink under way (no 'over'), it is a
+-- plain LPUSH. over and held may be passed when the caller read meta; else
+-- they are read here. Returns an error string if the list is not a list.
+local function returned(valid, retired_n, over, held)
+  if over == nil then
+    local m = redis.call('HMGET', KEYS[1], 'over', 'held')
+    over, held = tonumber(m[1]) or 0, m[2]
+  end
+  local push, keep, shrinking = valid, {}, over > 0 or held ~= nil
+  if shrinking then
+    over = math.max(over - retired_n, 0)
+    for tok in string.gmatch(held or '', '%S+') do keep[#keep + 1] = tok end
+    push = {}
+    for _, tok in ipairs(valid) do
+      if #keep < over then keep[#keep + 1] = tok else push[#push + 1] = tok end
+    end
+    while #keep > over do push[#push + 1] = table.remove(keep) end
+  end
+  for i = 1, #push, 1000 do
+    local r = redis.pcall('LPUSH', KEYS[2], unpack(push, i, math.min(i + 999, #push)))
+    if type(r) == 'table' and r['err'] then
+      return 'REDSEM_WRONGTYPE ' .. KEYS[2] .. ' is not a list'
+    end
+  end
+  if shrinking then save_shrink(over, keep) end
+  return nil
+end
+
+-- withhold keeps tok, a valid free token on its way to a grant (popped from
+-- the token list or from a pending list), from that grant while a shrink
+-- drains and fewer valid tokens are withheld than leases on retired tokens
+-- are out (see returned): granting it would put more holders out than the
+-- size. over is meta 'over' as the script read it first: 'over' only falls
+-- while a script runs (only resize.lua raises it), so with 0 there is
+-- nothing to read; else the bookkeeping is read afresh, as the script may
+-- have changed it since. Returns true when tok was withheld.
+local function withhold(tok, over)
+  if over <= 0 then return false end
+  local m = redis.call('HMGET', KEYS[1], 'over', 'held')
+  local held, n = m[2], 0
+  over = tonumber(m[1]) or 0
+  for _ in string.gmatch(held or '', '%S+') do n = n + 1 end
+  if n >= over then return false end
+  returned({tok}, 0, over, held)
+  return true
+end
+
+-- give_back returns tok: onto the token list if it is valid and not leased
+-- (through returned); leased says tok was a lease that just ended, so a
+-- retired one settles a shrink's count. Anything else is dropped and counted
+-- as rejected. Returns 1 when pushed or withheld.
+local function give_back(tok, epoch, size, leased)
+  if epoch and is_valid(tok, epoch, size) and not redis.call('ZSCORE', KEYS[3], tok) then
+    returned({tok}, 0)
+    return 1
+  end
+  if epoch and leased and is_retired(tok, epoch, size) then
+    returned({}, 1)
+    return 0
+  end
+  if epoch then redis.call('HINCRBY', KEYS[1], 'rejected', 1) end
+  return 0
+end
+
+-- overdue reads what reclaim gives back at now_ms: the leases that expired
+-- and the entries of waits gone stale (pending lists whose waiter never
+-- confirmed, tombstones), at most limit of each. It only reads, so that a
+-- script can call it before its first write: it returns nil and an error
+-- when a stale entry's pending list is of the wrong type (a stranger wrote
+-- it; the token it held is not ours to guess).
+-- LATE_MS is how long the registration of a waiter whose pending list was
+-- swept stays as a tombstone: longer than a written BLMOVE plausibly takes to
+-- reach Redis (the client writes none once its registration may be swept).
+local LATE_MS = 60000
+
+local function overdue(now_ms, limit)
+  local due_now = {
+    now_ms = now_ms,
+    expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_ms, 'LIMIT', 0, limit),
+    stale = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms, 'LIMIT', 0, limit),
+  }
+  for _, w in ipairs(due_now.stale) do
+    local e = type_err(base() .. 'pend:' .. string.sub(w, 3), 'list')
+    if e then return nil, e end
+  end
+  return due_now, nil
+end
+
+-- reclaim returns the tokens of the leases that expired and of the pending
+-- lists gone stale that overdue found, and returns how many went back. The
+-- freeing writes (ZREM, HDEL, DEL) come before the push, so reclaim still
+-- works when Redis is out of memory.
+local function reclaim(due_now, epoch, size)
+  local n = 0
+  for _, tok in ipairs(due_now.expired) do
+    redis.call('ZREM', KEYS[3], tok)
+    local rec = redis.call('HGET', KEYS[4], 't:' .. tok)
+    if rec then
+      redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. (owner_of(rec) or ''))
+    end
+    n = n + give_back(tok, epoch, size, true)
+  end
+  local late = {}
+  for _, w in ipairs(due_now.stale) do
+    if string.sub(w, 1, 2) == 'x:' then
+      redis.call('HDEL', KEYS[1], w)
+      redis.call('HDEL', KEYS[4], w)
+    else
+      late[#late + 1] = 'x:' .. string.sub(w, 3)
+    end
+    local pend = base() .. 'pend:' .. string.sub(w, 3)
+    local toks = redis.call('LRANGE', pend, 0, 9)
+    redis.call('DEL', pend)
+    redis.call('ZREM', KEYS[5], w)
+    for _, tok in ipairs(toks) do n = n + give_back(tok, epoch, size) end
+  end
+  -- A waiter that never confirmed may still have a BLMOVE on its way (a
+  -- paused process, a slow network): its registration becomes a tombstone
+  -- for LATE_MS, as abort.lua leaves one. A late lease script then grants
+  -- nothing and gives back, and a token a late BLMOVE moved into the
+  -- pending list is swept once more when the tombstone goes. (Written after
+  -- the push: at maxmemory the tokens are back first.)
+  for _, x in ipairs(late) do
+    redis.call('ZADD', KEYS[5], due_now.now_ms + LATE_MS, x)
+    redis.call('HSET', epoch and KEYS[1] or KEYS[4], x, fmt_int(due_now.now_ms + LATE_MS))
+  end
+  return n
+end

@@ -1,0 +1,21 @@
+-- reclaim.lua: return the tokens of expired leases and of pending lists whose
+-- waiter never confirmed. Acquire does the same on every call; this script
+-- lets an operator or a ticker do it without acquiring.
+-- KEYS: meta, tokens, leases, holders, waits
+-- ARGV: limit
+-- Returns the number of tokens put back.
+
+local limit = int_arg(ARGV[1], 1, 100000)
+if not limit then return redis.error_reply('REDSEM_ARG invalid limit') end
+local err = check_types(5)
+if err then return redis.error_reply(err) end
+local size, epoch, _
+size, epoch, _, _, err = read_meta()
+if err then return redis.error_reply(err) end
+local now_ms = math.floor(now_us() / 1000)
+local due_now
+due_now, err = overdue(now_ms, limit)
+if err then return redis.error_reply(err) end
+local n = reclaim(due_now, epoch, size)
+if epoch then redis.call('HSET', KEYS[1], 'due', fmt_int(next_due())) end
+return n

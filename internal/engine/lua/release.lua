@@ -1,0 +1,97 @@
+-- release.lua: give leased tokens back, only those this acquisition still owns.
+-- KEYS: meta, tokens, leases, holders
+-- ARGV: token, acqID, then the other tokens of a weighted lease (if any)
+-- Returns how many of the tokens were released: 1 (or k) when released, 0
+-- when the lease is no longer recorded (expired and reclaimed, released
+-- before, or the semaphore was deleted or lost). A token is given back only
+-- once: its record is gone after the first release.
+-- The first write is ZREM, which frees memory: release works at OOM.
+--
+-- While a weighted acquisition holds the collector ticket and at least one
+-- token (meta "coll", see weighted.lua), a released token goes to it instead
+-- of onto the token list, as one more of its partial leases, until it has
+-- all it asked for; its doorbell rings. That is how it holds the head of
+-- the queue.
+
+local acq = ARGV[2]
+local toks = {ARGV[1]}
+for i = 3, #ARGV do toks[#toks + 1] = ARGV[i] end
+-- holders and meta are read, and the token list checked, before the first
+-- write (ZREM, which also checks leases): a key of the wrong type fails the
+-- release with nothing changed.
+local owned = {}
+for _, tok in ipairs(toks) do
+  local rec = redis.call('HGET', KEYS[4], 't:' .. tok)
+  if rec and owner_of(rec) == acq then owned[#owned + 1] = tok end
+end
+if #owned == 0 then return 0 end
+local size, epoch, _, due, err, coll, over, held = read_meta()
+if err then return redis.error_reply(err) end
+local back, routed, retired = {}, {}, 0
+for _, tok in ipairs(owned) do
+  if epoch and is_valid(tok, epoch, size) then
+    back[#back + 1] = tok
+  elseif epoch and is_retired(tok, epoch, size) then
+    retired = retired + 1
+  end
+end
+-- A retired token pushes nothing itself, but while a shrink drains its
+-- release may put a withheld token back (see returned): check then too.
+if #back > 0 or retired > 0 then
+  local n = redis.pcall('LLEN', KEYS[2])
+  if type(n) == 'table' and n['err'] then
+    return redis.error_reply('REDSEM_WRONGTYPE ' .. KEYS[2] .. ' is not a list')
+  end
+end
+for _, tok in ipairs(owned) do redis.call('ZREM', KEYS[3], tok) end
+
+-- (Not while a shrink drains: then released tokens may be withheld.)
+if coll and #back > 0 and over == 0 then
+  -- Keep in step with parse_coll in weighted.lua.
+  local a, k, have, dl, label = string.match(coll, '^([^|]+)|(%d+)|(%d+)|(%d+)|(.*)$')
+  k, have, dl = tonumber(k), tonumber(have), tonumber(dl)
+  local now_ms = math.floor(now_us() / 1000)
+  if a and a ~= acq and have > 0 and have < k and dl > now_ms then
+    local idx = redis.call('HGET', KEYS[4], 'a:' .. a) or ''
+    local rest = {}
+    for _, tok in ipairs(back) do
+      if have < k then
+        redis.call('ZADD', KEYS[3], dl, tok)
+        redis.call('HSET', KEYS[4], 't:' .. tok, a .. '|0|' .. now_ms .. '|' .. label)
+        idx = idx .. ' ' .. tok
+        have = have + 1
+        routed[tok] = true
+      else
+        rest[#rest + 1] = tok
+      end
+    end
+    redis.call('HSET', KEYS[4], 'a:' .. a, idx)
+    redis.call('HSET', KEYS[1], 'coll', a .. '|' .. k .. '|' .. have .. '|' .. fmt_int(dl) .. '|' .. label)
+    if dl < due then redis.call('HSET', KEYS[1], 'due', fmt_int(dl)) end
+    -- Ring its doorbell; a doorbell of the wrong type is left alone (the
+    -- collector wakes within its poll interval anyway).
+    local bell = base() .. 'bell:' .. a
+    local rung = redis.pcall('RPUSH', bell, 1)
+    if type(rung) ~= 'table' then redis.call('PEXPIRE', bell, dl - now_ms + 1000) end
+    back = rest
+  end
+end
+
+-- Onto the list, or withheld while a shrink drains (see returned).
+if epoch then
+  -- The token list was checked above, so this does not fail half way.
+  local perr = returned(back, retired, over, held)
+  if perr then return redis.error_reply(perr) end
+end
+local gone = {}
+for _, tok in ipairs(owned) do
+  if not routed[tok] then gone[#gone + 1] = 't:' .. tok end
+end
+gone[#gone + 1] = 'a:' .. acq
+-- Neither a collector nor a shrink left: releases may take the fast path
+-- again (see release_fast.lua).
+if not coll and over == 0 and not held then gone[#gone + 1] = 'slow' end
+for i = 1, #gone, 1000 do
+  redis.call('HDEL', KEYS[4], unpack(gone, i, math.min(i + 999, #gone)))
+end
+return #owned

@@ -1,0 +1,38 @@
+-- status.lua: a consistent, read-only snapshot of the semaphore.
+-- KEYS: meta, tokens, leases, holders, waits
+-- ARGV[1]: optional; 'us' when the scores of waits are µs (a RateGate's keys),
+--          else they are ms (a Semaphore's).
+-- Returns {nowUs, metaFlat, tokens, leasesWithScores, holdersFlat, waiting},
+-- where waiting counts the acquisitions registered as blocked right now.
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local function get(key, want, cmd, ...)
+  local ty = redis.call('TYPE', key)
+  if type(ty) == 'table' then ty = ty['ok'] end
+  if ty ~= 'none' and ty ~= want then
+    return nil, 'REDSEM_WRONGTYPE ' .. key .. ' holds a ' .. ty .. ', want a ' .. want
+  end
+  return redis.call(cmd, key, ...), nil
+end
+local meta, e1 = get(KEYS[1], 'hash', 'HGETALL')
+local toks, e2 = get(KEYS[2], 'list', 'LRANGE', 0, 100000)
+local leases, e3 = get(KEYS[3], 'zset', 'ZRANGE', 0, -1, 'WITHSCORES')
+local holders, e4 = get(KEYS[4], 'hash', 'HGETALL')
+local e5 = nil
+local waiting = 0
+local ty = redis.call('TYPE', KEYS[5])
+if type(ty) == 'table' then ty = ty['ok'] end
+if ty == 'zset' then
+  local from = math.floor(now / 1000)
+  if ARGV[1] == 'us' then from = now end
+  from = string.format('%.0f', from)
+  for _, w in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], from, '+inf')) do
+    if string.sub(w, 1, 2) == 'w:' then waiting = waiting + 1 end
+  end
+elseif ty ~= 'none' then
+  e5 = 'REDSEM_WRONGTYPE ' .. KEYS[5] .. ' holds a ' .. ty .. ', want a zset'
+end
+local err = e1 or e2 or e3 or e4 or e5
+if err then return redis.error_reply(err) end
+return {now, meta, toks, leases, holders, waiting}

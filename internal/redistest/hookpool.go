@@ -1,0 +1,80 @@
+package redistest
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// HookPool wraps a pool so tests can inject faults into its connections:
+// lose a reply after Redis executed the command, or stall a read as a frozen
+// process would.
+type HookPool struct {
+	Pool interface {
+		GetContext(ctx context.Context) (redis.Conn, error)
+	}
+	// AfterDo runs after a command executed; a non-nil error replaces the
+	// reply, as if the connection broke before the reply arrived.
+	AfterDo func(cmd string, args []interface{}) error
+	// BeforeReceive runs before a pipelined reply is read.
+	BeforeReceive func(ctx context.Context)
+}
+
+// GetContext returns a connection of Pool wrapped in the hooks.
+func (p *HookPool) GetContext(ctx context.Context) (redis.Conn, error) {
+	c, err := p.Pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &hookConn{Conn: c, p: p}, nil
+}
+
+type hookConn struct {
+	redis.Conn
+	p *HookPool
+}
+
+// ErrLostReply is what an AfterDo returns to lose a reply.
+var ErrLostReply = errors.New("test: reply lost")
+
+func (c *hookConn) after(cmd string, args []interface{}, v interface{}, err error) (interface{}, error) {
+	if c.p.AfterDo != nil {
+		if e := c.p.AfterDo(cmd, args); e != nil {
+			return nil, e
+		}
+	}
+	return v, err
+}
+
+func (c *hookConn) Do(cmd string, args ...interface{}) (interface{}, error) {
+	v, err := c.Conn.Do(cmd, args...)
+	return c.after(cmd, args, v, err)
+}
+
+func (c *hookConn) DoContext(ctx context.Context, cmd string, args ...interface{}) (interface{}, error) {
+	v, err := redis.DoContext(c.Conn, ctx, cmd, args...)
+	return c.after(cmd, args, v, err)
+}
+
+func (c *hookConn) DoWithTimeout(d time.Duration, cmd string, args ...interface{}) (interface{}, error) {
+	v, err := redis.DoWithTimeout(c.Conn, d, cmd, args...)
+	return c.after(cmd, args, v, err)
+}
+
+func (c *hookConn) ReceiveContext(ctx context.Context) (interface{}, error) {
+	if c.p.BeforeReceive != nil {
+		c.p.BeforeReceive(ctx)
+	}
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+func (c *hookConn) ReceiveWithTimeout(d time.Duration) (interface{}, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
+}
+
+// IsScript reports whether a command runs the given script.
+func IsScript(s *redis.Script, cmd string, args []interface{}) bool {
+	return cmd == "EVALSHA" && len(args) > 0 && args[0] == s.Hash()
+}

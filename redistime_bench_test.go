@@ -1,0 +1,131 @@
+package redsem
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/redsem/redsem/internal/redistest"
+)
+
+// BenchmarkRedisTime measures the time Redis itself spends in the scripts of
+// an uncontended Acquire+Release pair on a real redis-server, from INFO
+// commandstats (cmdstat_evalsha): the figure to watch when a script grows.
+//
+//	go test -run '^$' -bench RedisTime -benchtime 20000x -count 5 .
+//
+// evalsha-us/call is Redis's usec_per_call of EVALSHA (acquire.lua and
+// release.lua averaged); redis-us/op is the EVALSHA time of one pair;
+// script-cmds/op counts the commands the two scripts ran (commandstats
+// counts a script's commands too): a figure that does not depend on how
+// loaded the machine is.
+func BenchmarkRedisTime(b *testing.B) {
+	srv := redistest.Start(b)
+	pool := newPool(b, srv.Addr)
+	s, err := NewSemaphore(pool, "redistime", 4)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := 0; i < 100; i++ { // load the scripts, create the semaphore
+		l, err := s.Acquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	admin, err := redis.Dial("tcp", srv.Addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := admin.Do("CONFIG", "RESETSTAT"); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		l, err := s.Acquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	info, err := redis.String(admin.Do("INFO", "commandstats"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	calls, usec := commandStat(info, "evalsha")
+	if calls == 0 {
+		b.Fatalf("no EVALSHA in commandstats:\n%s", info)
+	}
+	if b.N >= 1000 {
+		b.Logf("per pair: %s", commandsPerOp(info, b.N))
+	}
+	b.ReportMetric(usec/calls, "evalsha-us/call")
+	b.ReportMetric(usec/float64(b.N), "redis-us/op")
+	b.ReportMetric(scriptCommands(info)/float64(b.N), "script-cmds/op")
+}
+
+// scriptCommands sums the calls of every command in an INFO commandstats
+// reply but EVALSHA itself and the benchmark's own INFO.
+func scriptCommands(info string) float64 {
+	var n float64
+	for _, line := range strings.Split(info, "\n") {
+		name, _, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":")
+		if !ok || !strings.HasPrefix(strings.TrimSpace(line), "cmdstat_") || name == "evalsha" || name == "info" {
+			continue
+		}
+		calls, _ := commandStat(info, name)
+		n += calls
+	}
+	return n
+}
+
+// commandStat returns the calls and total usec of cmd in an INFO
+// commandstats reply.
+func commandStat(info, cmd string) (calls, usec float64) {
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			f, _ := strconv.ParseFloat(v, 64)
+			switch k {
+			case "calls":
+				calls = f
+			case "usec":
+				usec = f
+			}
+		}
+	}
+	return calls, usec
+}
+
+// commandsPerOp lists each command of an INFO commandstats reply with its
+// calls per op and usec_per_call.
+func commandsPerOp(info string, n int) string {
+	var out []string
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, _, _ := strings.Cut(rest, ":")
+		calls, usec := commandStat(info, name)
+		out = append(out, fmt.Sprintf("%s %.2f×%.2fµs", name, calls/float64(n), usec/calls))
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
+}

@@ -1,0 +1,98 @@
+package redsem
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem/internal/failpoint"
+)
+
+// A Refresh to a shorter TTL lowers the semaphore's earliest deadline: if
+// the holder then dies, its token is reclaimed by the next acquirer once the
+// shorter TTL has passed, not when the old one would have (issue 11, bug 4).
+func TestRefreshShorterTTLIsReclaimedInTime(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for _, k := range []int{1, 2} {
+			ctx := ctxT(t, 20*time.Second)
+			name := "shorter-" + string(rune('0'+k))
+			s := newSem(t, b, name, k, WithTTL(20*time.Second), WithFixedTTL())
+			l, err := s.AcquireN(ctx, k)
+			require.NoError(t, err)
+			require.NoError(t, l.Refresh(ctx, 200*time.Millisecond))
+			// The holder dies here: nobody releases or refreshes l again.
+			time.Sleep(300 * time.Millisecond)
+
+			other := newSem(t, b, name, k)
+			var got *Lease
+			for end := time.Now().Add(3 * time.Second); got == nil && time.Now().Before(end); {
+				if got, err = other.TryAcquireN(ctx, k); err != nil {
+					require.ErrorIs(t, err, ErrNoToken)
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+			require.NotNil(t, got, "k=%d: the expired lease was not reclaimed within 3s of its 200ms TTL", k)
+			require.NoError(t, got.Release(ctx))
+
+			// An Acquire that must wait is woken by the shorter deadline too.
+			l, err = s.AcquireN(ctx, k)
+			require.NoError(t, err)
+			require.NoError(t, l.Refresh(ctx, 200*time.Millisecond))
+			actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			got, err = other.AcquireN(actx, k)
+			cancel()
+			require.NoError(t, err, "k=%d", k)
+			require.NoError(t, got.Release(ctx))
+		}
+	})
+}
+
+// A Refresh(300ms) that starts and ends while an older Refresh(10s) has
+// read its reply but not applied it: the older reply must not raise the
+// local deadline over the one Redis now enforces. (The failpoint holds the
+// gap open; the hook is process-wide, so the backends run one after the
+// other.)
+func TestRefreshInTheGapOfAnother(t *testing.T) {
+	for _, name := range []string{"miniredis", "redis"} {
+		t.Run(name, func(t *testing.T) {
+			var b *backend
+			if name == "miniredis" {
+				m := miniredis.RunT(t)
+				b = &backend{name: name, mini: m, addr: m.Addr(), pool: newPool(t, m.Addr())}
+			} else {
+				b = realRedis(t)
+			}
+			ctx := ctxT(t, 20*time.Second)
+			s := newSem(t, b, "refresh-gap", 1, WithTTL(10*time.Second), WithFixedTTL())
+			l, err := s.TryAcquire(ctx)
+			require.NoError(t, err)
+			var once atomic.Bool
+			inner := make(chan error, 1)
+			failpoint.Set(func(p string) bool {
+				if p == "refresh.replied" && once.CompareAndSwap(false, true) {
+					inner <- l.Refresh(ctx, 300*time.Millisecond)
+				}
+				return false
+			})
+			defer failpoint.Set(nil)
+			require.NoError(t, l.Refresh(ctx, 10*time.Second))
+			require.NoError(t, <-inner)
+			failpoint.Set(nil)
+
+			st, err := s.Status(ctx)
+			require.NoError(t, err)
+			require.Len(t, st.Holders, 1)
+			serverLeft := st.Holders[0].Deadline.Sub(st.ServerTime)
+			require.Less(t, serverLeft, time.Second, "Redis ran the 300ms refresh last")
+			assert.LessOrEqual(t, time.Until(l.Deadline()), serverLeft,
+				"local deadline %v away, Redis's %v", time.Until(l.Deadline()), serverLeft)
+			time.Sleep(serverLeft + 50*time.Millisecond)
+			assert.False(t, l.Valid(), "Valid() after Redis let the lease expire")
+		})
+	}
+}

@@ -1,0 +1,197 @@
+package redsem
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// moveToWaiter blocks a raw BLMOVE of tokens into acq's pending list (as
+// blockOnce does, but without the lease script behind it), then releases
+// freed, whose token Redis hands to that BLMOVE. It returns the token moved
+// and the connection the waiter's script runs on.
+func moveToWaiter(t *testing.T, b *backend, s *Semaphore, acq string, freed *Lease) (string, redis.Conn) {
+	t.Helper()
+	ctx := ctxT(t, 10*time.Second)
+	conn, err := b.pool.GetContext(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	require.NoError(t, conn.Send("BLMOVE", s.k.tokens, s.k.pend(acq), "LEFT", "RIGHT", "10"))
+	require.NoError(t, conn.Flush())
+	// The BLMOVE must be blocked before the release pushes, or the token
+	// would simply land on the list.
+	require.Eventually(t, func() bool {
+		st, err := s.Status(ctx)
+		return err == nil && st.Available == 0 && blockedClients(t, b) > 0
+	}, 5*time.Second, 5*time.Millisecond)
+	require.NoError(t, freed.Release(ctx))
+	tok, err := redis.String(conn.Receive())
+	require.NoError(t, err)
+	require.Equal(t, freed.Token(), tok)
+	return tok, conn
+}
+
+// blockedClients is INFO clients' blocked_clients (miniredis: 1, as it
+// does not report it; the BLMOVE is written before and miniredis serves in
+// order).
+func blockedClients(t *testing.T, b *backend) int {
+	if b.mini != nil {
+		return 1
+	}
+	info, err := redis.String(b.do(t, "INFO", "clients"), nil)
+	require.NoError(t, err)
+	n, _ := strconv.Atoi(infoField(info, "blocked_clients"))
+	return n
+}
+
+// A shrink that lands between a release served to a blocked waiter (the
+// token already in its pending list) and the waiter's lease script: the
+// script must not grant the pending token while more than the new size
+// hold; it is withheld until the retired leases are back (issue 11, bug 1).
+// A pending token the shrink retired is dropped, and counts in nothing.
+func TestShrinkWithholdsAPendingToken(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for _, moved := range []int{1, 3} {
+			ctx := ctxT(t, 20*time.Second)
+			s := newSem(t, b, "shrink-pending-"+strconv.Itoa(moved), 3, WithTTL(time.Minute), WithAdoptSize())
+			held := takeAll(t, ctx, s)
+			require.Len(t, held, 3)
+
+			// The waiter's first script found no token and registered it.
+			_, reg, err := s.acquireFrom(ctx, modeRegister, nil)
+			require.NoError(t, err)
+			require.NotNil(t, reg)
+			_, conn := moveToWaiter(t, b, s, reg.acq, held[moved])
+			delete(held, moved)
+			require.NoError(t, s.Resize(ctx, 1))
+
+			r, err := parseAcquireReply(runScript(ctx, conn, acquireScript, s.acquireArgs(reg.acq, 1000, "wait")...))
+			require.NoError(t, err)
+			assert.NotEqual(t, int64(1), r.code, "moved %d: granted %s with retired leases out on size 1", moved, r.token)
+			st, err := s.Status(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, 1, st.Size)
+			assert.Len(t, st.Holders, 2, "moved %d: holders: %+v", moved, st.Holders)
+			assert.Equal(t, map[int]int{1: 1, 3: 0}[moved], st.Withheld, "moved %d", moved)
+			inv, err := s.Check(ctx)
+			require.NoError(t, err)
+			assert.True(t, inv.Healthy(), "moved %d: %+v", moved, inv)
+			_, err = s.abort(ctx, reg.acq, "release")
+			require.NoError(t, err)
+
+			// The retired leases drain; then the one token is free again,
+			// and only once.
+			var last *Lease
+			for slot, l := range held {
+				if slot == 1 {
+					last = l
+					continue
+				}
+				require.NoError(t, l.Release(ctx))
+			}
+			if last != nil {
+				_, err = s.TryAcquire(ctx)
+				require.ErrorIs(t, err, ErrNoToken, "moved %d: a grant while slot 1 is held on size 1", moved)
+				require.NoError(t, last.Release(ctx))
+			}
+			l, err := s.TryAcquire(ctx)
+			require.NoError(t, err, "moved %d", moved)
+			_, err = s.TryAcquire(ctx)
+			require.ErrorIs(t, err, ErrNoToken, "moved %d: two grants on size 1", moved)
+			require.NoError(t, l.Release(ctx))
+			inv, err = s.Check(ctx)
+			require.NoError(t, err)
+			assert.True(t, inv.Healthy(), "moved %d: %+v", moved, inv)
+			assert.Len(t, inv.Free, 1, "moved %d", moved)
+			assert.Empty(t, inv.Withheld, "moved %d: the shrink's bookkeeping settled", moved)
+		}
+	})
+}
+
+// The same for a weighted collector whose BLMOVE was served: the token in
+// its pending list does not become one of its partial leases while more
+// than the new size hold.
+func TestShrinkWithholdsACollectorsPendingToken(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 20*time.Second)
+		s := newSem(t, b, "shrink-collector", 4, WithTTL(time.Minute), WithAdoptSize())
+		held := takeAll(t, ctx, s)
+		require.Len(t, held, 4)
+
+		acq := newAcqID()
+		r, err := parseAcquireNReply(runScript(ctx, b.pool.Get(), acquireNScript, s.acquireNArgs(acq, 2, 5000, "fresh")...))
+		require.NoError(t, err)
+		require.Equal(t, int64(0), r.code)
+		require.Equal(t, int64(modeMove), r.mode, "the collector waits in the token queue")
+		_, conn := moveToWaiter(t, b, s, acq, held[1])
+		delete(held, 1)
+		require.NoError(t, s.Resize(ctx, 2))
+
+		r, err = parseAcquireNReply(runScript(ctx, conn, acquireNScript, s.acquireNArgs(acq, 2, 5000, "wait")...))
+		require.NoError(t, err)
+		assert.NotEqual(t, int64(1), r.code)
+		st, err := s.Status(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 2, st.Size)
+		assert.Len(t, st.Holders, 3, "the collector took a partial lease above the size: %+v", st.Holders)
+		assert.Equal(t, 1, st.Withheld)
+		inv, err := s.Check(ctx)
+		require.NoError(t, err)
+		assert.True(t, inv.Healthy(), "%+v", inv)
+
+		// Drain: the collector gets its two tokens only once the retired
+		// leases are back.
+		require.NoError(t, held[3].Release(ctx))
+		require.NoError(t, held[4].Release(ctx))
+		require.NoError(t, held[2].Release(ctx))
+		_, err = s.abortN(context.Background(), acq, 2, "release")
+		require.NoError(t, err)
+		l, err := s.AcquireN(ctx, 2)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		inv, err = s.Check(ctx)
+		require.NoError(t, err)
+		assert.True(t, inv.Healthy(), "%+v", inv)
+		assert.Len(t, inv.Free, 2)
+	})
+}
+
+// While a shrink drains, a released token is not routed to a weighted
+// collector (which would make it one more holder above the new size): it is
+// withheld like any other. (Guards the route in release.lua.)
+func TestShrinkDoesNotRouteToACollector(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 20*time.Second)
+		s := newSem(t, b, "shrink-route", 4, WithTTL(time.Minute), WithAdoptSize())
+		held := holdN(t, ctx, s.TryAcquire, 3)
+		coll := newAcqID()
+		r, err := parseAcquireNReply(runScript(ctx, b.pool.Get(), acquireNScript, s.acquireNArgs(coll, 2, 5000, "fresh")...))
+		require.NoError(t, err)
+		require.Equal(t, int64(modeCollect), r.mode, "the collector holds the last token: %+v", r)
+		require.NoError(t, s.Resize(ctx, 2))
+
+		require.NoError(t, held[0].Release(ctx))
+		st, err := s.Status(ctx)
+		require.NoError(t, err)
+		assert.Len(t, st.Holders, 3, "the released token went to the collector: %+v", st.Holders)
+		assert.Equal(t, 1, st.Withheld)
+		inv, err := s.Check(ctx)
+		require.NoError(t, err)
+		assert.True(t, inv.Healthy(), "%+v", inv)
+
+		_, err = s.abortN(ctx, coll, 2, "release")
+		require.NoError(t, err)
+		for _, l := range held[1:] {
+			require.NoError(t, l.Release(ctx))
+		}
+		inv, err = s.Check(ctx)
+		require.NoError(t, err)
+		assert.True(t, inv.Healthy(), "%+v", inv)
+		assert.Len(t, inv.Free, 2)
+	})
+}

@@ -1,0 +1,142 @@
+package redsem
+
+import (
+	"context"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A TTL no grant could be used under (the local safety margin, 1% + 2ms, is
+// most or all of it) is refused by every constructor and by Refresh, before
+// any I/O: with 1-2ms every grant was already invalid on arrival and
+// TryAcquire spun on Redis for ever.
+func TestTooShortTTLIsRefused(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		for _, ttl := range []time.Duration{time.Millisecond, 2 * time.Millisecond, MinTTL - time.Microsecond} {
+			_, err := NewSemaphore(b.pool, "short", 1, WithTTL(ttl))
+			assert.ErrorIs(t, err, ErrInvalidTTL, "semaphore, ttl %v", ttl)
+			_, err = NewMutex(b.pool, "short", WithTTL(ttl))
+			assert.ErrorIs(t, err, ErrInvalidTTL, "mutex, ttl %v", ttl)
+		}
+		assert.Equal(t, 0, b.keyCount(t), "nothing may be written for bad input")
+
+		s := newSem(t, b, "short", 1, WithTTL(MinTTL))
+		assert.Equal(t, MinTTL, s.TTL())
+		s = newSem(t, b, "short", 1)
+		l, err := s.TryAcquire(ctx)
+		require.NoError(t, err)
+		require.ErrorIs(t, l.Refresh(ctx, 2*time.Millisecond), ErrInvalidTTL)
+		require.ErrorIs(t, l.Refresh(ctx, MinTTL-time.Microsecond), ErrInvalidTTL)
+		assert.True(t, l.Valid(), "a refused Refresh leaves the lease alone")
+		require.NoError(t, l.Release(ctx))
+		requireInventory(t, s, 1, 0)
+	})
+}
+
+// Grants that keep reaching the client after their lease's local deadline
+// (here every acquire reply is delayed past the TTL) are given back, and an
+// acquisition gives up with ErrStaleGrant after a few instead of looping on
+// Redis until its context ends (for ever with context.Background).
+func TestStaleGrantsDoNotLoop(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 20*time.Second)
+		const ttl = 50 * time.Millisecond
+		plain := newSem(t, b, "stale-loop", 1, WithTTL(ttl))
+		l, err := plain.TryAcquire(ctx) // loads the script: every later run is an EVALSHA
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+
+		var grants atomic.Int64
+		hp := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
+			if isScript(acquireScript, cmd, args) {
+				grants.Add(1)
+				time.Sleep(2 * ttl)
+			}
+			return nil
+		}}
+		for _, mode := range []struct {
+			name string
+			opts []Option
+			call func(*Semaphore, context.Context) (*Lease, error)
+		}{
+			{"TryAcquire", nil, (*Semaphore).TryAcquire},
+			{"Acquire", []Option{WithWaitConnections(0)}, (*Semaphore).Acquire},
+			{"shared Acquire", nil, (*Semaphore).Acquire},
+		} {
+			s, err := NewSemaphore(hp, "stale-loop", 1, append([]Option{WithTTL(ttl)}, mode.opts...)...)
+			require.NoError(t, err)
+			grants.Store(0)
+			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			l, err := mode.call(s, actx)
+			cancel()
+			assert.Nil(t, l, mode.name)
+			assert.ErrorIs(t, err, ErrStaleGrant, mode.name)
+			assert.EqualValues(t, maxStaleGrants, grants.Load(), "%s: acquire scripts run", mode.name)
+			require.True(t, s.pumpsIdleWithin(5*time.Second), mode.name)
+			requireInventory(t, plain, 1, 0)
+		}
+	})
+}
+
+// A stale grant is given back with a release that Redis may never answer
+// (here the server is stopped right after the grant): the acquisition must
+// still return within settleWait of its context's end, as a cancelled
+// Acquire does, and the token is back once Redis answers again.
+func TestStaleGrantReleaseDoesNotOutliveContext(t *testing.T) {
+	b := realRedis(t)
+	const ttl = 100 * time.Millisecond
+	plain := newSem(t, b, "stale-hang", 1, WithTTL(ttl))
+	l, err := plain.TryAcquire(ctxT(t, 5*time.Second)) // loads the script
+	require.NoError(t, err)
+	require.NoError(t, l.Release(context.Background()))
+
+	var armed atomic.Bool
+	hp := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
+		if isScript(acquireScript, cmd, args) && armed.Swap(false) {
+			time.Sleep(2 * ttl) // the grant is stale on arrival
+			_ = b.srv.Signal(syscall.SIGSTOP)
+		}
+		return nil
+	}}
+	for _, mode := range []struct {
+		name string
+		opts []Option
+		call func(*Semaphore, context.Context) (*Lease, error)
+	}{
+		{"TryAcquire", nil, (*Semaphore).TryAcquire},
+		{"Acquire", []Option{WithWaitConnections(0)}, (*Semaphore).Acquire},
+		{"shared Acquire", nil, (*Semaphore).Acquire},
+	} {
+		s, err := NewSemaphore(hp, "stale-hang", 1, append([]Option{WithTTL(ttl)}, mode.opts...)...)
+		require.NoError(t, err)
+		armed.Store(true)
+		// Should the acquisition hang, resume the server eventually so the
+		// test ends and reports it.
+		watchdog := time.AfterFunc(8*time.Second, func() { _ = b.srv.Signal(syscall.SIGCONT) })
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		deadline, _ := ctx.Deadline()
+		l, err := mode.call(s, ctx)
+		late := time.Since(deadline)
+		cancel()
+		watchdog.Stop()
+		require.NoError(t, b.srv.Signal(syscall.SIGCONT))
+		assert.Nil(t, l, mode.name)
+		assert.ErrorIs(t, err, context.DeadlineExceeded, mode.name)
+		// settleWait (250ms) after the deadline, with room for a loaded
+		// machine; a release without a bound held it until the server
+		// answered again.
+		assert.Less(t, late, settleWait+time.Second, "%s returned %v after its context's deadline", mode.name, late)
+		require.Eventually(t, func() bool {
+			st, err := plain.Status(context.Background())
+			return err == nil && st.Available == 1 && len(st.Holders) == 0
+		}, 10*time.Second, 20*time.Millisecond, "%s: the stale grant is given back", mode.name)
+		require.True(t, s.pumpsIdleWithin(5*time.Second), mode.name)
+	}
+	requireInventory(t, plain, 1, 0)
+}
