@@ -47,14 +47,17 @@ func TestStaleGrantsDoNotLoop(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		const ttl = 50 * time.Millisecond
-		plain := newSem(t, b, "stale-loop", 1, WithTTL(ttl))
-		l, err := plain.TryAcquire(ctx) // loads the script: every later run is an EVALSHA
+		plain := newSem(t, b, "stale-loop", 2, WithTTL(ttl))
+		l, err := plain.TryAcquire(ctx) // loads the scripts: every later run is an EVALSHA
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		l, err = plain.TryAcquireN(ctx, 2)
 		require.NoError(t, err)
 		require.NoError(t, l.Release(ctx))
 
 		var grants atomic.Int64
 		hp := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
-			if isScript(acquireScript, cmd, args) {
+			if isScript(acquireScript, cmd, args) || isScript(acquireNScript, cmd, args) {
 				grants.Add(1)
 				time.Sleep(2 * ttl)
 			}
@@ -68,8 +71,10 @@ func TestStaleGrantsDoNotLoop(t *testing.T) {
 			{"TryAcquire", nil, (*Semaphore).TryAcquire},
 			{"Acquire", []Option{WithWaitConnections(0)}, (*Semaphore).Acquire},
 			{"shared Acquire", nil, (*Semaphore).Acquire},
+			{"TryAcquireN", nil, func(s *Semaphore, ctx context.Context) (*Lease, error) { return s.TryAcquireN(ctx, 2) }},
+			{"AcquireN", nil, func(s *Semaphore, ctx context.Context) (*Lease, error) { return s.AcquireN(ctx, 2) }},
 		} {
-			s, err := NewSemaphore(hp, "stale-loop", 1, append([]Option{WithTTL(ttl)}, mode.opts...)...)
+			s, err := NewSemaphore(hp, "stale-loop", 2, append([]Option{WithTTL(ttl)}, mode.opts...)...)
 			require.NoError(t, err)
 			grants.Store(0)
 			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -79,7 +84,7 @@ func TestStaleGrantsDoNotLoop(t *testing.T) {
 			assert.ErrorIs(t, err, ErrStaleGrant, mode.name)
 			assert.EqualValues(t, maxStaleGrants, grants.Load(), "%s: acquire scripts run", mode.name)
 			require.True(t, s.pumpsIdleWithin(5*time.Second), mode.name)
-			requireInventory(t, plain, 1, 0)
+			requireInventory(t, plain, 2, 0)
 		}
 	})
 }
@@ -91,14 +96,17 @@ func TestStaleGrantsDoNotLoop(t *testing.T) {
 func TestStaleGrantReleaseDoesNotOutliveContext(t *testing.T) {
 	b := realRedis(t)
 	const ttl = 100 * time.Millisecond
-	plain := newSem(t, b, "stale-hang", 1, WithTTL(ttl))
-	l, err := plain.TryAcquire(ctxT(t, 5*time.Second)) // loads the script
+	plain := newSem(t, b, "stale-hang", 2, WithTTL(ttl))
+	l, err := plain.TryAcquire(ctxT(t, 5*time.Second)) // loads the scripts
+	require.NoError(t, err)
+	require.NoError(t, l.Release(context.Background()))
+	l, err = plain.TryAcquireN(ctxT(t, 5*time.Second), 2)
 	require.NoError(t, err)
 	require.NoError(t, l.Release(context.Background()))
 
 	var armed atomic.Bool
 	hp := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
-		if isScript(acquireScript, cmd, args) && armed.Swap(false) {
+		if (isScript(acquireScript, cmd, args) || isScript(acquireNScript, cmd, args)) && armed.Swap(false) {
 			time.Sleep(2 * ttl) // the grant is stale on arrival
 			_ = b.srv.Signal(syscall.SIGSTOP)
 		}
@@ -112,8 +120,10 @@ func TestStaleGrantReleaseDoesNotOutliveContext(t *testing.T) {
 		{"TryAcquire", nil, (*Semaphore).TryAcquire},
 		{"Acquire", []Option{WithWaitConnections(0)}, (*Semaphore).Acquire},
 		{"shared Acquire", nil, (*Semaphore).Acquire},
+		{"TryAcquireN", nil, func(s *Semaphore, ctx context.Context) (*Lease, error) { return s.TryAcquireN(ctx, 2) }},
+		{"AcquireN", nil, func(s *Semaphore, ctx context.Context) (*Lease, error) { return s.AcquireN(ctx, 2) }},
 	} {
-		s, err := NewSemaphore(hp, "stale-hang", 1, append([]Option{WithTTL(ttl)}, mode.opts...)...)
+		s, err := NewSemaphore(hp, "stale-hang", 2, append([]Option{WithTTL(ttl)}, mode.opts...)...)
 		require.NoError(t, err)
 		armed.Store(true)
 		// Should the acquisition hang, resume the server eventually so the
@@ -134,9 +144,9 @@ func TestStaleGrantReleaseDoesNotOutliveContext(t *testing.T) {
 		assert.Less(t, late, settleWait+time.Second, "%s returned %v after its context's deadline", mode.name, late)
 		require.Eventually(t, func() bool {
 			st, err := plain.Status(context.Background())
-			return err == nil && st.Available == 1 && len(st.Holders) == 0
+			return err == nil && st.Available == 2 && len(st.Holders) == 0
 		}, 10*time.Second, 20*time.Millisecond, "%s: the stale grant is given back", mode.name)
 		require.True(t, s.pumpsIdleWithin(5*time.Second), mode.name)
 	}
-	requireInventory(t, plain, 1, 0)
+	requireInventory(t, plain, 2, 0)
 }

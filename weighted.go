@@ -231,6 +231,7 @@ func (s *Semaphore) acquireNOn(ctx context.Context, conn redis.Conn, k int, wait
 	failpoint.Hit("acquire.sent")
 	r, err := parseAcquireNReply(runScript(ctx, conn, acquireNScript, s.acquireNArgs(acq, k, block, "fresh")...))
 	var blockLeft time.Duration
+	stale := 0 // grants in a row that were unusable on arrival
 	for {
 		if err != nil {
 			if r, err = s.failedAcquireN(ctx, acq, k, err, blockLeft); err != nil {
@@ -245,13 +246,20 @@ func (s *Semaphore) acquireNOn(ctx context.Context, conn redis.Conn, k int, wait
 			if l.Valid() {
 				return l, nil
 			}
-			// A grant older than its lease allows (this process was frozen):
-			// never use it; give it back and start over.
-			_ = l.Release(context.WithoutCancel(ctx))
+			// A grant older than its lease allows (this process was frozen,
+			// or the TTL is shorter than a round trip): never use it; give
+			// it back, bounded as a cancelled wait's settling is, and start
+			// over, but not forever.
+			s.giveBack(ctx, l)
+			if stale++; stale >= maxStaleGrants {
+				return nil, fmt.Errorf("%w: semaphore %q: %d grants of %d permits in a row were past their local deadline on arrival (TTL %v)",
+					ErrStaleGrant, printable(s.name), stale, k, s.cfg.ttl)
+			}
 			acq = newAcqID()
 		case 2, 3:
 			acq = newAcqID()
 		case 0:
+			stale = 0
 			if !wait {
 				return nil, fmt.Errorf("%w: semaphore %q: %d permits", ErrNoToken, printable(s.name), k)
 			}
