@@ -402,3 +402,12 @@ func goModRequires(gomod string) []string {
 	}
 	return out
 }
+
+// TestReadmeStaysShort: the README is the front page, under 300 lines; the
+// deep material (failure modes, keys, benchmark tables) lives in docs/.
+func TestReadmeStaysShort(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	require.NoError(t, err)
+	lines := strings.Count(string(b), "\n")
+	require.Less(t, lines, 300, "README.md has %d lines: move detail to docs/", lines)
+}
