@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,6 +105,25 @@ func TestTopPlainLines(t *testing.T) {
 	assert.Equal(t, []string{"lock", "sem", "1", "1", "100%", "1", "0", "0", "0"}, fields("lock")[:9])
 	assert.Equal(t, []string{"api", "rate", "3", "10", "30%", "0", "7", "-", "0", "per", "1m0s"}, fields("api"))
 	assert.Equal(t, []string{"idle", "sem", "0", "3", "0%", "0", "3", "0", "0", "-"}, fields("idle"))
+}
+
+// A refresh whose read fails keeps the last fleet on screen, under the
+// error, rather than blanking it.
+func TestTopKeepsLastFleetOnError(t *testing.T) {
+	var out strings.Builder
+	view := &topView{w: &out, prefix: "redsem:", shown: "redis://x"}
+	fl := redsem.Fleet{Semaphores: []redsem.Status{{Name: "kept", Exists: true, Size: 2}}}
+	reads := 0
+	view.run(context.Background(), fl, func() (redsem.Fleet, error) {
+		reads++
+		return redsem.Fleet{}, errors.New("connection refused")
+	}, time.Millisecond, 2)
+	require.Equal(t, 1, reads)
+	blocks := strings.Split(strings.TrimSpace(out.String()), "\n\n")
+	require.Len(t, blocks, 2, out.String())
+	assert.Contains(t, blocks[1], "error: connection refused")
+	assert.Contains(t, blocks[1], "1 semaphores", "the last fleet stays:\n%s", blocks[1])
+	assert.Equal(t, []string{"kept"}, topOrder(blocks[1]), blocks[1])
 }
 
 // Under a pseudo-terminal top redraws in place: cursor hidden, drawn from

@@ -95,23 +95,35 @@ func cmdTop(args []string, stdout, _ io.Writer) error {
 	if err != nil {
 		return err // Redis unreachable at the start: say so and exit
 	}
+	t.run(ctx, fl, read, o.interval.d, o.n)
+	return nil
+}
+
+// run shows fl, then a fresh read every interval until ctx ends or n
+// refreshes are shown (n 0: no limit). A read that fails keeps the last
+// fleet on screen, under the error.
+func (t *topView) run(ctx context.Context, fl redsem.Fleet, read func() (redsem.Fleet, error), interval time.Duration, n int) {
 	t.begin()
 	defer t.end()
-	tick := time.NewTicker(o.interval.d)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	var err error
 	for i := 1; ; i++ {
 		t.show(fl, err, time.Now())
-		if o.n > 0 && i >= o.n {
-			return nil
+		if n > 0 && i >= n {
+			return
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-tick.C:
 		}
-		fl, err = read()
+		next, rerr := read()
 		if ctx.Err() != nil {
-			return nil
+			return
+		}
+		if err = rerr; err == nil {
+			fl = next
 		}
 	}
 }
