@@ -26,7 +26,7 @@ func TestACLUser(t *testing.T) {
 		rule = append(rule, "+"+c)
 	}
 	s.Do(t, rule[0].(string), rule[1:]...)
-	rc := redis.NewClient(&redis.Options{Addr: s.Addr, Username: "app", Password: "secret"})
+	rc := redis.NewClient(&redis.Options{Addr: s.Addr, Username: "app", Password: "secret", MaintNotificationsConfig: noMaint()})
 	t.Cleanup(func() { rc.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

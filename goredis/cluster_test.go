@@ -32,7 +32,7 @@ func otherMaster(t *testing.T, c *redistest.Cluster, not *redistest.Server) *red
 // served there.
 func TestClusterRedirects(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
-	rc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	rc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), MaintNotificationsConfig: noMaint()})
 	t.Cleanup(func() { rc.Close() })
 	p := newPool(t, rc)
 	conn := p.Get()

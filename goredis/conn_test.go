@@ -188,7 +188,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 // ReadTimeout alone).
 func TestLongBlockInPipeline(t *testing.T) {
 	s := redistest.Start(t)
-	rc := redis.NewClient(&redis.Options{Addr: s.Addr, ReadTimeout: 500 * time.Millisecond})
+	rc := redis.NewClient(&redis.Options{Addr: s.Addr, ReadTimeout: 500 * time.Millisecond, MaintNotificationsConfig: noMaint()})
 	t.Cleanup(func() { rc.Close() })
 	c := newPool(t, rc).Get()
 	defer c.Close()
