@@ -3,6 +3,7 @@ package redsem
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,27 +20,70 @@ func TestMain(m *testing.M) {
 }
 
 // backend is a Redis to run a behaviour test against: miniredis in process,
-// or a real redis-server the test starts on a free port.
+// or a real redis-server the test starts on a free port, through a client.
 type backend struct {
 	name string
-	pool *redis.Pool
+	pool testPool
 	addr string
 	mini *miniredis.Miniredis
 	srv  *redistest.Server
 }
 
-// eachBackend runs f against miniredis and against a real redis-server.
+// testPool is what the tests need of a backend's client: a Pool that also
+// hands out a connection without a context, as redigo's does.
+type testPool interface {
+	Pool
+	Get() redis.Conn
+}
+
+// extraBackend is one more client for eachBackend's tests. The goredis
+// module's TestRootSuite builds this package with a file that adds go-redis
+// here (a real redis-server through goredis.Pool), so the whole behaviour
+// suite runs on both clients while this module never imports go-redis.
+type extraBackend struct {
+	name  string
+	start func(t *testing.T) *backend
+}
+
+var extraBackends []extraBackend
+
+// eachBackend runs f against miniredis and against a real redis-server
+// (through redigo), and against every extra backend. REDSEM_BACKENDS, a
+// comma-separated list of names, runs only those.
 func eachBackend(t *testing.T, f func(t *testing.T, b *backend)) {
-	t.Run("miniredis", func(t *testing.T) {
-		t.Parallel()
+	run := func(name string, start func(t *testing.T) *backend) {
+		if !backendSelected(name) {
+			return
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f(t, start(t))
+		})
+	}
+	run("miniredis", func(t *testing.T) *backend {
 		m := miniredis.RunT(t)
-		f(t, &backend{name: "miniredis", mini: m, addr: m.Addr(), pool: newPool(t, m.Addr())})
+		return &backend{name: "miniredis", mini: m, addr: m.Addr(), pool: newPool(t, m.Addr())}
 	})
-	t.Run("redis", func(t *testing.T) {
-		t.Parallel()
+	run("redis", func(t *testing.T) *backend {
 		s := redistest.Start(t)
-		f(t, &backend{name: "redis", srv: s, addr: s.Addr, pool: s.Pool(t)})
+		return &backend{name: "redis", srv: s, addr: s.Addr, pool: s.Pool(t)}
 	})
+	for _, e := range extraBackends {
+		run(e.name, e.start)
+	}
+}
+
+func backendSelected(name string) bool {
+	only := os.Getenv("REDSEM_BACKENDS")
+	if only == "" {
+		return true
+	}
+	for _, n := range strings.Split(only, ",") {
+		if strings.TrimSpace(n) == name {
+			return true
+		}
+	}
+	return false
 }
 
 // realRedis starts a real redis-server for tests that need one.

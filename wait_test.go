@@ -162,6 +162,21 @@ func TestSharedWaitCancellationStorm(t *testing.T) {
 		l, err := s.TryAcquire(ctx)
 		require.NoError(t, err)
 		require.NoError(t, l.Release(ctx))
+		// Every token is held for the first 100ms: the impatient waiters
+		// that arrive in that time give up before one is free, however
+		// fast the machine and the client are, so the storm does cancel.
+		held := make([]*Lease, size)
+		for i := range held {
+			held[i], err = s.TryAcquire(ctx)
+			require.NoError(t, err)
+		}
+		freed := make(chan struct{})
+		time.AfterFunc(100*time.Millisecond, func() {
+			defer close(freed)
+			for _, h := range held {
+				assert.NoError(t, h.Release(ctx))
+			}
+		})
 		var grants, patientGrants, timeouts atomic.Int64
 		var wg sync.WaitGroup
 		errs := make(chan error, waiters)
@@ -197,6 +212,7 @@ func TestSharedWaitCancellationStorm(t *testing.T) {
 			}(int64(i))
 		}
 		wg.Wait()
+		<-freed
 		close(errs)
 		for err := range errs {
 			require.NoError(t, err)

@@ -41,7 +41,7 @@ func strangerState(t *testing.T, b *backend, ctx context.Context, noneFree, noRe
 // answers "block" rather than an error.
 func acquireScriptOp(st *wrongTypeState, blockMs int64) func(context.Context) error {
 	return func(ctx context.Context) error {
-		c := st.s.pool.(*redis.Pool).Get()
+		c := st.s.pool.(testPool).Get()
 		defer c.Close()
 		_, err := parseAcquireReply(runScript(ctx, c, acquireScript, st.s.acquireArgs(newAcqID(), blockMs, "fresh")...))
 		return mapErr(err, st.s.scriptError, "acquire")

@@ -121,7 +121,7 @@ func wrongTypeOps() []wrongTypeOp {
 		// The blocked waiter's lease script, behind its served BLMOVE.
 		semOp("Acquire/blocked", false, func(st *wrongTypeState, w string, _ *Lease) func(context.Context) error {
 			return func(ctx context.Context) error {
-				c := st.s.pool.(*redis.Pool).Get()
+				c := st.s.pool.(testPool).Get()
 				defer c.Close()
 				_, err := parseAcquireReply(runScript(ctx, c, acquireScript, st.s.acquireArgs(w, 1000, "wait")...))
 				return mapErr(err, st.s.scriptError, "acquire")
@@ -129,7 +129,7 @@ func wrongTypeOps() []wrongTypeOp {
 		}),
 		semOp("Acquire/blocked/sweep", true, func(st *wrongTypeState, w string, _ *Lease) func(context.Context) error {
 			return func(ctx context.Context) error {
-				c := st.s.pool.(*redis.Pool).Get()
+				c := st.s.pool.(testPool).Get()
 				defer c.Close()
 				_, err := parseAcquireReply(runScript(ctx, c, acquireScript, st.s.acquireArgs(w, 1000, "wait")...))
 				return mapErr(err, st.s.scriptError, "acquire")
@@ -188,7 +188,7 @@ func wrongTypeOps() []wrongTypeOp {
 		{name: "AcquireN/collecting", prepare: func(t *testing.T, b *backend, ctx context.Context) *wrongTypeState {
 			st, coll, _ := collectorState(t, b, ctx)
 			st.run = func(ctx context.Context) error {
-				c := st.s.pool.(*redis.Pool).Get()
+				c := st.s.pool.(testPool).Get()
 				defer c.Close()
 				_, err := parseAcquireNReply(runScript(ctx, c, acquireNScript, st.s.acquireNArgs(coll, 2, 5000, "wait")...))
 				return mapErr(err, st.s.scriptError, "acquire")
