@@ -456,8 +456,8 @@ func (s *Semaphore) fitBlock(err error, blockLeft time.Duration) {
 // settleWait is how long a cancelled Acquire waits for that before it
 // returns.
 const (
-	settleTimeout = 5 * time.Second
-	settleWait    = 250 * time.Millisecond
+	settleTimeout = engine.SettleTimeout
+	settleWait    = engine.SettleWait
 )
 
 // errSkipped is what a wait whose script a failpoint skipped reports.

@@ -260,7 +260,7 @@ func (g *Gate) takeOn(ctx context.Context, conn redis.Conn, wait bool, began tim
 		if err := engine.CtxErr(ctx); err != nil {
 			if r.code == 0 {
 				// Leave the queue (and give back a start granted meanwhile).
-				_, _ = g.abort(ctx, acq, "release")
+				g.settle(ctx, acq)
 			}
 			return Start{}, g.ctxError(err)
 		}
@@ -338,7 +338,7 @@ func (g *Gate) failedTake(ctx context.Context, acq string, err error, blockLeft 
 		return rateReply{}, se.err
 	}
 	if cerr := engine.CtxErr(ctx); cerr != nil {
-		_, _ = g.abort(ctx, acq, "release")
+		g.settle(ctx, acq)
 		return rateReply{}, g.ctxError(cerr)
 	}
 	r, aerr := g.abort(ctx, acq, "resolve")
@@ -358,18 +358,34 @@ func (g *Gate) failedTake(ctx context.Context, acq string, err error, blockLeft 
 	return rateReply{}, &brokenWait{err}
 }
 
-// abort runs rate_abort.lua on a fresh connection with a bounded context
-// that survives the caller's cancellation.
-func (g *Gate) abort(ctx context.Context, acq, mode string) (rateReply, error) {
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	conn, err := g.pool.GetContext(actx)
-	if err != nil {
-		return rateReply{}, err
+// settle leaves the queue for a wait whose context ended, giving back a
+// start granted meanwhile, as a cancelled Acquire settles: the abort runs in
+// the background, bounded by engine.SettleTimeout, and the caller waits for
+// it engine.SettleWait at most, so a cancelled Wait returns within that
+// bound even when Redis stops answering.
+func (g *Gate) settle(ctx context.Context, acq string) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = g.abort(ctx, acq, "release")
+	}()
+	t := time.NewTimer(engine.SettleWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
 	}
-	defer conn.Close()
+}
+
+// abort runs rate_abort.lua (idempotent: it settles by acquisition id) with
+// a bounded context that survives the caller's cancellation, once more on a
+// fresh connection if the pooled one was dead.
+func (g *Gate) abort(ctx context.Context, acq, mode string) (rateReply, error) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engine.SettleTimeout)
+	defer cancel()
 	args := append(g.k.args(acq), acq, mode, g.tomb().Microseconds())
-	return parseRateReply(abortScript.DoContext(actx, conn, args...))
+	v, _, err := engine.Call(actx, g.pool, abortScript, args...)
+	return parseRateReply(v, err)
 }
 
 func (g *Gate) ctxError(err error) error {

@@ -26,4 +26,11 @@ const (
 	// MaxBrokenWaits bounds how many times in a row a wait starts over after
 	// its blocked connection broke before it gives up and returns the error.
 	MaxBrokenWaits = 5
+	// SettleTimeout bounds settling an acquisition or a rate gate's wait by
+	// its id after its reply was lost or its context ended.
+	SettleTimeout = 5 * time.Second
+	// SettleWait is how long a cancelled wait of any kind (Acquire,
+	// AcquireN, a rate gate's Wait) waits for that settling before it
+	// returns; the settling goes on in the background, within SettleTimeout.
+	SettleWait = 250 * time.Millisecond
 )

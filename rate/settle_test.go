@@ -1,0 +1,53 @@
+package rate
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem/internal/engine"
+	"github.com/redsem/redsem/internal/redistest"
+)
+
+// A Wait whose context ends while Redis does not answer returns within
+// engine.SettleWait of that end, the bound a cancelled Acquire keeps (it
+// used to wait for its abort script up to 5 s), and once Redis answers
+// again the abort has run: nobody is left queued.
+func TestRateGateCancelledWaitDoesNotOutliveContext(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	b := &backend{name: "redis", addr: srv.Addr}
+	b.pool = &redis.Pool{MaxIdle: 8, DialContext: func(ctx context.Context) (redis.Conn, error) {
+		return redis.DialContext(ctx, "tcp", b.addr)
+	}}
+	t.Cleanup(func() { b.pool.Close() })
+	ctx := ctxT(t, 30*time.Second)
+	g := newGate(t, b, "hung", 1, time.Minute)
+	_, err := g.Allow(ctx) // the only start: the Wait below queues
+	require.NoError(t, err)
+
+	// Should the Wait hang, resume the server eventually so the test ends.
+	watchdog := time.AfterFunc(10*time.Second, func() { _ = srv.Signal(syscall.SIGCONT) })
+	defer watchdog.Stop()
+	stop := time.AfterFunc(150*time.Millisecond, func() { _ = srv.Signal(syscall.SIGSTOP) })
+	defer stop.Stop()
+	wctx, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
+	defer cancel()
+	deadline, _ := wctx.Deadline()
+	_, err = g.Wait(wctx)
+	late := time.Since(deadline)
+	require.NoError(t, srv.Signal(syscall.SIGCONT))
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, late, engine.SettleWait+time.Second, "Wait returned %v after its context's deadline", late)
+
+	require.Eventually(t, func() bool {
+		st, err := g.Status(ctx)
+		return err == nil && st.Waiting == 0
+	}, 10*time.Second, 20*time.Millisecond, "the cancelled Wait left the queue once Redis answered")
+	assert.Equal(t, 0, b.num(t, "LLEN", g.k.base+"queue"), "nobody left in the queue")
+}
