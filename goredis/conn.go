@@ -198,6 +198,12 @@ func (c *conn) receive(ctx context.Context) (interface{}, error) {
 	}
 	b := c.batches[0]
 	if ctx.Done() != nil {
+		// A context already ended fails the read even if its reply is in,
+		// as on redigo: the caller has given up and settles by id.
+		if err := ctx.Err(); err != nil {
+			c.fail(err)
+			return nil, err
+		}
 		select {
 		case <-b.done:
 		case <-ctx.Done():
