@@ -2,6 +2,8 @@ package redsem
 
 import (
 	"context"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -92,4 +94,41 @@ func TestReleaseFastPathAfterShrink(t *testing.T) {
 		assert.Zero(t, n, "no holder record, lease or field is left")
 		requireInventory(t, s, 2, 0)
 	})
+}
+
+// Release with an ended context is bounded by a timeout of its own: against
+// a server that stopped answering it returns an error within
+// releaseTimeout (and a lease with auto-refresh on the wire stops as
+// promptly), and the slot comes back by the lease's TTL once Redis answers.
+func TestReleaseAgainstHungServerIsBounded(t *testing.T) {
+	b := realRedis(t)
+	for _, mode := range []struct {
+		name string
+		opts []Option
+	}{
+		{"fixed lease", []Option{WithFixedTTL(), WithTTL(time.Second)}},
+		{"auto-refresh", []Option{WithTTL(300 * time.Millisecond)}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			s := newSem(t, b, "release-hung-"+strings.ReplaceAll(mode.name, " ", "-"), 1, mode.opts...)
+			l, err := s.Acquire(ctxT(t, 5*time.Second))
+			require.NoError(t, err)
+			time.Sleep(150 * time.Millisecond) // auto-refresh's first call is near
+			require.NoError(t, b.srv.Signal(syscall.SIGSTOP))
+			watchdog := time.AfterFunc(20*time.Second, func() { _ = b.srv.Signal(syscall.SIGCONT) })
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel() // as in `defer lease.Release(ctx)` after ctx ended
+			start := time.Now()
+			err = l.Release(ctx)
+			took := time.Since(start)
+			watchdog.Stop()
+			require.NoError(t, b.srv.Signal(syscall.SIGCONT))
+			assert.Error(t, err, "Redis never answered")
+			assert.Less(t, took, releaseTimeout+time.Second, "Release took %v", took)
+			assert.False(t, l.Valid())
+			l2, err := s.Acquire(ctxT(t, 5*time.Second))
+			require.NoError(t, err, "the slot is free again once the lease ran out")
+			require.NoError(t, l2.Release(context.Background()))
+		})
+	}
 }
