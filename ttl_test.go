@@ -63,17 +63,7 @@ func TestStaleGrantsDoNotLoop(t *testing.T) {
 			}
 			return nil
 		}}
-		for _, mode := range []struct {
-			name string
-			opts []Option
-			call func(*Semaphore, context.Context) (*Lease, error)
-		}{
-			{"TryAcquire", nil, (*Semaphore).TryAcquire},
-			{"Acquire", []Option{WithWaitConnections(0)}, (*Semaphore).Acquire},
-			{"shared Acquire", nil, (*Semaphore).Acquire},
-			{"TryAcquireN", nil, func(s *Semaphore, ctx context.Context) (*Lease, error) { return s.TryAcquireN(ctx, 2) }},
-			{"AcquireN", nil, func(s *Semaphore, ctx context.Context) (*Lease, error) { return s.AcquireN(ctx, 2) }},
-		} {
+		for _, mode := range grantModes {
 			s, err := NewSemaphore(hp, "stale-loop", 2, append([]Option{WithTTL(ttl)}, mode.opts...)...)
 			require.NoError(t, err)
 			grants.Store(0)
@@ -112,17 +102,7 @@ func TestStaleGrantReleaseDoesNotOutliveContext(t *testing.T) {
 		}
 		return nil
 	}}
-	for _, mode := range []struct {
-		name string
-		opts []Option
-		call func(*Semaphore, context.Context) (*Lease, error)
-	}{
-		{"TryAcquire", nil, (*Semaphore).TryAcquire},
-		{"Acquire", []Option{WithWaitConnections(0)}, (*Semaphore).Acquire},
-		{"shared Acquire", nil, (*Semaphore).Acquire},
-		{"TryAcquireN", nil, func(s *Semaphore, ctx context.Context) (*Lease, error) { return s.TryAcquireN(ctx, 2) }},
-		{"AcquireN", nil, func(s *Semaphore, ctx context.Context) (*Lease, error) { return s.AcquireN(ctx, 2) }},
-	} {
+	for _, mode := range grantModes {
 		s, err := NewSemaphore(hp, "stale-hang", 2, append([]Option{WithTTL(ttl)}, mode.opts...)...)
 		require.NoError(t, err)
 		armed.Store(true)
@@ -149,4 +129,18 @@ func TestStaleGrantReleaseDoesNotOutliveContext(t *testing.T) {
 		require.True(t, s.pumpsIdleWithin(5*time.Second), mode.name)
 	}
 	requireInventory(t, plain, 2, 0)
+}
+
+// grantModes are the calls that take a grant, each on a semaphore of size 2
+// (the weighted ones take both permits), with the options it needs.
+var grantModes = []struct {
+	name string
+	opts []Option
+	call func(*Semaphore, context.Context) (*Lease, error)
+}{
+	{"TryAcquire", nil, (*Semaphore).TryAcquire},
+	{"Acquire", []Option{WithWaitConnections(0)}, (*Semaphore).Acquire},
+	{"shared Acquire", nil, (*Semaphore).Acquire},
+	{"TryAcquireN", nil, func(s *Semaphore, ctx context.Context) (*Lease, error) { return s.TryAcquireN(ctx, 2) }},
+	{"AcquireN", nil, func(s *Semaphore, ctx context.Context) (*Lease, error) { return s.AcquireN(ctx, 2) }},
 }
