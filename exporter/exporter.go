@@ -97,7 +97,7 @@ func New(pool redsem.Pool, o Options) (*Collector, error) {
 		return nil, fmt.Errorf("%w: exporter needs a pool, a limit, a max scan and a timeout of at least 0", redsem.ErrInvalidOption)
 	}
 	// Judge the prefix now, as the library does, not at the first scrape.
-	if _, err := redsem.NewSemaphore(pool, "x", 1, redsem.WithPrefix(c.prefix)); err != nil {
+	if _, err := redsem.NewAdmin(pool, c.prefix, "x"); err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -22,6 +22,7 @@
 //	<prefix>{<name>}:rate:waits    zset: waiter liveness deadlines, tombstones
 //	<prefix>{<name>}:rate:in:<id>  list: a waiter's doorbell
 //
-// The layout and the scripts are those of redsem.RateGate, which this
-// package replaces: clients built before and after the move share a gate.
+// The layout and the scripts are those of the rate gate that lived in the
+// redsem package in v0.1.0 (redsem.NewRateGate), which this package
+// replaces: clients built before and after the move share a gate.
 package rate
