@@ -1,6 +1,7 @@
 package goredis_test
 
 import (
+	"context"
 	"io"
 	"io/fs"
 	"os"
@@ -8,8 +9,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -41,20 +44,31 @@ func TestRootSuite(t *testing.T) {
 	gomod, err := os.ReadFile(filepath.Join(dst, "go.mod"))
 	require.NoError(t, err)
 	gomod = append(gomod, []byte("\nrequire github.com/redsem/redsem/goredis v0.0.0-00010101000000-000000000000\n\n"+
-		"replace github.com/redsem/redsem/goredis => "+here+"\n")...)
+		"replace github.com/redsem/redsem/goredis => "+strconv.Quote(here)+"\n")...)
 	require.NoError(t, os.WriteFile(filepath.Join(dst, "go.mod"), gomod, 0o644))
 	sums := concat(t, filepath.Join(root, "go.sum"), filepath.Join(here, "go.sum"))
 	require.NoError(t, os.WriteFile(filepath.Join(dst, "go.sum"), sums, 0o644))
 
-	args := []string{"test", "-count=1", "-v", "-run", "^(" + strings.Join(tests, "|") + ")$", "."}
+	// The inner run ends a minute before this test would, so that it is
+	// reported rather than orphaned with its redis-servers.
+	ctx, timeout := context.Background(), 9*time.Minute
+	if dl, ok := t.Deadline(); ok {
+		timeout = time.Until(dl) - time.Minute
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl.Add(-30*time.Second))
+		defer cancel()
+	}
+	args := []string{"test", "-count=1", "-v", "-timeout", timeout.Round(time.Second).String(),
+		"-run", "^(" + strings.Join(tests, "|") + ")$", "."}
 	if raceEnabled {
 		args = append([]string{args[0], "-race"}, args[1:]...)
 	}
-	cmd := exec.Command("go", args...)
+	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = dst
 	// The copy's go.mod gains go-redis's own requirements (-mod=mod); every
 	// sum is in the two go.sum files copied above, or in the module cache.
-	cmd.Env = append(os.Environ(), "REDSEM_BACKENDS=goredis", "GOFLAGS=-mod=mod -buildvcs=false", "GOWORK=off")
+	cmd.Env = append(os.Environ(), "REDSEM_BACKENDS=goredis",
+		"GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -mod=mod -buildvcs=false"), "GOWORK=off")
 	out, err := cmd.CombinedOutput()
 	ran := goredisPassed.FindAllSubmatch(out, -1)
 	t.Logf("go %s: %d tests, %d go-redis runs passed\n%s", strings.Join(args[:len(args)-3], " "), len(tests), len(ran), lastLines(string(out), 3))
@@ -179,8 +193,9 @@ func eachBackendTests(t *testing.T, dir string) []string {
 			if i+1 < len(locs) {
 				end = locs[i+1][0]
 			}
-			if next := strings.Index(string(src[loc[1]:end]), "\nfunc "); next >= 0 {
-				end = loc[1] + next
+			// The body ends at the first closing brace in column 0.
+			if close := strings.Index(string(src[loc[1]:end]), "\n}\n"); close >= 0 {
+				end = loc[1] + close
 			}
 			if strings.Contains(string(src[loc[1]:end]), "eachBackend(t, ") {
 				names = append(names, string(src[loc[2]:loc[3]]))

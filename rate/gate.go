@@ -337,17 +337,30 @@ func (g *Gate) failedTake(ctx context.Context, acq string, err error, blockLeft 
 	if errors.As(err, &se) {
 		return rateReply{}, se.err
 	}
-	if cerr := engine.CtxErr(ctx); cerr != nil {
-		g.settle(ctx, acq)
-		return rateReply{}, g.ctxError(cerr)
+	if engine.CtxErr(ctx) == nil {
+		// The wait broke while its caller still waits: resolve it by id,
+		// bounded by ctx too, so that a caller whose context ends meanwhile
+		// returns within the settle bound below.
+		rctx, cancel := context.WithTimeout(ctx, engine.SettleTimeout)
+		r, aerr := g.abort(rctx, acq, "resolve")
+		cancel()
+		switch {
+		case aerr == nil && r.code == 1:
+			return r, nil
+		case aerr == nil:
+			return rateReply{}, g.brokenWait(err, blockLeft)
+		case engine.CtxErr(ctx) == nil:
+			return rateReply{}, fmt.Errorf("redsem: rate gate %q: %w (settling it failed too: %v)", engine.Printable(g.name), err, aerr)
+		}
 	}
-	r, aerr := g.abort(ctx, acq, "resolve")
-	if aerr != nil {
-		return rateReply{}, fmt.Errorf("redsem: rate gate %q: %w (settling it failed too: %v)", engine.Printable(g.name), err, aerr)
-	}
-	if r.code == 1 {
-		return r, nil
-	}
+	g.settle(ctx, acq)
+	return rateReply{}, g.ctxError(engine.CtxErr(ctx))
+}
+
+// brokenWait is what a wait whose connection broke before its BLPOP's own
+// timeout (blockLeft was left of it) returns, so that take starts over on a
+// fresh connection.
+func (g *Gate) brokenWait(err error, blockLeft time.Duration) error {
 	if blockLeft > time.Second {
 		// The read deadline came well before the BLPOP's own timeout: the
 		// connection's read timeout is shorter than our block. Block less.
@@ -355,7 +368,7 @@ func (g *Gate) failedTake(ctx context.Context, acq string, err error, blockLeft 
 			g.maxBlock.Store(int64(cur / 2))
 		}
 	}
-	return rateReply{}, &brokenWait{err}
+	return &brokenWait{err}
 }
 
 // settle leaves the queue for a wait whose context ended, giving back a
@@ -367,7 +380,9 @@ func (g *Gate) settle(ctx context.Context, acq string) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = g.abort(ctx, acq, "release")
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engine.SettleTimeout)
+		defer cancel()
+		_, _ = g.abort(actx, acq, "release")
 	}()
 	t := time.NewTimer(engine.SettleWait)
 	defer t.Stop()
@@ -377,12 +392,9 @@ func (g *Gate) settle(ctx context.Context, acq string) {
 	}
 }
 
-// abort runs rate_abort.lua (idempotent: it settles by acquisition id) with
-// a bounded context that survives the caller's cancellation, once more on a
-// fresh connection if the pooled one was dead.
-func (g *Gate) abort(ctx context.Context, acq, mode string) (rateReply, error) {
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engine.SettleTimeout)
-	defer cancel()
+// abort runs rate_abort.lua (idempotent: it settles by acquisition id)
+// under actx, once more on another connection if the pooled one was dead.
+func (g *Gate) abort(actx context.Context, acq, mode string) (rateReply, error) {
 	args := append(g.k.args(acq), acq, mode, g.tomb().Microseconds())
 	v, _, err := engine.Call(actx, g.pool, abortScript, args...)
 	return parseRateReply(v, err)
