@@ -1,0 +1,61 @@
+package redsem
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem/internal/engine"
+	_ "github.com/redsem/redsem/rate" // its scripts are declared too
+)
+
+// Every script Go declares lists its keys on a "-- KEYS:" header line, and
+// Go passes exactly as many keys as that line names: a key added to a
+// script or to its declaration without the other fails here, instead of
+// shifting every argument by one at run time. Every file in lua/ is either
+// an entry script or a helper that entry scripts run after, never both.
+func TestScriptHeadersMatchDeclarations(t *testing.T) {
+	decls := engine.Declarations()
+	entries, helpers := map[string]bool{}, map[string]bool{}
+	for _, d := range decls {
+		entries[d.File] = true
+		for _, h := range d.Helpers {
+			helpers[h] = true
+		}
+	}
+	for _, f := range []string{"acquire.lua", "release.lua", "refresh.lua", "abort.lua", "acquire_n.lua",
+		"abort_n.lua", "resize.lua", "repair.lua", "check.lua", "status.lua", "rate_take.lua", "rate_abort.lua"} {
+		assert.True(t, entries[f], "%s is not declared: is the registry still complete?", f)
+	}
+	assert.Empty(t, headerMismatches(decls))
+
+	files, err := filepath.Glob("internal/engine/lua/*.lua")
+	require.NoError(t, err)
+	for _, f := range files {
+		f = filepath.Base(f)
+		assert.True(t, entries[f] != helpers[f], "%s: entry %v, helper %v: it must be exactly one", f, entries[f], helpers[f])
+	}
+
+	// The check fails for a declaration that passes one key too few.
+	wrong := append(decls, engine.Declaration{File: "acquire.lua", Keys: 5})
+	assert.Len(t, headerMismatches(wrong), 1)
+}
+
+// headerMismatches lists the declarations whose key count differs from
+// their script's header.
+func headerMismatches(decls []engine.Declaration) []string {
+	var out []string
+	for _, d := range decls {
+		names, err := engine.HeaderKeys(d.File)
+		switch {
+		case err != nil:
+			out = append(out, err.Error())
+		case len(names) != d.Keys:
+			out = append(out, fmt.Sprintf("%s: Go passes %d keys, its header lists %d: %v", d.File, d.Keys, len(names), names))
+		}
+	}
+	return out
+}
