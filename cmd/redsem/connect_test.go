@@ -3,16 +3,7 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -104,7 +95,10 @@ func TestConnectPasswordDatabaseUnix(t *testing.T) {
 // fails, and --insecure skips the check. The TLS server is miniredis.
 func TestConnectTLS(t *testing.T) {
 	t.Parallel()
-	cert, caFile := selfSigned(t)
+	certs := redistest.NewTLS(t)
+	cert, err := tls.LoadX509KeyPair(certs.CertFile, certs.KeyFile)
+	require.NoError(t, err)
+	caFile := certs.CAFile
 	m, err := miniredis.RunTLS(&tls.Config{Certificates: []tls.Certificate{cert}})
 	require.NoError(t, err)
 	t.Cleanup(m.Close)
@@ -118,33 +112,4 @@ func TestConnectTLS(t *testing.T) {
 	r = e.run(t, "status", "tls")
 	assert.Equal(t, exitUnavailable, r.code)
 	assert.Contains(t, r.stderr, "certificate")
-}
-
-// selfSigned returns a certificate for 127.0.0.1 and the path of its PEM.
-func selfSigned(t *testing.T) (tls.Certificate, string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "redsem test"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	require.NoError(t, err)
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	require.NoError(t, err)
-	path := filepath.Join(t.TempDir(), "ca.pem")
-	require.NoError(t, os.WriteFile(path, certPEM, 0o600))
-	return cert, path
 }

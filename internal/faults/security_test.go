@@ -2,17 +2,7 @@ package faults
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -129,43 +119,12 @@ func TestAuthPassword(t *testing.T) {
 	}
 }
 
-// writeCerts writes a self-signed CA and a server certificate for localhost
-// and 127.0.0.1 signed by it, and returns the file names.
-func writeCerts(t *testing.T, dir string) (ca, cert, key string) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	now := time.Now()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "redsem test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	require.NoError(t, err)
-	caCert, err := x509.ParseCertificate(caDER)
-	require.NoError(t, err)
-	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	srvTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "localhost"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), DNSNames: []string{"localhost"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
-	require.NoError(t, err)
-	keyDER, err := x509.MarshalECPrivateKey(srvKey)
-	require.NoError(t, err)
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		require.NoError(t, os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600))
-		return p
-	}
-	return write("ca.pem", "CERTIFICATE", caDER), write("server.pem", "CERTIFICATE", srvDER), write("server.key", "EC PRIVATE KEY", keyDER)
-}
-
 // TLS with a self-signed CA generated here, through redigo's DialUseTLS and
 // DialTLSConfig.
 func TestTLS(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	caFile, certFile, keyFile := writeCerts(t, dir)
+	certs := redistest.NewTLS(t)
+	caFile, certFile, keyFile := certs.CAFile, certs.CertFile, certs.KeyFile
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	tlsPort := ln.Addr().(*net.TCPAddr).Port
@@ -180,10 +139,6 @@ func TestTLS(t *testing.T) {
 	r.waitAll(30 * time.Second)
 	rep := r.check(history.Options{})
 
-	pemBytes, err := os.ReadFile(caFile)
-	require.NoError(t, err)
-	roots := x509.NewCertPool()
-	require.True(t, roots.AppendCertsFromPEM(pemBytes))
 	dial := func(opts ...redis.DialOption) *redis.Pool {
 		p := &redis.Pool{DialContext: func(ctx context.Context) (redis.Conn, error) {
 			return redis.DialContext(ctx, "tcp", tlsAddr, append([]redis.DialOption{redis.DialConnectTimeout(2 * time.Second), redis.DialReadTimeout(2 * time.Second)}, opts...)...)
@@ -191,7 +146,7 @@ func TestTLS(t *testing.T) {
 		t.Cleanup(func() { p.Close() })
 		return p
 	}
-	good := dial(redis.DialUseTLS(true), redis.DialTLSConfig(&tls.Config{RootCAs: roots, ServerName: "localhost", MinVersion: tls.VersionTLS12}))
+	good := dial(redis.DialUseTLS(true), redis.DialTLSConfig(certs.Config))
 	sem, err := redsem.NewSemaphore(good, r.name, 2)
 	require.NoError(t, err)
 	_, lost, _ := quiesce(t, sem, 15*time.Second)
