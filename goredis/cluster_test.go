@@ -83,7 +83,7 @@ func TestClusterRedirects(t *testing.T) {
 	}()
 	key = redsem.DefaultPrefix + "{moving}:tokens"
 	src := cl.Owner(cluster.Slot(key))
-	waitFor(t, 10*time.Second, "waiter blocked", func() bool {
+	behaviour.WaitFor(t, 10*time.Second, "waiter blocked", func() bool {
 		info, err := redigo.String(src.Do(t, "INFO", "clients"), nil)
 		return err == nil && behaviour.BlockedClients(info) == 1
 	})

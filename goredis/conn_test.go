@@ -135,7 +135,7 @@ func TestCancelBlockedRead(t *testing.T) {
 	require.Error(t, c.Err(), "the connection is broken after a cancelled read")
 	require.NoError(t, c.Close())
 	waitBlocked(t, s, 0)
-	waitFor(t, 5*time.Second, "connection back in the pool", func() bool {
+	behaviour.WaitFor(t, 5*time.Second, "connection back in the pool", func() bool {
 		st := rc.PoolStats()
 		return st.TotalConns > 0 && st.IdleConns == st.TotalConns
 	})
@@ -166,21 +166,10 @@ func TestDeadlineBlockedRead(t *testing.T) {
 
 func waitBlocked(t *testing.T, s *redistest.Server, n int) {
 	t.Helper()
-	waitFor(t, 5*time.Second, "blocked clients", func() bool {
+	behaviour.WaitFor(t, 5*time.Second, "blocked clients", func() bool {
 		info, err := redigo.String(s.Do(t, "INFO", "clients"), nil)
 		return err == nil && behaviour.BlockedClients(info) == n
 	})
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // TestLongBlockInPipeline: a blocking command in a pipeline may block longer

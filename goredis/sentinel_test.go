@@ -60,7 +60,7 @@ func TestFailoverSwitch(t *testing.T) {
 	// The sentinel answers NOGOODSLAVE until it has fresh word of the
 	// replica (its INFO is polled every few seconds): ask again.
 	var promoted *redistest.Server
-	waitFor(t, 45*time.Second, "sentinel failover", func() bool {
+	behaviour.WaitFor(t, 45*time.Second, "sentinel failover", func() bool {
 		var err error
 		if promoted, _, err = set.Failover(30 * time.Second); err != nil {
 			t.Logf("failover: %v", err)
@@ -72,7 +72,7 @@ func TestFailoverSwitch(t *testing.T) {
 	// both answer as masters (Sentinel's window of split brain, where
 	// writes to the old one are lost): wait that out, then release.
 	require.NoError(t, set.WaitReplicas(promoted, 1, 30*time.Second))
-	waitFor(t, 30*time.Second, "client on the promoted master", func() bool {
+	behaviour.WaitFor(t, 30*time.Second, "client on the promoted master", func() bool {
 		port, err := c.ConfigGet(ctx, "port").Result()
 		return err == nil && port["port"] == strconv.Itoa(promoted.Port)
 	})

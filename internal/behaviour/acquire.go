@@ -78,7 +78,7 @@ func testFIFOHandoff(t *testing.T, e *env) {
 			l, err := w.Acquire(c)
 			granted <- grant{i, l, err}
 		}()
-		waitFor(t, 10*time.Second, "waiter blocked", func() bool { return e.blocked(t) >= i+1 })
+		WaitFor(t, 10*time.Second, "waiter blocked", func() bool { return e.blocked(t) >= i+1 })
 	}
 	cur := held
 	for want := 0; want < n; want++ {
@@ -278,7 +278,7 @@ func cancelLatencies(t *testing.T, e *env, sems []*redsem.Semaphore, rounds int)
 	require.NoError(t, held.Release(c))
 	// Nothing lost: the token comes back free (settling may finish just
 	// after the cancelled Acquire returned).
-	waitFor(t, 10*time.Second, "token free again", func() bool {
+	WaitFor(t, 10*time.Second, "token free again", func() bool {
 		inv, err := sems[0].Check(c)
 		return err == nil && inv.Healthy() && len(inv.Free) == 1
 	})
@@ -307,7 +307,7 @@ func testDeadlineAcquire(t *testing.T, e *env) {
 		assert.LessOrEqual(t, late, CancelBound+CancelSlack, "returned %v after its deadline", late)
 	}
 	require.NoError(t, held.Release(c))
-	waitFor(t, 10*time.Second, "token free again", func() bool {
+	WaitFor(t, 10*time.Second, "token free again", func() bool {
 		inv, err := s.Check(c)
 		return err == nil && inv.Healthy() && len(inv.Free) == 1
 	})

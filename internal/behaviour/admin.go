@@ -34,7 +34,7 @@ func testAcquireN(t *testing.T, e *env) {
 		l, err := s.AcquireN(c, 4)
 		got <- grant{l, err}
 	}()
-	waitFor(t, 10*time.Second, "weighted waiter registered", func() bool { return waiting(t, s) >= 1 })
+	WaitFor(t, 10*time.Second, "weighted waiter registered", func() bool { return waiting(t, s) >= 1 })
 	require.NoError(t, l3.Release(c))
 	select {
 	case g := <-got:

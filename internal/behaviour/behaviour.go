@@ -150,8 +150,8 @@ func requireWhole(t *testing.T, s *redsem.Semaphore, free, held int) {
 	require.Len(t, inv.Leased, held, "inventory: %+v", inv)
 }
 
-// waitFor polls cond until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+// WaitFor polls cond every 5ms until it holds, and fails t after d.
+func WaitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {

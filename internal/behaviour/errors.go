@@ -174,7 +174,7 @@ func testNoScriptWhileWaiting(t *testing.T, e *env) {
 		l, err := w.Acquire(c)
 		got <- grant{l, err}
 	}()
-	waitFor(t, 10*time.Second, "waiter registered", func() bool { return waiting(t, s) >= 1 })
+	WaitFor(t, 10*time.Second, "waiter registered", func() bool { return waiting(t, s) >= 1 })
 	e.flushScripts(t)
 	require.NoError(t, held.Release(c))
 	var g grant

@@ -46,7 +46,7 @@ func testShrinkWhileWaiting(t *testing.T, e *env) {
 			}
 			granted <- g
 		}()
-		waitFor(t, 10*time.Second, "waiter registered", func() bool { return waiting(t, s) >= i+1 })
+		WaitFor(t, 10*time.Second, "waiter registered", func() bool { return waiting(t, s) >= i+1 })
 	}
 	adopt := e.sem(t, newSize, redsem.WithAdoptSize())
 	require.NoError(t, adopt.Resize(c, newSize))
@@ -111,7 +111,7 @@ func testReleaseEndedContext(t *testing.T, e *env) {
 		next, err = w.Acquire(c)
 		got <- err
 	}()
-	waitFor(t, 10*time.Second, "waiter registered", func() bool { return waiting(t, s) >= 1 })
+	WaitFor(t, 10*time.Second, "waiter registered", func() bool { return waiting(t, s) >= 1 })
 	require.NoError(t, l.Release(cancelled))
 	select {
 	case err := <-got:
