@@ -46,7 +46,8 @@ type Lease struct {
 	final    error // set once Release or Refresh learnt the lease is over
 	flights  []*refreshFlight
 
-	relMu sync.Mutex // serialises Release
+	relMu   sync.Mutex      // serialises Release
+	stopCtx context.Context // ends when Release stops auto-refresh
 }
 
 func (s *Semaphore) newLease(acq string, r acquireReply, sentUs int64) *Lease {
@@ -62,9 +63,18 @@ func (s *Semaphore) newLeaseN(acq string, toks []string, fence, deadlineMs, sent
 	l.stop, l.stopCh = stop, stopCtx.Done()
 	l.deadline = s.clock.localDeadline(deadlineMs, s.cfg.ttl, sentUs)
 	l.timer = clk.AfterFunc(l.deadline.Sub(clk.Now()), func() { l.end(ErrLeaseExpired) })
-	if !s.cfg.fixedTTL {
+	l.stopCtx = stopCtx
+	return l
+}
+
+// use starts auto-refresh (unless WithFixedTTL) for a lease the caller
+// hands out. A grant that is stale on arrival is given back without it: a
+// refresh racing that release could find the server's deadline passed and
+// mark the lease lost, and the release would then never be sent.
+func (l *Lease) use() *Lease {
+	if !l.sem.cfg.fixedTTL {
 		l.wg.Add(1)
-		clk.Go(func() { l.autoRefresh(stopCtx) })
+		clk.Go(func() { l.autoRefresh(l.stopCtx) })
 	}
 	return l
 }

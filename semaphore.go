@@ -281,7 +281,7 @@ func (s *Semaphore) acquireOn(ctx context.Context, conn redis.Conn, mode acquire
 			failpoint.Hit("acquire.granted")
 			l := s.newLease(acq, r, sent)
 			if l.Valid() {
-				return l, nil, nil
+				return l.use(), nil, nil
 			}
 			// The grant is older than our view of its lease allows (this
 			// process was frozen while Redis handed it the token): never use

@@ -244,7 +244,7 @@ func (s *Semaphore) acquireNOn(ctx context.Context, conn redis.Conn, k int, wait
 			failpoint.Hit("acquire.granted")
 			l := s.newLeaseN(acq, r.tokens, r.fence, r.deadlineMs, sent)
 			if l.Valid() {
-				return l, nil
+				return l.use(), nil
 			}
 			// A grant older than its lease allows (this process was frozen,
 			// or the TTL is shorter than a round trip): never use it; give
