@@ -17,7 +17,10 @@ import (
 // monoBase anchors the process's monotonic clock.
 var monoBase = time.Now()
 
-func monoNow() int64 { return clk.Now().Sub(monoBase).Microseconds() }
+func monoNow() int64 { return monoUs(clk.Now()) }
+
+// monoUs is t (read from clk) on the process's monotonic clock, in µs.
+func monoUs(t time.Time) int64 { return t.Sub(monoBase).Microseconds() }
 
 func monoTime(us int64) time.Time { return monoBase.Add(time.Duration(us) * time.Microsecond) }
 

@@ -18,6 +18,15 @@
 // deadline, so the waiters themselves reclaim the tokens of crashed holders:
 // no daemon is needed.
 //
+// Every blocking acquisition (Acquire, AcquireN and the rate gate's Wait)
+// runs one driver (internal/engine, driver.go): the pipelined wait, the
+// start-over after a broken connection, settling by acquisition id after a
+// lost reply, and the context's end are written once, and each protocol
+// supplies its scripts and what their replies mean. So every kind of wait
+// whose context ends returns within the same bound, 250ms after that end
+// even when Redis does not answer, and the settling it starts goes on in the
+// background for at most 5s.
+//
 // # Guarantees
 //
 //   - At most N leases exist at any moment, as long as Redis keeps its data.

@@ -29,9 +29,9 @@ func lateWaiter(t *testing.T, b *backend, s *Semaphore) string {
 		require.NoError(t, err)
 		n, err := redis.Int(b.do(t, "ZCARD", s.k.leases), nil)
 		require.NoError(t, err)
-		return n == 0 && b.do(t, "ZSCORE", s.k.waits, "w:"+reg.acq) == nil
+		return n == 0 && b.do(t, "ZSCORE", s.k.waits, "w:"+reg.Acq) == nil
 	}, 10*time.Second, 20*time.Millisecond, "the lease and the waiter's registration were never swept")
-	return reg.acq
+	return reg.Acq
 }
 
 func TestSweptWaiterLeavesATombstone(t *testing.T) {

@@ -2,17 +2,13 @@ package redsem
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/redsem/redsem/internal/engine"
-	"github.com/redsem/redsem/internal/failpoint"
 )
 
 // Pool is where a Semaphore gets its Redis connections. *redis.Pool
@@ -112,7 +108,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
 
 // acquireReply is a decoded reply of acquire.lua or abort.lua.
 type acquireReply struct {
-	code       int64 // 1 granted, 0 none free, 2 aborted, 3 released
+	code       int64 // engine.CodeGranted, CodeWaiting (none free), CodeSettled, CodeReleased
 	token      string
 	fence      int64
 	deadlineMs int64
@@ -150,44 +146,27 @@ func (s *Semaphore) tombMs() int64 {
 	return (maxBlock + blockSlack + s.cfg.grace).Milliseconds()
 }
 
-// blockFor is how long the next BLMOVE may block: at most maxBlock and at
-// most what is left of ctx.
-func (s *Semaphore) blockFor(ctx context.Context) int64 {
-	d := time.Duration(s.maxBlock.Load())
-	if dl, ok := ctx.Deadline(); ok {
-		if rem := time.Until(dl); rem < d {
-			d = rem
-		}
-	}
-	if d < minBlock {
-		d = minBlock
-	}
-	return d.Milliseconds()
-}
-
 // maxStaleGrants bounds how many grants in a row an acquisition gives back
 // because they reached it after their lease's local deadline.
 const maxStaleGrants = 3
 
-// maxBrokenWaits bounds how many times in a row Acquire starts over after its
-// blocked connection broke before it gives up and returns the error.
-const maxBrokenWaits = 5
-
-// acquireMode says how far one acquisition goes.
-type acquireMode int
+// acquireMode says how far one acquisition goes (engine.Mode).
+type acquireMode = engine.Mode
 
 const (
-	modeTry      acquireMode = iota // the fast path only: ErrNoToken when none is free
-	modeRegister                    // the fast path; when none is free, stay registered as waiting and return that
-	modeWait                        // wait until a grant or ctx's end
+	modeTry      = engine.ModeTry      // the fast path only: ErrNoToken when none is free
+	modeRegister = engine.ModeRegister // the fast path; when none is free, stay registered as waiting and return that
+	modeWait     = engine.ModeWait     // wait until a grant or ctx's end
 )
 
 // acquireStart is an acquisition whose fast path already ran and found no
 // token: registered as waiting in Redis, ready for its first BLMOVE.
-type acquireStart struct {
-	acq  string
-	r    acquireReply
-	sent int64
+type acquireStart = engine.Pending[acquireReply]
+
+// driver is the acquisition driver of s (engine.Drive), on s's pools and
+// the current time source.
+func (s *Semaphore) driver() *engine.Driver {
+	return &engine.Driver{Pool: s.pool, Block: s.block, MaxBlock: &s.maxBlock, Grace: s.cfg.grace, Clock: clk}
 }
 
 func (s *Semaphore) acquire(ctx context.Context, wait bool) (*Lease, error) {
@@ -199,229 +178,87 @@ func (s *Semaphore) acquire(ctx context.Context, wait bool) (*Lease, error) {
 	return l, err
 }
 
-// acquireFrom runs an acquisition in mode, continuing start if given.
+// acquireFrom runs an acquisition of one token in mode, continuing start if
+// given. In modeRegister a refusal returns the registration.
 func (s *Semaphore) acquireFrom(ctx context.Context, mode acquireMode, start *acquireStart) (*Lease, *acquireStart, error) {
-	if err := ctx.Err(); err != nil {
-		if start != nil {
-			s.settle(ctx, start.acq)
-		}
-		return nil, nil, s.ctxError(err)
+	p := &oneToken{s: s}
+	res, err := engine.Drive[acquireReply](ctx, s.driver(), p, mode, start)
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case res.Granted:
+		return p.lease, nil, nil
+	case res.Pending != nil:
+		return nil, res.Pending, nil
 	}
-	pool := s.pool
-	if mode == modeWait {
-		pool = s.block
-	}
-	broken := 0
-	for {
-		conn, err := pool.GetContext(ctx)
-		if err != nil {
-			if start != nil {
-				s.settle(ctx, start.acq)
-			}
-			if err := ctxErr(ctx); err != nil {
-				return nil, nil, s.ctxError(err)
-			}
-			return nil, nil, fmt.Errorf("redsem: acquire semaphore %q: %w", printable(s.name), err)
-		}
-		l, reg, err := s.acquireOn(ctx, conn, mode, start)
-		start = nil
-		conn.Close()
-		var be *brokenWait
-		if !errors.As(err, &be) {
-			return l, reg, err
-		}
-		if broken++; broken >= maxBrokenWaits {
-			return nil, nil, fmt.Errorf("redsem: acquire semaphore %q: %w", printable(s.name), be.err)
-		}
+	return nil, nil, fmt.Errorf("%w: semaphore %q", ErrNoToken, printable(s.name))
+}
+
+// oneToken is the driver's protocol for one token: acquire.lua, BLMOVE from
+// the token list into the waiter's pending list, abort.lua.
+type oneToken struct {
+	s     *Semaphore
+	lease *Lease
+	stale int // grants in a row that were unusable on arrival
+}
+
+func (p *oneToken) First(ctx context.Context, conn redis.Conn, acq string, block time.Duration) (acquireReply, error) {
+	return parseAcquireReply(runScript(ctx, conn, acquireScript, p.s.acquireArgs(acq, block.Milliseconds(), "fresh")...))
+}
+
+// Wait writes BLMOVE and acquire.lua in one write: when a token reaches
+// this waiter, Redis runs the script right behind the BLMOVE and the lease
+// is recorded before the client reads a byte (see doc.go, Model).
+func (p *oneToken) Wait(ctx context.Context, conn redis.Conn, acq string, r acquireReply, next time.Duration) (acquireReply, error) {
+	s := p.s
+	return parseAcquireReply(engine.BlockThenRun(ctx, conn, p.Block(r),
+		engine.BLMOVE(s.k.tokens, s.k.pend(acq)),
+		acquireScript, s.acquireArgs(acq, next.Milliseconds(), "wait"), p.Error))
+}
+
+func (p *oneToken) Abort(ctx context.Context, acq, mode string) (acquireReply, error) {
+	return p.s.abort(ctx, acq, mode)
+}
+
+func (p *oneToken) Code(r acquireReply) int64 { return r.code }
+
+func (p *oneToken) Block(r acquireReply) time.Duration {
+	return time.Duration(r.blockMs) * time.Millisecond
+}
+
+func (p *oneToken) Observe(r acquireReply, sent time.Time) {
+	p.s.clock.observe(monoUs(sent), r.nowUs)
+	if r.code == engine.CodeWaiting {
+		p.stale = 0
 	}
 }
 
-// brokenWait reports that the blocked connection broke while ctx was still
-// live and the acquisition was settled without a grant: start over.
-type brokenWait struct{ err error }
-
-func (e *brokenWait) Error() string { return e.err.Error() }
-
-// acquireOn runs one acquisition on conn: the fast path (unless start says
-// it ran), then, in modeWait, blocking waits until a grant, ctx's end, or a
-// broken connection.
-func (s *Semaphore) acquireOn(ctx context.Context, conn redis.Conn, mode acquireMode, start *acquireStart) (*Lease, *acquireStart, error) {
-	var (
-		acq  string
-		r    acquireReply
-		err  error
-		sent int64
-	)
-	if start != nil {
-		acq, r, sent = start.acq, start.r, start.sent
-	} else {
-		acq = newAcqID()
-		var block int64
-		switch mode {
-		case modeWait:
-			block = s.blockFor(ctx)
-		case modeRegister:
-			block = s.maxBlock.Load() / int64(time.Millisecond)
-		}
-		sent = monoNow()
-		failpoint.Hit("acquire.sent")
-		r, err = parseAcquireReply(runScript(ctx, conn, acquireScript, s.acquireArgs(acq, block, "fresh")...))
+// Accept takes a grant, unless it is older than our view of its lease
+// allows (this process was frozen while Redis handed it the token): such a
+// grant is never used but given back, and the acquisition goes on, but not
+// forever: grants that keep arriving too late would loop.
+func (p *oneToken) Accept(ctx context.Context, acq string, r acquireReply, sent time.Time) (bool, error) {
+	s := p.s
+	l := s.newLease(acq, r, monoUs(sent))
+	if l.Valid() {
+		p.lease = l.use()
+		return true, nil
 	}
-	var blockLeft time.Duration
-	stale := 0 // grants in a row that were unusable on arrival
-	for {
-		if err != nil {
-			if r, err = s.failedAcquire(ctx, acq, err, blockLeft); err != nil {
-				return nil, nil, err
-			}
-		}
-		s.clock.observe(sent, r.nowUs)
-		switch r.code {
-		case 1:
-			failpoint.Hit("acquire.granted")
-			l := s.newLease(acq, r, sent)
-			if l.Valid() {
-				return l.use(), nil, nil
-			}
-			// The grant is older than our view of its lease allows (this
-			// process was frozen while Redis handed it the token): never use
-			// it. Give it back if it is still ours, and wait again, but not
-			// forever: grants that keep arriving too late would loop.
-			s.giveBack(ctx, l)
-			if stale++; stale >= maxStaleGrants {
-				return nil, nil, fmt.Errorf("%w: semaphore %q: %d grants in a row were past their local deadline on arrival (TTL %v)",
-					ErrStaleGrant, printable(s.name), stale, s.cfg.ttl)
-			}
-			acq = newAcqID()
-		case 2, 3:
-			acq = newAcqID()
-		case 0:
-			stale = 0
-			switch mode {
-			case modeTry:
-				return nil, nil, fmt.Errorf("%w: semaphore %q", ErrNoToken, printable(s.name))
-			case modeRegister:
-				return nil, &acquireStart{acq: acq, r: r, sent: sent}, nil
-			}
-		}
-		if err := ctxErr(ctx); err != nil {
-			if r.code == 0 {
-				// The script registered this acquisition as waiting: take
-				// the registration back rather than leave it to the sweep.
-				s.settle(ctx, acq)
-			}
-			return nil, nil, s.ctxError(err)
-		}
-		if r.code == 0 && monoNow()-sent >= (r.blockMs+s.cfg.grace.Milliseconds())*1000 {
-			// This process came back too late to wait on the registration
-			// the reply made: Redis may have swept it, and a BLMOVE now
-			// would move a token into a pending list only the sweep's
-			// tombstone still covers. Register again (a tombstone turns the
-			// call into "aborted", and a new acquisition follows).
-			r.code = 3
-		}
-		sent = monoNow()
-		if r.code != 0 {
-			blockLeft = 0
-			r, err = parseAcquireReply(runScript(ctx, conn, acquireScript, s.acquireArgs(acq, s.blockFor(ctx), "fresh")...))
-			continue
-		}
-		used, started := time.Duration(r.blockMs)*time.Millisecond, time.Now()
-		r, err = s.blockOnce(ctx, conn, acq, r.blockMs)
-		blockLeft = used - time.Since(started)
+	s.giveBack(ctx, l)
+	if p.stale++; p.stale >= maxStaleGrants {
+		return false, fmt.Errorf("%w: semaphore %q: %d grants in a row were past their local deadline on arrival (TTL %v)",
+			ErrStaleGrant, printable(s.name), p.stale, s.cfg.ttl)
 	}
+	return false, nil
 }
 
-// blockOnce writes BLMOVE and acquire.lua in one write: when a token reaches
-// this waiter, Redis runs the script right behind the BLMOVE and the lease is
-// recorded before the client reads a byte (see doc.go, Model). Returns the
-// script's reply.
-func (s *Semaphore) blockOnce(ctx context.Context, conn redis.Conn, acq string, blockMs int64) (acquireReply, error) {
-	next := s.blockFor(ctx)
-	args := s.acquireArgs(acq, next, "wait")
-	secs := strconv.FormatFloat(float64(blockMs)/1000, 'f', 3, 64)
-	if err := conn.Send("BLMOVE", s.k.tokens, s.k.pend(acq), "LEFT", "RIGHT", secs); err != nil {
-		return acquireReply{}, err
-	}
-	skip := failpoint.Hit("wait.script")
-	if !skip {
-		if err := acquireScript.SendHash(conn, args...); err != nil {
-			return acquireReply{}, err
-		}
-	}
-	if err := conn.Flush(); err != nil {
-		return acquireReply{}, err
-	}
-	failpoint.Hit("wait.sent")
-	rctx, cancel := context.WithTimeout(ctx, time.Duration(blockMs)*time.Millisecond+blockSlack)
-	defer cancel()
-	_, moveErr := redis.ReceiveContext(conn, rctx)
-	if moveErr != nil && !isRedisError(moveErr) {
-		return acquireReply{}, moveErr
-	}
-	if skip {
-		return acquireReply{}, errSkipped
-	}
-	v, err := redis.ReceiveContext(conn, rctx)
-	if re, ok := err.(redis.Error); ok && len(re) >= 8 && string(re[:8]) == "NOSCRIPT" {
-		v, err = acquireScript.DoContext(ctx, conn, args...)
-	}
-	if moveErr != nil {
-		return acquireReply{}, &scriptErr{s.scriptError("acquire", moveErr)}
-	}
-	return parseAcquireReply(v, err)
-}
+func (p *oneToken) Error(err error) error { return p.s.scriptError("acquire", err) }
 
-// failedAcquire settles an acquisition whose reply was not read: the script
-// may have run and leased a token, or a BLMOVE may still be registered. With
-// ctx ended the token goes back and ctx's error is returned. Otherwise a lease
-// that was granted is kept (the grant is returned), and without one a
-// *brokenWait tells acquire to start over on a fresh connection.
-func (s *Semaphore) failedAcquire(ctx context.Context, acq string, err error, blockLeft time.Duration) (acquireReply, error) {
-	if isRedisError(err) {
-		// The script refused (size mismatch, wrong type, OOM...). Behind a
-		// BLMOVE a token may already sit in our pending list: give it back
-		// now rather than at the pending sweep.
-		s.settle(ctx, acq)
-		return acquireReply{}, s.scriptError("acquire", err)
-	}
-	var se *scriptErr
-	if errors.As(err, &se) {
-		s.settle(ctx, acq)
-		return acquireReply{}, se.err
-	}
-	if ctxErr(ctx) == nil {
-		rctx, cancel := context.WithTimeout(ctx, settleTimeout)
-		r, aerr := s.abort(rctx, acq, "resolve")
-		cancel()
-		switch {
-		case aerr == nil && r.code == 1:
-			return r, nil
-		case aerr == nil:
-			s.fitBlock(err, blockLeft)
-			return acquireReply{}, &brokenWait{err}
-		case ctxErr(ctx) == nil:
-			return acquireReply{}, fmt.Errorf("redsem: acquire semaphore %q: %w (settling it failed too: %v)", printable(s.name), err, aerr)
-		}
-	}
-	s.settle(ctx, acq)
-	return acquireReply{}, s.ctxError(ctxErr(ctx))
-}
+func (p *oneToken) Wrap(err error) error { return p.s.ctxError(err) }
 
-// settle gives back whatever acquisition acq may hold. It waits for that
-// briefly, so that normally the semaphore is settled when the caller
-// returns, but never holds the caller long (its context may have ended)
-// against a server that does not answer: the settle goes on in the
-// background for at most settleTimeout.
+// settle gives back whatever acquisition acq may hold (engine.Settle).
 func (s *Semaphore) settle(ctx context.Context, acq string) {
-	done := make(chan struct{})
-	clk.Go(func() {
-		defer close(done)
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-		defer cancel()
-		_, _ = s.abort(actx, acq, "release")
-	})
-	clk.WaitOrDone(context.Background(), done, settleWait)
+	engine.Settle[acquireReply](ctx, s.driver(), &oneToken{s: s}, acq)
 }
 
 // giveBack releases a grant the acquisition will not use. Like settle, it
@@ -440,18 +277,6 @@ func (s *Semaphore) giveBack(ctx context.Context, l *Lease) {
 	}
 }
 
-// fitBlock halves the longest block when a wait broke with err on the
-// connection's read deadline well before the wait's own timeout (blockLeft
-// was left of it): that connection's read timeout is shorter than our block.
-func (s *Semaphore) fitBlock(err error, blockLeft time.Duration) {
-	var ne net.Error
-	if blockLeft > time.Second && errors.As(err, &ne) && ne.Timeout() {
-		if cur := time.Duration(s.maxBlock.Load()); cur > time.Second {
-			s.maxBlock.Store(int64(cur / 2))
-		}
-	}
-}
-
 // settleTimeout bounds settling an acquisition whose reply was lost;
 // settleWait is how long a cancelled Acquire waits for that before it
 // returns.
@@ -459,14 +284,6 @@ const (
 	settleTimeout = engine.SettleTimeout
 	settleWait    = engine.SettleWait
 )
-
-// errSkipped is what a wait whose script a failpoint skipped reports.
-var errSkipped = errors.New("redsem: failpoint skipped the lease script")
-
-// scriptErr carries an error already mapped by scriptError.
-type scriptErr struct{ err error }
-
-func (e *scriptErr) Error() string { return e.err.Error() }
 
 // abort runs abort.lua for acq in the given mode ("release" or "resolve").
 func (s *Semaphore) abort(actx context.Context, acq, mode string) (acquireReply, error) {

@@ -12,7 +12,7 @@ import (
 )
 
 // moveToWaiter blocks a raw BLMOVE of tokens into acq's pending list (as
-// blockOnce does, but without the lease script behind it), then releases
+// the driver's wait does, but without the lease script behind it), then releases
 // freed, whose token Redis hands to that BLMOVE. It returns the token moved
 // and the connection the waiter's script runs on.
 func moveToWaiter(t *testing.T, b *backend, s *Semaphore, acq string, freed *Lease) (string, redis.Conn) {
@@ -66,11 +66,11 @@ func TestShrinkWithholdsAPendingToken(t *testing.T) {
 			_, reg, err := s.acquireFrom(ctx, modeRegister, nil)
 			require.NoError(t, err)
 			require.NotNil(t, reg)
-			_, conn := moveToWaiter(t, b, s, reg.acq, held[moved])
+			_, conn := moveToWaiter(t, b, s, reg.Acq, held[moved])
 			delete(held, moved)
 			require.NoError(t, s.Resize(ctx, 1))
 
-			r, err := parseAcquireReply(runScript(ctx, conn, acquireScript, s.acquireArgs(reg.acq, 1000, "wait")...))
+			r, err := parseAcquireReply(runScript(ctx, conn, acquireScript, s.acquireArgs(reg.Acq, 1000, "wait")...))
 			require.NoError(t, err)
 			assert.NotEqual(t, int64(1), r.code, "moved %d: granted %s with retired leases out on size 1", moved, r.token)
 			st, err := s.Status(ctx)
@@ -81,7 +81,7 @@ func TestShrinkWithholdsAPendingToken(t *testing.T) {
 			inv, err := s.Check(ctx)
 			require.NoError(t, err)
 			assert.True(t, inv.Healthy(), "moved %d: %+v", moved, inv)
-			_, err = s.abort(ctx, reg.acq, "release")
+			_, err = s.abort(ctx, reg.Acq, "release")
 			require.NoError(t, err)
 
 			// The retired leases drain; then the one token is free again,

@@ -109,7 +109,7 @@ func (s *Semaphore) acquireShared(ctx context.Context) (*Lease, error) {
 	q.mu.Unlock()
 	if start != nil {
 		// A pump already runs: it waits with its own acquisition.
-		go s.settle(context.Background(), start.acq)
+		go s.settle(context.Background(), start.Acq)
 	}
 
 	select {
@@ -165,7 +165,7 @@ func (s *Semaphore) pump(start *acquireStart) {
 			q.pumps--
 			q.mu.Unlock()
 			if start != nil {
-				s.settle(context.Background(), start.acq)
+				s.settle(context.Background(), start.Acq)
 			}
 			return
 		}

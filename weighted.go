@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/redsem/redsem/internal/failpoint"
+	"github.com/redsem/redsem/internal/engine"
 )
 
 // Weighted acquisition: AcquireN and TryAcquireN take k tokens at once.
@@ -137,7 +136,7 @@ func (s *Semaphore) checkN(k int) error {
 
 // acquireNReply is a decoded reply of acquire_n.lua or abort_n.lua.
 type acquireNReply struct {
-	code       int64 // 1 granted, 0 not yet, 2 settled, 3 released
+	code       int64 // engine.CodeGranted, CodeWaiting (not yet), CodeSettled, CodeReleased
 	fence      int64
 	deadlineMs int64
 	nowUs      int64
@@ -166,15 +165,15 @@ func parseAcquireNReply(v interface{}, err error) (acquireNReply, error) {
 		return r, err
 	}
 	switch {
-	case r.code == 1 && len(vals) >= 5:
+	case r.code == engine.CodeGranted && len(vals) >= 5:
 		_, err = redis.Scan(vals[1:4], &r.fence, &r.deadlineMs, &r.nowUs)
 		if err == nil {
 			r.tokens, err = redis.Strings(vals[4:], nil)
 		}
-	case r.code == 0 && len(vals) == 5:
+	case r.code == engine.CodeWaiting && len(vals) == 5:
 		var have int64
 		_, err = redis.Scan(vals[1:], &r.blockMs, &r.nowUs, &r.mode, &have)
-	case len(vals) == 3 && r.code != 1: // settled, or abort_n.lua's replies
+	case len(vals) == 3 && r.code != engine.CodeGranted: // settled, or abort_n.lua's replies
 
 		_, err = redis.Scan(vals[2:], &r.nowUs)
 	default:
@@ -191,197 +190,101 @@ func (s *Semaphore) acquireNArgs(acq string, k int, blockMs int64, phase string)
 }
 
 func (s *Semaphore) acquireN(ctx context.Context, k int, wait bool) (*Lease, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, s.ctxError(err)
-	}
-	pool := s.pool
+	mode := modeTry
 	if wait {
-		pool = s.block
+		mode = modeWait
 	}
-	broken := 0
-	for {
-		conn, err := pool.GetContext(ctx)
-		if err != nil {
-			if err := ctxErr(ctx); err != nil {
-				return nil, s.ctxError(err)
-			}
-			return nil, fmt.Errorf("redsem: acquire semaphore %q: %w", printable(s.name), err)
-		}
-		l, err := s.acquireNOn(ctx, conn, k, wait)
-		conn.Close()
-		var be *brokenWait
-		if !errors.As(err, &be) {
-			return l, err
-		}
-		if broken++; broken >= maxBrokenWaits {
-			return nil, fmt.Errorf("redsem: acquire semaphore %q: %w", printable(s.name), be.err)
-		}
+	p := &kTokens{s: s, k: k}
+	res, err := engine.Drive[acquireNReply](ctx, s.driver(), p, mode, nil)
+	switch {
+	case err != nil:
+		return nil, err
+	case res.Granted:
+		return p.lease, nil
 	}
+	return nil, fmt.Errorf("%w: semaphore %q: %d permits", ErrNoToken, printable(s.name), k)
 }
 
-// acquireNOn runs one weighted acquisition on conn: the first script, then
-// blocking waits until a grant, ctx's end, or a broken connection.
-func (s *Semaphore) acquireNOn(ctx context.Context, conn redis.Conn, k int, wait bool) (*Lease, error) {
-	acq := newAcqID()
-	var block int64
-	if wait {
-		block = s.blockFor(ctx)
-	}
-	sent := monoNow()
-	failpoint.Hit("acquire.sent")
-	r, err := parseAcquireNReply(runScript(ctx, conn, acquireNScript, s.acquireNArgs(acq, k, block, "fresh")...))
-	var blockLeft time.Duration
-	stale := 0 // grants in a row that were unusable on arrival
-	for {
-		if err != nil {
-			if r, err = s.failedAcquireN(ctx, acq, k, err, blockLeft); err != nil {
-				return nil, err
-			}
-		}
-		s.clock.observe(sent, r.nowUs)
-		switch r.code {
-		case 1:
-			failpoint.Hit("acquire.granted")
-			l := s.newLeaseN(acq, r.tokens, r.fence, r.deadlineMs, sent)
-			if l.Valid() {
-				return l.use(), nil
-			}
-			// A grant older than its lease allows (this process was frozen,
-			// or the TTL is shorter than a round trip): never use it; give
-			// it back, bounded as a cancelled wait's settling is, and start
-			// over, but not forever.
-			s.giveBack(ctx, l)
-			if stale++; stale >= maxStaleGrants {
-				return nil, fmt.Errorf("%w: semaphore %q: %d grants of %d permits in a row were past their local deadline on arrival (TTL %v)",
-					ErrStaleGrant, printable(s.name), stale, k, s.cfg.ttl)
-			}
-			acq = newAcqID()
-		case 2, 3:
-			acq = newAcqID()
-		case 0:
-			stale = 0
-			if !wait {
-				return nil, fmt.Errorf("%w: semaphore %q: %d permits", ErrNoToken, printable(s.name), k)
-			}
-		}
-		if err := ctxErr(ctx); err != nil {
-			if r.code == 0 {
-				// Queued or collecting: leave the queue, give back at once
-				// what was collected, hand the ticket on.
-				s.settleN(ctx, acq, k)
-			}
-			return nil, s.ctxError(err)
-		}
-		sent = monoNow()
-		if r.code != 0 {
-			blockLeft = 0
-			r, err = parseAcquireNReply(runScript(ctx, conn, acquireNScript, s.acquireNArgs(acq, k, s.blockFor(ctx), "fresh")...))
-			continue
-		}
-		used, started := time.Duration(r.blockMs)*time.Millisecond, time.Now()
-		r, err = s.blockOnceN(ctx, conn, acq, k, r)
-		blockLeft = used - time.Since(started)
-	}
+// kTokens is the driver's protocol for k tokens at once: acquire_n.lua,
+// behind BLMOVE (a collector before its first token) or BLPOP on the
+// waiter's doorbell (queued for the ticket, or collecting), and abort_n.lua.
+type kTokens struct {
+	s     *Semaphore
+	k     int
+	lease *Lease
+	stale int // grants in a row that were unusable on arrival
 }
 
-// blockOnceN writes the wait r asks for (BLMOVE into the pending list, or
-// BLPOP on the doorbell) and acquire_n.lua in one write, so that the script
-// runs on the server the moment the wait ends. Returns the script's reply.
-func (s *Semaphore) blockOnceN(ctx context.Context, conn redis.Conn, acq string, k int, r acquireNReply) (acquireNReply, error) {
-	args := s.acquireNArgs(acq, k, s.blockFor(ctx), "wait")
-	secs := strconv.FormatFloat(float64(r.blockMs)/1000, 'f', 3, 64)
-	var err error
+func (p *kTokens) First(ctx context.Context, conn redis.Conn, acq string, block time.Duration) (acquireNReply, error) {
+	return parseAcquireNReply(runScript(ctx, conn, acquireNScript, p.s.acquireNArgs(acq, p.k, block.Milliseconds(), "fresh")...))
+}
+
+// Wait writes the wait r asks for (BLMOVE into the pending list, or BLPOP
+// on the doorbell) and acquire_n.lua in one write, so that the script runs
+// on the server the moment the wait ends.
+func (p *kTokens) Wait(ctx context.Context, conn redis.Conn, acq string, r acquireNReply, next time.Duration) (acquireNReply, error) {
+	s := p.s
+	wait := engine.BLPOP(s.k.bell(acq))
 	if r.mode == modeMove {
-		err = conn.Send("BLMOVE", s.k.tokens, s.k.pend(acq), "LEFT", "RIGHT", secs)
-	} else {
-		err = conn.Send("BLPOP", s.k.bell(acq), secs)
+		wait = engine.BLMOVE(s.k.tokens, s.k.pend(acq))
 	}
-	if err != nil {
-		return acquireNReply{}, err
-	}
-	skip := failpoint.Hit("wait.script")
-	if !skip {
-		if err := acquireNScript.SendHash(conn, args...); err != nil {
-			return acquireNReply{}, err
-		}
-	}
-	if err := conn.Flush(); err != nil {
-		return acquireNReply{}, err
-	}
-	failpoint.Hit("wait.sent")
-	rctx, cancel := context.WithTimeout(ctx, time.Duration(r.blockMs)*time.Millisecond+blockSlack)
-	defer cancel()
-	_, waitErr := redis.ReceiveContext(conn, rctx)
-	if waitErr != nil && !isRedisError(waitErr) {
-		return acquireNReply{}, waitErr
-	}
-	if skip {
-		return acquireNReply{}, errSkipped
-	}
-	v, err := redis.ReceiveContext(conn, rctx)
-	if re, ok := err.(redis.Error); ok && len(re) >= 8 && string(re[:8]) == "NOSCRIPT" {
-		v, err = acquireNScript.DoContext(ctx, conn, args...)
-	}
-	if waitErr != nil {
-		return acquireNReply{}, &scriptErr{s.scriptError("acquire", waitErr)}
-	}
-	return parseAcquireNReply(v, err)
+	return parseAcquireNReply(engine.BlockThenRun(ctx, conn, p.Block(r), wait,
+		acquireNScript, s.acquireNArgs(acq, p.k, next.Milliseconds(), "wait"), p.Error))
 }
 
-// failedAcquireN settles a weighted acquisition whose reply was not read, as
-// failedAcquire does for one token: with ctx live, a grant is kept and
-// returned, and anything else is given back and reported as a *brokenWait
-// (start over); with ctx ended everything goes back and ctx's error is
-// returned. After an error reply (nothing read is in doubt, but the
-// acquisition may hold collected tokens and the ticket) it settles too.
-func (s *Semaphore) failedAcquireN(ctx context.Context, acq string, k int, err error, blockLeft time.Duration) (acquireNReply, error) {
-	var se *scriptErr
-	if isRedisError(err) || errors.As(err, &se) {
-		s.settleN(ctx, acq, k)
-		if se != nil {
-			return acquireNReply{}, se.err
-		}
-		var re redis.Error
-		if errors.As(err, &re) && strings.HasPrefix(string(re), "REDSEM_TOOMANY ") {
-			stored := strings.TrimPrefix(string(re), "REDSEM_TOOMANY ")
-			return acquireNReply{}, fmt.Errorf("%w: %d permits of semaphore %q, whose size in Redis is %s", ErrInvalidSize, k, printable(s.name), stored)
-		}
-		return acquireNReply{}, s.scriptError("acquire", err)
-	}
-	if ctxErr(ctx) == nil {
-		rctx, cancel := context.WithTimeout(ctx, settleTimeout)
-		r, aerr := s.abortN(rctx, acq, k, "resolve")
-		cancel()
-		switch {
-		case aerr == nil && r.code == 1:
-			return r, nil
-		case aerr == nil:
-			s.fitBlock(err, blockLeft)
-			return acquireNReply{}, &brokenWait{err}
-		case ctxErr(ctx) == nil:
-			return acquireNReply{}, fmt.Errorf("redsem: acquire semaphore %q: %w (settling it failed too: %v)", printable(s.name), err, aerr)
-		}
-	}
-	s.settleN(ctx, acq, k)
-	return acquireNReply{}, s.ctxError(ctxErr(ctx))
+func (p *kTokens) Abort(ctx context.Context, acq, mode string) (acquireNReply, error) {
+	return p.s.abortN(ctx, acq, p.k, mode)
 }
 
-// settleN gives back everything acquisition acq holds or collects, leaves
-// the ticket queue and hands the ticket on. It waits for that briefly (so
-// that normally the semaphore is settled when AcquireN returns) and lets it
-// go on in the background for at most settleTimeout.
-func (s *Semaphore) settleN(ctx context.Context, acq string, k int) {
-	done := make(chan struct{})
-	clk.Go(func() {
-		defer close(done)
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-		defer cancel()
-		_, _ = s.abortN(actx, acq, k, "release")
-	})
-	clk.WaitOrDone(context.Background(), done, settleWait)
+func (p *kTokens) Code(r acquireNReply) int64 { return r.code }
+
+func (p *kTokens) Block(r acquireNReply) time.Duration {
+	return time.Duration(r.blockMs) * time.Millisecond
 }
 
-// abortN runs abort_n.lua for acq in the given mode ("release" or "resolve").
+func (p *kTokens) Observe(r acquireNReply, sent time.Time) {
+	p.s.clock.observe(monoUs(sent), r.nowUs)
+	if r.code == engine.CodeWaiting {
+		p.stale = 0
+	}
+}
+
+// Accept takes a grant, unless it is older than its lease allows (this
+// process was frozen, or the TTL is shorter than a round trip): such a grant
+// is given back, bounded as a cancelled wait's settling is, and the
+// acquisition starts over, but not forever.
+func (p *kTokens) Accept(ctx context.Context, acq string, r acquireNReply, sent time.Time) (bool, error) {
+	s := p.s
+	l := s.newLeaseN(acq, r.tokens, r.fence, r.deadlineMs, monoUs(sent))
+	if l.Valid() {
+		p.lease = l.use()
+		return true, nil
+	}
+	s.giveBack(ctx, l)
+	if p.stale++; p.stale >= maxStaleGrants {
+		return false, fmt.Errorf("%w: semaphore %q: %d grants of %d permits in a row were past their local deadline on arrival (TTL %v)",
+			ErrStaleGrant, printable(s.name), p.stale, p.k, s.cfg.ttl)
+	}
+	return false, nil
+}
+
+// Error maps acquire_n.lua's error replies; REDSEM_TOOMANY (k is more than
+// the size stored in Redis) is ErrInvalidSize.
+func (p *kTokens) Error(err error) error {
+	var re redis.Error
+	if errors.As(err, &re) && strings.HasPrefix(string(re), "REDSEM_TOOMANY ") {
+		stored := strings.TrimPrefix(string(re), "REDSEM_TOOMANY ")
+		return fmt.Errorf("%w: %d permits of semaphore %q, whose size in Redis is %s", ErrInvalidSize, p.k, printable(p.s.name), stored)
+	}
+	return p.s.scriptError("acquire", err)
+}
+
+func (p *kTokens) Wrap(err error) error { return p.s.ctxError(err) }
+
+// abortN runs abort_n.lua for acq in the given mode ("release" or
+// "resolve"): it gives back everything acq holds or collects, leaves the
+// ticket queue and hands the ticket on ("release"), or keeps a grant and
+// reports it ("resolve").
 func (s *Semaphore) abortN(actx context.Context, acq string, k int, mode string) (acquireNReply, error) {
 	sent := monoNow()
 	args := append(s.k.all(5), s.k.pend(acq), s.k.bell(acq), s.k.wqueue(), acq, k, mode, s.tombMs())

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -147,7 +145,7 @@ func (g *Gate) Allow(ctx context.Context) (Start, error) {
 
 // rateReply is a decoded reply of rate_take.lua or rate_abort.lua.
 type rateReply struct {
-	code    int64 // 1 granted, 0 none free, 2 settled: start over, 3 given back
+	code    int64 // engine.CodeGranted, CodeWaiting (none free), CodeSettled (start over), CodeReleased
 	token   string
 	grantUs int64
 	waitUs  int64 // code 1: until the next start may be possible; code 0: how long to wait
@@ -185,104 +183,49 @@ func (g *Gate) takeArgs(acq string, blockUs int64, phase string) []interface{} {
 // of its scripts can still be on the way.
 func (g *Gate) tomb() time.Duration { return engine.MaxBlock + engine.BlockSlack + g.cfg.grace }
 
-// blockFor is the longest the next wait may last (µs): at most maxBlock and
-// at most what is left of ctx.
-func (g *Gate) blockFor(ctx context.Context) int64 {
-	d := time.Duration(g.maxBlock.Load())
-	if dl, ok := ctx.Deadline(); ok {
-		if rem := time.Until(dl); rem < d {
-			d = rem
-		}
-	}
-	return max(d, engine.MinBlock).Microseconds()
+// driver is the acquisition driver of g (engine.Drive), on g's pools.
+func (g *Gate) driver() *engine.Driver {
+	return &engine.Driver{Pool: g.pool, Block: g.block, MaxBlock: &g.maxBlock, Grace: g.cfg.grace}
 }
 
 func (g *Gate) take(ctx context.Context, wait bool) (Start, error) {
 	began := time.Now()
-	if err := ctx.Err(); err != nil {
-		return Start{}, g.ctxError(err)
-	}
-	pool := g.pool
+	mode := engine.ModeTry
 	if wait {
-		pool = g.block
+		mode = engine.ModeWait
 	}
-	broken := 0
-	for {
-		conn, err := pool.GetContext(ctx)
-		if err != nil {
-			if err := engine.CtxErr(ctx); err != nil {
-				return Start{}, g.ctxError(err)
-			}
-			return Start{}, fmt.Errorf("redsem: rate gate %q: %w", engine.Printable(g.name), err)
-		}
-		st, err := g.takeOn(ctx, conn, wait, began)
-		conn.Close()
-		var be *brokenWait
-		if !errors.As(err, &be) {
-			return st, err
-		}
-		if broken++; broken >= engine.MaxBrokenWaits {
-			return Start{}, fmt.Errorf("redsem: rate gate %q: %w", engine.Printable(g.name), be.err)
-		}
+	res, err := engine.Drive[rateReply](ctx, g.driver(), &oneStart{g: g}, mode, nil)
+	switch {
+	case err != nil:
+		return Start{}, err
+	case res.Granted:
+		return Start{
+			At:         time.UnixMicro(res.Reply.grantUs),
+			Waited:     time.Since(began),
+			RetryAfter: usDuration(res.Reply.waitUs),
+		}, nil
 	}
+	after := usDuration(res.Reply.waitUs)
+	return Start{Waited: time.Since(began), RetryAfter: after},
+		&LimitedError{Name: engine.Printable(g.name), RetryAfter: after}
 }
 
-// takeOn runs one acquisition on conn: the fast path, then waits until a
-// grant, ctx's end, or a broken connection (a *brokenWait: start over).
-func (g *Gate) takeOn(ctx context.Context, conn redis.Conn, wait bool, began time.Time) (Start, error) {
-	acq := engine.NewAcqID()
-	var block int64
-	if wait {
-		block = g.blockFor(ctx)
-	}
-	r, err := parseRateReply(engine.RunScript(ctx, conn, takeScript, g.takeArgs(acq, block, "fresh")...))
-	var blockLeft time.Duration
-	for {
-		if err != nil {
-			if r, err = g.failedTake(ctx, acq, err, blockLeft); err != nil {
-				return Start{}, err
-			}
-		}
-		switch r.code {
-		case 1:
-			return Start{
-				At:         time.UnixMicro(r.grantUs),
-				Waited:     time.Since(began),
-				RetryAfter: usDuration(r.waitUs),
-			}, nil
-		case 0:
-			if !wait {
-				after := usDuration(r.waitUs)
-				return Start{Waited: time.Since(began), RetryAfter: after},
-					&LimitedError{Name: engine.Printable(g.name), RetryAfter: after}
-			}
-		}
-		if err := engine.CtxErr(ctx); err != nil {
-			if r.code == 0 {
-				// Leave the queue (and give back a start granted meanwhile).
-				g.settle(ctx, acq)
-			}
-			return Start{}, g.ctxError(err)
-		}
-		if r.code != 0 {
-			// Settled behind our back (dropped as dead, or given back):
-			// start over as a new acquisition.
-			acq, blockLeft = engine.NewAcqID(), 0
-			r, err = parseRateReply(engine.RunScript(ctx, conn, takeScript, g.takeArgs(acq, g.blockFor(ctx), "fresh")...))
-			continue
-		}
-		used, started := usDuration(r.waitUs), time.Now()
-		r, err = g.waitOnce(ctx, conn, acq, r)
-		blockLeft = used - time.Since(started)
-	}
+// oneStart is the driver's protocol for one start: rate_take.lua, behind
+// BLPOP on the waiter's doorbell, and rate_abort.lua.
+type oneStart struct{ g *Gate }
+
+func (p *oneStart) First(ctx context.Context, conn redis.Conn, acq string, block time.Duration) (rateReply, error) {
+	return parseRateReply(engine.RunScript(ctx, conn, takeScript, p.g.takeArgs(acq, block.Microseconds(), "fresh")...))
 }
 
-// waitOnce waits as rate_take.lua said, then runs it again (phase "wait").
-// A waiter sleeps in BLPOP on its doorbell with the script right behind it
-// in the same write, so the script runs the moment the doorbell rings. The
+// Wait waits as rate_take.lua said, then runs it again (phase "wait"). A
+// waiter sleeps in BLPOP on its doorbell with the script right behind it in
+// the same write, so the script runs the moment the doorbell rings. The
 // queue's head sleeps its last localWake on a local timer, because Redis
 // times BLPOP out only on its cron tick.
-func (g *Gate) waitOnce(ctx context.Context, conn redis.Conn, acq string, r rateReply) (rateReply, error) {
+func (p *oneStart) Wait(ctx context.Context, conn redis.Conn, acq string, r rateReply, next time.Duration) (rateReply, error) {
+	g := p.g
+	args := g.takeArgs(acq, next.Microseconds(), "wait")
 	d := usDuration(r.waitUs)
 	if r.head && d <= localWake {
 		t := time.NewTimer(d)
@@ -292,116 +235,38 @@ func (g *Gate) waitOnce(ctx context.Context, conn redis.Conn, acq string, r rate
 			return rateReply{}, ctx.Err()
 		case <-t.C:
 		}
-		return parseRateReply(engine.RunScript(ctx, conn, takeScript, g.takeArgs(acq, g.blockFor(ctx), "wait")...))
+		return parseRateReply(engine.RunScript(ctx, conn, takeScript, args...))
 	}
 	if r.head {
 		d -= localWake
 	}
-	args := g.takeArgs(acq, g.blockFor(ctx), "wait")
-	secs := strconv.FormatFloat(math.Ceil(float64(d.Microseconds())/1000)/1000, 'f', 3, 64)
-	if err := conn.Send("BLPOP", args[6], secs); err != nil {
-		return rateReply{}, err
-	}
-	if err := takeScript.SendHash(conn, args...); err != nil {
-		return rateReply{}, err
-	}
-	if err := conn.Flush(); err != nil {
-		return rateReply{}, err
-	}
-	rctx, cancel := context.WithTimeout(ctx, d+engine.BlockSlack)
-	defer cancel()
-	_, popErr := redis.ReceiveContext(conn, rctx)
-	if popErr != nil && popErr != redis.ErrNil && !engine.IsRedisError(popErr) {
-		return rateReply{}, popErr
-	}
-	v, err := redis.ReceiveContext(conn, rctx)
-	if re, ok := err.(redis.Error); ok && strings.HasPrefix(string(re), "NOSCRIPT") {
-		v, err = takeScript.DoContext(ctx, conn, args...)
-	}
-	if popErr != nil && popErr != redis.ErrNil {
-		return rateReply{}, &scriptErr{g.scriptError("wait", popErr)}
-	}
-	return parseRateReply(v, err)
+	return parseRateReply(engine.BlockThenRun(ctx, conn, d, engine.BLPOP(g.k.inbox(acq)),
+		takeScript, args, func(err error) error { return g.scriptError("wait", err) }))
 }
 
-// failedTake settles an acquisition whose reply was not read: a script may
-// have granted a start, or the waiter may still be queued. With ctx ended
-// the start is given back and ctx's error returned. Otherwise a granted
-// start is kept (returned), and without one a *brokenWait tells take to
-// start over on a fresh connection.
-func (g *Gate) failedTake(ctx context.Context, acq string, err error, blockLeft time.Duration) (rateReply, error) {
-	if engine.IsRedisError(err) {
-		return rateReply{}, g.scriptError("wait", err)
-	}
-	var se *scriptErr
-	if errors.As(err, &se) {
-		return rateReply{}, se.err
-	}
-	if engine.CtxErr(ctx) == nil {
-		// The wait broke while its caller still waits: resolve it by id,
-		// bounded by ctx too, so that a caller whose context ends meanwhile
-		// returns within the settle bound below.
-		rctx, cancel := context.WithTimeout(ctx, engine.SettleTimeout)
-		r, aerr := g.abort(rctx, acq, "resolve")
-		cancel()
-		switch {
-		case aerr == nil && r.code == 1:
-			return r, nil
-		case aerr == nil:
-			return rateReply{}, g.brokenWait(err, blockLeft)
-		case engine.CtxErr(ctx) == nil:
-			return rateReply{}, fmt.Errorf("redsem: rate gate %q: %w (settling it failed too: %v)", engine.Printable(g.name), err, aerr)
-		}
-	}
-	g.settle(ctx, acq)
-	return rateReply{}, g.ctxError(engine.CtxErr(ctx))
-}
-
-// brokenWait is what a wait whose connection broke before its BLPOP's own
-// timeout (blockLeft was left of it) returns, so that take starts over on a
-// fresh connection.
-func (g *Gate) brokenWait(err error, blockLeft time.Duration) error {
-	if blockLeft > time.Second {
-		// The read deadline came well before the BLPOP's own timeout: the
-		// connection's read timeout is shorter than our block. Block less.
-		if cur := time.Duration(g.maxBlock.Load()); cur > time.Second {
-			g.maxBlock.Store(int64(cur / 2))
-		}
-	}
-	return &brokenWait{err}
-}
-
-// settle leaves the queue for a wait whose context ended, giving back a
-// start granted meanwhile, as a cancelled Acquire settles: the abort runs in
-// the background, bounded by engine.SettleTimeout, and the caller waits for
-// it engine.SettleWait at most, so a cancelled Wait returns within that
-// bound even when Redis stops answering.
-func (g *Gate) settle(ctx context.Context, acq string) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engine.SettleTimeout)
-		defer cancel()
-		_, _ = g.abort(actx, acq, "release")
-	}()
-	t := time.NewTimer(engine.SettleWait)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
-}
-
-// abort runs rate_abort.lua (idempotent: it settles by acquisition id)
-// under actx, once more on another connection if the pooled one was dead.
-func (g *Gate) abort(actx context.Context, acq, mode string) (rateReply, error) {
+// Abort runs rate_abort.lua (idempotent: it settles by acquisition id),
+// once more on another connection if the pooled one was dead.
+func (p *oneStart) Abort(ctx context.Context, acq, mode string) (rateReply, error) {
+	g := p.g
 	args := append(g.k.args(acq), acq, mode, g.tomb().Microseconds())
-	v, _, err := engine.Call(actx, g.pool, abortScript, args...)
+	v, _, err := engine.Call(ctx, g.pool, abortScript, args...)
 	return parseRateReply(v, err)
 }
 
-func (g *Gate) ctxError(err error) error {
-	return fmt.Errorf("redsem: rate gate %q: %w", engine.Printable(g.name), err)
+func (p *oneStart) Code(r rateReply) int64 { return r.code }
+
+func (p *oneStart) Block(r rateReply) time.Duration { return usDuration(r.waitUs) }
+
+func (p *oneStart) Observe(rateReply, time.Time) {}
+
+func (p *oneStart) Accept(context.Context, string, rateReply, time.Time) (bool, error) {
+	return true, nil
+}
+
+func (p *oneStart) Error(err error) error { return p.g.scriptError("wait", err) }
+
+func (p *oneStart) Wrap(err error) error {
+	return fmt.Errorf("redsem: rate gate %q: %w", engine.Printable(p.g.name), err)
 }
 
 // scriptError maps the rate scripts' error replies to the sentinels.
@@ -425,14 +290,3 @@ var (
 	takeScript  = engine.NewScript(keyCount, "rate_take.lua", "common.lua", "rate_common.lua")
 	abortScript = engine.NewScript(keyCount, "rate_abort.lua", "common.lua", "rate_common.lua")
 )
-
-// brokenWait reports that the blocked connection broke while ctx was still
-// live and the acquisition was settled without a grant: start over.
-type brokenWait struct{ err error }
-
-func (e *brokenWait) Error() string { return e.err.Error() }
-
-// scriptErr carries an error already mapped by scriptError.
-type scriptErr struct{ err error }
-
-func (e *scriptErr) Error() string { return e.err.Error() }

@@ -34,8 +34,11 @@ const keyCount = 7
 // args returns the keys the rate scripts take for acquisition acq: the
 // last one is acq's doorbell.
 func (k keys) args(acq string) []interface{} {
-	return []interface{}{k.meta, k.tokens, k.leases, k.holders, k.queue, k.waits, k.base + "in:" + acq}
+	return []interface{}{k.meta, k.tokens, k.leases, k.holders, k.queue, k.waits, k.inbox(acq)}
 }
+
+// inbox is acquisition acq's doorbell: a waiter sleeps in BLPOP on it.
+func (k keys) inbox(acq string) string { return k.base + "in:" + acq }
 
 // statusArgs are status.lua's keys, the semaphore's five in the same order.
 func (k keys) statusArgs() []interface{} {

@@ -55,7 +55,7 @@ func gateOps() []gateOp {
 		}},
 		{"cancelled", func(t *testing.T, b *backend, ctx context.Context, g *Gate, acq string) func(ctx context.Context) error {
 			return func(ctx context.Context) error {
-				_, err := g.abort(ctx, acq, "release")
+				_, err := (&oneStart{g: g}).Abort(ctx, acq, "release")
 				if err != nil {
 					return g.scriptError("abort", err)
 				}
