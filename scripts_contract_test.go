@@ -3,6 +3,7 @@ package redsem
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -58,4 +59,19 @@ func headerMismatches(decls []engine.Declaration) []string {
 		}
 	}
 	return out
+}
+
+// The reply codes codes.lua names are the ones Go names.
+func TestReplyCodesMatch(t *testing.T) {
+	want := map[string]int64{"WAITING": engine.CodeWaiting, "GRANTED": engine.CodeGranted,
+		"SETTLED": engine.CodeSettled, "RELEASED": engine.CodeReleased}
+	got := map[string]int64{}
+	for _, line := range strings.Split(engine.MustRead("codes.lua"), "\n") {
+		var name string
+		var v int64
+		if n, _ := fmt.Sscanf(line, "local %s = %d", &name, &v); n == 2 {
+			got[name] = v
+		}
+	}
+	assert.Equal(t, want, got)
 }

@@ -14,13 +14,15 @@ var luaFS embed.FS
 
 // NewScript returns the script in lua/<file> taking keys keys, after the
 // files of helpers it uses (Redis scripts cannot import one another):
-// common.lua for every script but status.lua, and rate_common.lua too for
-// the rate gate's. redigo runs it with EVALSHA and falls back to EVAL on
+// codes.lua (the reply codes) for every script, always first; common.lua
+// for every script but status.lua, and rate_common.lua too for the rate
+// gate's. redigo runs it with EVALSHA and falls back to EVAL on
 // NOSCRIPT.
 //
 // Each call is recorded (Declarations), so that a test can hold what Go
 // declares against each script's own "-- KEYS:" header (HeaderKeys).
 func NewScript(keys int, file string, helpers ...string) *redis.Script {
+	helpers = append([]string{"codes.lua"}, helpers...)
 	declMu.Lock()
 	declared = append(declared, Declaration{File: file, Keys: keys, Helpers: helpers})
 	declMu.Unlock()

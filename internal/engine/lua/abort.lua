@@ -36,12 +36,12 @@ if tok then
   local score = redis.call('ZSCORE', KEYS[3], tok)
   if mode == 'resolve' and score then
     local fence = string.match(rec, '^[^|]*|([^|]*)|')
-    return {1, tok, tonumber(fence), tonumber(score), now}
+    return {GRANTED, tok, tonumber(fence), tonumber(score), now}
   end
   redis.call('ZREM', KEYS[3], tok)
   redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. acq)
   give_back(tok, epoch, size, true)
-  return {3, 0, now}
+  return {RELEASED, 0, now}
 end
 local toks = redis.call('LRANGE', KEYS[6], 0, 9)
 redis.call('DEL', KEYS[6])
@@ -55,4 +55,4 @@ if due and now_ms + tomb < due then redis.call('HSET', KEYS[1], 'due', now_ms + 
 -- moves it to meta).
 redis.call('HSET', size and KEYS[1] or KEYS[4], 'x:' .. acq, now_ms + tomb)
 for _, t in ipairs(toks) do give_back(t, epoch, size) end
-return {0, 0, now}
+return {WAITING, 0, now}

@@ -114,7 +114,7 @@ if aborted then
     redis.call('DEL', KEYS[6])
     for _, tok in ipairs(toks) do give_back(tok, epoch, size) end
   end
-  return {2, 0, now}
+  return {SETTLED, 0, now}
 end
 
 local function grant(tok)
@@ -126,7 +126,7 @@ local function grant(tok)
     redis.call('HSET', KEYS[1], 'fence', fmt_int(f))
   end
   redis.call('HSET', KEYS[4], 't:' .. tok, acq .. '|' .. fmt_int(f) .. '|' .. now_ms .. '|' .. label, 'a:' .. acq, tok)
-  return {1, tok, f, deadline, now}
+  return {GRANTED, tok, f, deadline, now}
 end
 
 -- The token the BLMOVE moved into our pending list, then anything free.
@@ -166,7 +166,7 @@ if block == 0 then
   if not fresh then redis.call('ZREM', KEYS[5], 'w:' .. acq) end
   local retry = 0
   if due < NO_DUE then retry = math.max(due - now_ms, 0) end
-  return {0, retry, now}
+  return {WAITING, retry, now}
 end
 -- Wake no later than the earliest lease deadline or pending sweep (due), so
 -- that the tokens of crashed holders and of waiters that died between move
@@ -176,4 +176,4 @@ local sweep = now_ms + block + grace
 local r = redis.pcall('ZADD', KEYS[5], sweep, 'w:' .. acq)
 if type(r) == 'table' and r['err'] then return undo(r) end
 if sweep < due then redis.call('HSET', KEYS[1], 'due', sweep) end
-return {0, block, now}
+return {WAITING, block, now}

@@ -88,22 +88,22 @@ do
         if type(tok) == 'table' then return undo(tok, KEYS[2]) end
         if not tok then
           if block == 0 then
-            if due < 9e15 then return {0, math.max(due - now_ms, 0), now} end
-            return {0, 0, now}
+            if due < 9e15 then return {WAITING, math.max(due - now_ms, 0), now} end
+            return {WAITING, 0, now}
           end
           block = math.min(block, math.max(due - now_ms + 1, 10))
           local sweep = now_ms + block + grace
           local r = redis.pcall('ZADD', KEYS[5], sweep, 'w:' .. acq)
           if type(r) == 'table' then return undo(r, KEYS[5]) end
           if sweep < due then redis.call('HSET', KEYS[1], 'due', sweep) end
-          return {0, block, now}
+          return {WAITING, block, now}
         end
         if valid(tok) then
           -- NX: a token that is leased already is a duplicate, not granted.
           local r = redis.pcall('ZADD', KEYS[3], 'NX', deadline, tok)
           if r == 1 then
             local e = record(tok)
-            if not e then return {1, tok, f, deadline, now} end
+            if not e then return {GRANTED, tok, f, deadline, now} end
             redis.call('ZREM', KEYS[3], tok)
             redis.call('LPUSH', KEYS[2], tok)
             return undo(e, KEYS[4])
@@ -149,7 +149,7 @@ do
               else
                 redis.call('HSET', KEYS[1], 'fence', fs)
               end
-              return {1, tok, f, deadline, now}
+              return {GRANTED, tok, f, deadline, now}
             end
             if type(r) == 'table' then
               putback(tok)

@@ -47,6 +47,6 @@ if st then
   -- Hand a given-back token to the next waiter, and wake a new head.
   return_due(st, now)
   serve(st, now)
-  if released then return {3, 0, now} end
+  if released then return {RELEASED, 0, now} end
 end
-return {0, 0, now}
+return {WAITING, 0, now}

@@ -149,5 +149,5 @@ local function granted_reply(st, acq, now)
     return nil
   end
   local g = tonumber(string.match(rec, '|(%d+)$'))
-  return {1, tok, g, next_in(st, now), now}
+  return {GRANTED, tok, g, next_in(st, now), now}
 end

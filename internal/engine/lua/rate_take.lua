@@ -61,7 +61,7 @@ sweep(now)
 return_due(st, now)
 if redis.call('ZSCORE', KEYS[6], 'x:' .. acq) then
   redis.call('DEL', KEYS[7])
-  return {2, 0, now}
+  return {SETTLED, 0, now}
 end
 serve(st, now)
 
@@ -71,10 +71,10 @@ if fresh then
     local tok = pop_token(st)
     if tok then
       local g = grant(st, acq, tok, now)
-      return {1, tok, g, next_in(st, now), now}
+      return {GRANTED, tok, g, next_in(st, now), now}
     end
   end
-  if block == 0 then return {0, next_in(st, now), now, 0} end
+  if block == 0 then return {WAITING, next_in(st, now), now, 0} end
   redis.call('RPUSH', KEYS[5], acq)
 else
   local r = granted_reply(st, acq, now)
@@ -85,7 +85,7 @@ else
   end
   if not redis.call('ZSCORE', KEYS[6], 'w:' .. acq) then
     -- Dropped from the queue as dead (its liveness passed): start over.
-    return {2, 0, now}
+    return {SETTLED, 0, now}
   end
 end
 
@@ -105,4 +105,4 @@ else
 end
 wait = math.max(wait, 1000)
 redis.call('ZADD', KEYS[6], fmt_int(now + wait + grace), 'w:' .. acq)
-return {0, wait, now, head}
+return {WAITING, wait, now, head}
