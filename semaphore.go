@@ -226,6 +226,8 @@ func (p *oneToken) Block(r acquireReply) time.Duration {
 	return time.Duration(r.blockMs) * time.Millisecond
 }
 
+func (p *oneToken) Moves(acquireReply) bool { return true }
+
 func (p *oneToken) Observe(r acquireReply, sent time.Time) {
 	p.s.clock.observe(monoUs(sent), r.nowUs)
 	if r.code == engine.CodeWaiting {

@@ -242,6 +242,8 @@ func (p *kTokens) Block(r acquireNReply) time.Duration {
 	return time.Duration(r.blockMs) * time.Millisecond
 }
 
+func (p *kTokens) Moves(r acquireNReply) bool { return r.mode == modeMove }
+
 func (p *kTokens) Observe(r acquireNReply, sent time.Time) {
 	p.s.clock.observe(monoUs(sent), r.nowUs)
 	if r.code == engine.CodeWaiting {

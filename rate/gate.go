@@ -257,6 +257,8 @@ func (p *oneStart) Code(r rateReply) int64 { return r.code }
 
 func (p *oneStart) Block(r rateReply) time.Duration { return usDuration(r.waitUs) }
 
+func (p *oneStart) Moves(rateReply) bool { return false }
+
 func (p *oneStart) Observe(rateReply, time.Time) {}
 
 func (p *oneStart) Accept(context.Context, string, rateReply, time.Time) (bool, error) {

@@ -106,6 +106,10 @@ type Protocol[R any] interface {
 	Code(r R) int64
 	// Block is how long the wait r asks for blocks.
 	Block(r R) time.Duration
+	// Moves reports whether the wait r asks for moves a token into the
+	// waiter's pending list (BLMOVE): such a wait must not be sent after
+	// Redis may have dropped the registration (see driveOn).
+	Moves(r R) bool
 	// Observe sees every reply and when (Clock.Now) its request was sent.
 	Observe(r R, sent time.Time)
 	// Accept is called with a grant. It returns true to end the drive, or
@@ -286,12 +290,13 @@ func driveOn[R any](ctx context.Context, d *Driver, p Protocol[R], conn redis.Co
 			}
 			return Result[R]{}, p.Wrap(err)
 		}
-		if code == CodeWaiting && clk.Now().Sub(sent) >= p.Block(r)+d.Grace {
+		if code == CodeWaiting && p.Moves(r) && clk.Now().Sub(sent) >= p.Block(r)+d.Grace {
 			// This process came back too late to wait on the registration
 			// the reply made: Redis may have dropped it as dead, and a
 			// BLMOVE now would move a token into a pending list only the
 			// drop's tombstone still covers. Register afresh (the tombstone
-			// turns the old id's script into "settled").
+			// turns the old id's script into "settled"). A wait on a
+			// doorbell risks nothing: its script finds it dropped.
 			code = CodeSettled
 		}
 		if code != CodeWaiting {
