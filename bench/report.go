@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -113,6 +114,9 @@ func (r *report) finish(scs []scenario) {
 		}
 		if rs, ok := r.perRep[sc.name]["redsem"]; ok && len(rs) > 0 {
 			for k := range rs[0] {
+				if strings.HasPrefix(k, cmdCalls) || strings.HasPrefix(k, cmdUs) {
+					continue
+				}
 				for lib := range r.perRep[sc.name] {
 					if lib == "redsem" {
 						continue
@@ -200,21 +204,26 @@ func columnsFor(sc string) (cols []column, ratio string) {
 	case sc == "uncontended":
 		return []column{{"pairs_per_s", "pairs/s", 1, 0}, {"p50_us", "p50 µs", 1, 0}, {"p99_us", "p99 µs", 1, 0},
 			{"roundtrips", "RTs/pair", 1, 2}, {"roundtrips_acq", "RTs acq", 1, 2}, {"roundtrips_rel", "RTs rel", 1, 2},
-			{"sent_cmds", "cmds sent/pair", 1, 1}, {"redis_cmds", "Redis cmds/pair (inner incl.)", 1, 1},
-			{"script_us", "Lua µs/pair (server)", 1, 1}, {"server_us", "Redis µs/pair (commandstats)", 1, 1}}, "p50_us"
+			{"sent_cmds", "cmds sent/pair", 1, 1}, {"redis_cmds", "Redis cmds/pair", 1, 1},
+			{"script_us", "Lua µs/pair", 1, 1}, {"server_us", "Redis µs/pair", 1, 1}, {"cpu_us", "Redis CPU µs/pair", 1, 1}}, "p50_us"
 	case strings.HasPrefix(sc, "contended/"):
 		return []column{{"acq_per_s", "acq/s", 1, 0}, {"wait_p50_us", "wait p50 ms", 1000, 2}, {"wait_p99_us", "wait p99 ms", 1000, 1},
 			{"wait_max_us", "wait max ms", 1000, 0}, {"jain", "Jain", 1, 3}, {"starved", "starved", 1, 0},
-			{"roundtrips", "RTs/acq", 1, 1}, {"sent_cmds", "cmds sent/acq", 1, 1}, {"redis_cmds", "Redis cmds/acq", 1, 1}}, "acq_per_s"
+			{"roundtrips", "RTs/pair", 1, 2}, {"roundtrips_acq", "RTs acq", 1, 2}, {"roundtrips_rel", "RTs rel", 1, 2},
+			{"sent_cmds", "cmds sent/pair", 1, 1}, {"redis_cmds", "Redis cmds/pair", 1, 1}, {"server_us", "Redis µs/pair", 1, 1}, {"cpu_us", "Redis CPU µs/pair", 1, 1}}, "acq_per_s"
 	case sc == "handoff":
-		return []column{{"p50_us", "p50 µs", 1, 0}, {"p99_us", "p99 µs", 1, 0}, {"max_us", "max µs", 1, 0}, {"trials", "trials/rep", 1, 0}}, "p50_us"
+		return []column{{"p50_us", "p50 µs", 1, 0}, {"p99_us", "p99 µs", 1, 0}, {"max_us", "max µs", 1, 0}, {"trials", "trials/rep", 1, 0},
+			{"roundtrips_acq", "RTs waiter acq", 1, 2}, {"redis_cmds", "Redis cmds/pair", 1, 1}, {"server_us", "Redis µs/pair", 1, 1}, {"cpu_us", "Redis CPU µs/pair", 1, 1}}, "p50_us"
 	case strings.HasPrefix(sc, "semaphore/"):
 		return []column{{"acq_per_s", "acq/s", 1, 0}, {"utilisation", "utilisation", 1, 3}, {"max_holders", "max holders", 1, 0},
 			{"wait_p50_us", "wait p50 ms", 1000, 2}, {"wait_p99_us", "wait p99 ms", 1000, 2}, {"jain", "Jain", 1, 3},
-			{"roundtrips", "RTs/acq", 1, 1}, {"redis_cmds", "Redis cmds/acq", 1, 1}}, "acq_per_s"
+			{"roundtrips", "RTs/pair", 1, 2}, {"roundtrips_acq", "RTs acq", 1, 2}, {"redis_cmds", "Redis cmds/pair", 1, 1},
+			{"server_us", "Redis µs/pair", 1, 1}, {"cpu_us", "Redis CPU µs/pair", 1, 1}}, "acq_per_s"
 	case strings.HasPrefix(sc, "waiting/"):
 		return []column{{"connections", "Redis conns", 1, 0}, {"client_mem_kib", "client KiB", 1, 0}, {"mem_per_waiter_b", "B/waiter", 1, 0},
-			{"goroutines", "goroutines", 1, 0}, {"redis_cmds_per_s", "Redis cmds/s while waiting", 1, 0}}, "connections"
+			{"goroutines", "goroutines", 1, 0}, {"redis_cmds_per_s", "Redis cmds/s while waiting", 1, 0},
+			{"server_us_per_s", "Redis µs/s while waiting", 1, 0},
+			{"cpu_us_per_s", "Redis CPU µs/s while waiting", 1, 0}}, "connections"
 	case strings.HasPrefix(sc, "rate/"):
 		return []column{{"configured_per_s", "configured/s", 1, 1}, {"achieved_per_s", "achieved/s", 1, 1},
 			{"worst_window", "most starts in a window", 1, 0}, {"gap_p50_us", "gap p50 ms", 1000, 2}, {"gap_p99_us", "gap p99 ms", 1000, 1},
@@ -222,7 +231,9 @@ func columnsFor(sc string) (cols []column, ratio string) {
 			{"fw_gap_p99_us", "fixed window: gap p99 ms", 1000, 1}}, ""
 	case strings.HasPrefix(sc, "queue/"):
 		return []column{{"connections", "Redis conns", 1, 0}, {"mem_per_waiter_b", "B/waiter", 1, 0},
-			{"redis_cmds_per_s", "Redis cmds/s while waiting", 1, 0}, {"drain_s", "drain s", 1, 2}, {"acq_per_s", "acq/s draining", 1, 0}}, ""
+			{"redis_cmds_per_s", "Redis cmds/s while waiting", 1, 0}, {"drain_s", "drain s", 1, 2}, {"acq_per_s", "acq/s draining", 1, 0},
+			{"roundtrips", "RTs/pair draining", 1, 2}, {"redis_cmds", "Redis cmds/pair draining", 1, 1},
+			{"server_us", "Redis µs/pair draining", 1, 1}, {"cpu_us", "Redis CPU µs/pair draining", 1, 1}}, ""
 	}
 	return nil, ""
 }
@@ -275,6 +286,9 @@ func (r *report) print(w io.Writer) {
 		if strings.HasPrefix(sc.Name, "semaphore/") {
 			fmt.Fprintln(w, "\nredsync and redislock have no semaphores: n/a.")
 		}
+		if sc.Name == "uncontended" {
+			r.printCommands(w, sc.Name, "redsem")
+		}
 	}
 	fmt.Fprintf(w, "\n### targets\n\n| target | measured | limit | verdict | detail |\n|---|--:|--:|---|---|\n")
 	for _, t := range r.Targets {
@@ -283,6 +297,54 @@ func (r *report) print(w io.Writer) {
 			v = "**missed**"
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", t.Target, fmtNum(t.Measured, 3), fmtNum(t.Limit, 2), v, t.Detail)
+	}
+}
+
+// printCommands writes where the Redis server time of lib's pairs in
+// scenario sc goes, command by command (INFO commandstats): each script
+// command's time includes that of the commands it ran, so the script's own
+// part (building KEYS and ARGV, the Lua interpreter, the reply) is its time
+// less theirs.
+func (r *report) printCommands(w io.Writer, sc, lib string) {
+	reps := r.perRep[sc][lib]
+	if len(reps) == 0 {
+		return
+	}
+	var names []string
+	for k := range reps[0] {
+		if name, ok := strings.CutPrefix(k, cmdCalls); ok {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		return cmp.Compare(r.med(sc, lib, cmdUs+b), r.med(sc, lib, cmdUs+a))
+	})
+	isScript := func(n string) bool { return n == "eval" || n == "evalsha" }
+	var scriptUs, innerUs, innerCalls float64
+	for _, n := range names {
+		if isScript(n) {
+			scriptUs += r.med(sc, lib, cmdUs+n)
+		} else {
+			innerUs += r.med(sc, lib, cmdUs+n)
+			innerCalls += r.med(sc, lib, cmdCalls+n)
+		}
+	}
+	fmt.Fprintf(w, "\nWhere the Redis time of a %s pair goes (INFO commandstats, per pair):\n\n", lib)
+	fmt.Fprintf(w, "| command | calls/pair | µs/pair | µs/call |\n|---|--:|--:|--:|\n")
+	for _, n := range names {
+		c, u := r.med(sc, lib, cmdCalls+n), r.med(sc, lib, cmdUs+n)
+		label := n
+		if isScript(n) {
+			label = strings.ToUpper(n) + " (its commands included)"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", label, fmtNum(c, 2), fmtNum(u, 1), fmtNum(u/c, 2))
+	}
+	if scriptUs > 0 {
+		fmt.Fprintf(w, "| inner commands together | %s | %s | %s |\n", fmtNum(innerCalls, 2), fmtNum(innerUs, 1), fmtNum(innerUs/innerCalls, 2))
+		fmt.Fprintf(w, "| scripts less their commands | | %s | |\n", fmtNum(scriptUs-innerUs, 1))
 	}
 }
 
