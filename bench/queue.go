@@ -126,5 +126,6 @@ func (e *env) queue(l *lib, n, poolSize int) (metrics, error) {
 		"roundtrips": float64(rt1-rt0) / float64(n),
 		"redis_cmds": float64(d1s.calls-d0s.calls) / float64(n),
 		"server_us":  serverUsec(d0s, d1s, sent) / float64(n),
+		"cpu_us":     serverCPU(d0s, d1s) / float64(n),
 	}, nil
 }
