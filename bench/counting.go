@@ -14,24 +14,40 @@ import (
 
 // counters counts what clients send: round trips (one write of one or more
 // commands whose replies the client then waits for) and commands. They are
-// shared by every connection of one library in one run.
+// shared by every connection of one library in one run; a child (of one
+// worker) counts into its parent too, so that the round trips of one call
+// can be told apart from those of the other workers.
 type counters struct {
 	roundTrips atomic.Int64
 	commands   atomic.Int64
+	parent     *counters
 
 	mu     sync.Mutex
 	byName map[string]int64 // commands sent, by lower-case name
 }
 
+// child returns counters that count into c as well.
+func (c *counters) child() *counters { return &counters{parent: c} }
+
+// trip counts one round trip.
+func (c *counters) trip() {
+	for ; c != nil; c = c.parent {
+		c.roundTrips.Add(1)
+	}
+}
+
 // sent counts one command the client sent.
 func (c *counters) sent(name string) {
-	c.commands.Add(1)
-	c.mu.Lock()
-	if c.byName == nil {
-		c.byName = map[string]int64{}
+	name = strings.ToLower(name)
+	for ; c != nil; c = c.parent {
+		c.commands.Add(1)
+		c.mu.Lock()
+		if c.byName == nil {
+			c.byName = map[string]int64{}
+		}
+		c.byName[name]++
+		c.mu.Unlock()
 	}
-	c.byName[strings.ToLower(name)]++
-	c.mu.Unlock()
 }
 
 // sentByName returns a copy of the commands sent so far, by name.
@@ -94,7 +110,7 @@ func (c *countingConn) count(cmd string) {
 		c.c.sent(cmd)
 	}
 	if cmd != "" || c.pending > 0 {
-		c.c.roundTrips.Add(1)
+		c.c.trip()
 	}
 	c.pending = 0
 }
@@ -122,7 +138,7 @@ func (c *countingConn) Send(cmd string, args ...interface{}) error {
 
 func (c *countingConn) Flush() error {
 	if c.pending > 0 {
-		c.c.roundTrips.Add(1)
+		c.c.trip()
 		c.pending = 0
 	}
 	return c.conn.Flush()
@@ -150,7 +166,7 @@ func (h countingHook) DialHook(next goredis.DialHook) goredis.DialHook {
 
 func (h countingHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
-		h.c.roundTrips.Add(1)
+		h.c.trip()
 		h.c.sent(cmd.Name())
 		return next(ctx, cmd)
 	}
@@ -158,7 +174,7 @@ func (h countingHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook 
 
 func (h countingHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
-		h.c.roundTrips.Add(1)
+		h.c.trip()
 		for _, cmd := range cmds {
 			h.c.sent(cmd.Name())
 		}

@@ -41,24 +41,39 @@ func (e *env) do(cmd string, args ...interface{}) (interface{}, error) {
 	return e.admin.Do(cmd, args...)
 }
 
-func (e *env) info(section string) string {
-	s, err := redis.String(e.do("INFO", section))
+func (e *env) info(sections ...string) string {
+	args := make([]interface{}, len(sections))
+	for i, s := range sections {
+		args[i] = s
+	}
+	s, err := redis.String(e.do("INFO", args...))
 	if err != nil {
-		panic(fmt.Sprintf("INFO %s: %v", section, err))
+		panic(fmt.Sprintf("INFO %v: %v", sections, err))
 	}
 	return s
 }
 
-// stats is one INFO commandstats sample.
+// stats is one sample of INFO commandstats and cpu.
 type stats struct {
 	calls, scripts, scriptUsec int64
 	byName                     map[string][2]int64 // name -> calls, usec
+	cpuUs                      float64             // CPU time of Redis's main thread, user and system
 }
 
 func (e *env) stats() stats {
-	info := e.info("commandstats")
+	info := e.info("commandstats", "cpu")
 	sc, us := scriptCalls(info)
-	return stats{calls: commandCalls(info), scripts: sc, scriptUsec: us, byName: commandUsec(info)}
+	return stats{calls: commandCalls(info), scripts: sc, scriptUsec: us, byName: commandUsec(info), cpuUs: mainThreadCPU(info)}
+}
+
+// serverCPU is the CPU time, in µs, of Redis's main thread between samples
+// s0 and s1, less the time of the harness's own INFO calls. Unlike the usec
+// of commandstats, which is wall time and grows whenever another process
+// takes the CPU from Redis, it does not count time Redis was not running;
+// and it counts all Redis does for a command: reading and parsing it,
+// running it, writing the reply, waking blocked clients.
+func serverCPU(s0, s1 stats) float64 {
+	return s1.cpuUs - s0.cpuUs - float64(s1.byName["info"][1]-s0.byName["info"][1])
 }
 
 // serverUsec is the Redis server time, in µs, of the commands clients sent
@@ -80,6 +95,16 @@ func serverUsec(s0, s1 stats, sent map[string]int64) float64 {
 		t += float64(usec) * min(1, float64(sent[name])/float64(calls))
 	}
 	return t
+}
+
+// sentSince returns what c counted as sent since before (a sentByName), by
+// name.
+func sentSince(c *counters, before map[string]int64) map[string]int64 {
+	now := c.sentByName()
+	for k, v := range before {
+		now[k] -= v
+	}
+	return now
 }
 
 func (e *env) clientsField(name string) int {

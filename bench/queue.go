@@ -21,7 +21,8 @@ const queuePool = 8
 // they queue in the process behind one blocking call). While they wait it
 // samples Redis connections, client memory and Redis commands per second;
 // then the holder releases and every waiter takes the lock and gives it
-// back in turn: drain time and acquisitions per second.
+// back in turn: drain time, acquisitions per second, and per pair the round
+// trips, Redis commands and server µs.
 func (e *env) queue(l *lib, n, poolSize int) (metrics, error) {
 	bg, cancelBg := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancelBg()
@@ -40,12 +41,13 @@ func (e *env) queue(l *lib, n, poolSize int) (metrics, error) {
 		return nil, err
 	}
 
-	pool := &redis.Pool{
+	c := &counters{}
+	pool := &countingPool{c: c, pool: &redis.Pool{
 		MaxIdle: poolSize, MaxActive: poolSize, Wait: true,
 		DialContext: func(ctx context.Context) (redis.Conn, error) {
 			return redis.DialContext(ctx, "tcp", e.addr, redis.DialConnectTimeout(5*time.Second))
 		},
-	}
+	}}
 	defer pool.Close()
 	sem, err := redsem.NewSemaphore(pool, key, 1)
 	if err != nil {
@@ -94,12 +96,18 @@ func (e *env) queue(l *lib, n, poolSize int) (metrics, error) {
 	runtime.GC()
 	runtime.ReadMemStats(&m1)
 
+	rt0, _ := c.snapshot()
+	sent0 := c.sentByName()
+	d0s := e.stats()
 	d0 := time.Now()
 	if err := rel(bg); err != nil {
 		return nil, err
 	}
 	wg.Wait()
 	drain := time.Since(d0)
+	d1s := e.stats()
+	rt1, _ := c.snapshot()
+	sent := sentSince(c, sent0)
 	if err, ok := failed.Load().(error); ok {
 		return nil, err
 	}
@@ -114,5 +122,10 @@ func (e *env) queue(l *lib, n, poolSize int) (metrics, error) {
 		"redis_cmds_per_s": float64(s1.calls-s0.calls) / idle.Seconds(),
 		"drain_s":          drain.Seconds(),
 		"acq_per_s":        float64(n) / drain.Seconds(),
+		// While draining, per pair (the holder's release is one more).
+		"roundtrips": float64(rt1-rt0) / float64(n),
+		"redis_cmds": float64(d1s.calls-d0s.calls) / float64(n),
+		"server_us":  serverUsec(d0s, d1s, sent) / float64(n),
+		"cpu_us":     serverCPU(d0s, d1s) / float64(n),
 	}, nil
 }

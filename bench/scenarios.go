@@ -24,7 +24,8 @@ func (e *env) uncontended(ls []*lib, n int) (map[string]metrics, error) {
 		lat                   []float64
 		rtAcq, rtRel, rt, cmd int64
 		calls, scripts, susec int64
-		serverUs              float64
+		serverUs, cpuUs       float64
+		perCmd                map[string][2]int64 // calls, usec by command (inner included)
 		elapsed               time.Duration
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -88,11 +89,9 @@ func (e *env) uncontended(ls []*lib, n int) (map[string]metrics, error) {
 			s.calls += s1.calls - s0.calls
 			s.scripts += s1.scripts - s0.scripts
 			s.susec += s1.scriptUsec - s0.scriptUsec
-			sent := s.c.sentByName()
-			for k, v := range sent0 {
-				sent[k] -= v
-			}
-			s.serverUs += serverUsec(s0, s1, sent)
+			s.serverUs += serverUsec(s0, s1, sentSince(&s.c, sent0))
+			s.cpuUs += serverCPU(s0, s1)
+			s.perCmd = addCommands(s.perCmd, s0, s1)
 		}
 	}
 	out := map[string]metrics{}
@@ -111,9 +110,43 @@ func (e *env) uncontended(ls []*lib, n int) (map[string]metrics, error) {
 			"script_inner_cmd": float64(s.calls-s.cmd) / fn,
 			"script_us":        float64(s.susec) / fn,
 			"server_us":        s.serverUs / fn,
+			"cpu_us":           s.cpuUs / fn,
 		}
+		perCommand(out[ls[i].name], s.perCmd, fn)
 	}
 	return out, nil
+}
+
+// Per-command figures: cmdCalls+name is the calls of one command per pair
+// (inner commands of scripts included), cmdUs+name its server µs per pair
+// (a script's includes those of the commands it ran), from INFO
+// commandstats.
+const (
+	cmdCalls = "cmd_calls:"
+	cmdUs    = "cmd_us:"
+)
+
+// addCommands adds to m (calls, usec by command; nil for a new one) what
+// commandstats counted between s0 and s1, the harness's INFO aside.
+func addCommands(m map[string][2]int64, s0, s1 stats) map[string][2]int64 {
+	if m == nil {
+		m = map[string][2]int64{}
+	}
+	for name, v := range s1.byName {
+		if d := v[0] - s0.byName[name][0]; d > 0 && name != "info" {
+			p := m[name]
+			m[name] = [2]int64{p[0] + d, p[1] + v[1] - s0.byName[name][1]}
+		}
+	}
+	return m
+}
+
+// perCommand puts m's figures into out, per pair of n.
+func perCommand(out metrics, m map[string][2]int64, n float64) {
+	for name, v := range m {
+		out[cmdCalls+name] = float64(v[0]) / n
+		out[cmdUs+name] = float64(v[1]) / n
+	}
 }
 
 // contended: workers goroutines, each with its own client (connection),
@@ -130,8 +163,10 @@ func (e *env) contended(l *lib, size, workers int, hold, dur time.Duration) (met
 	bg, cancelBg := context.WithTimeout(context.Background(), dur+time.Minute)
 	defer cancelBg()
 	lockers := make([]locker, workers)
+	wcs := make([]*counters, workers)
 	for i := range workers {
-		cl, err := l.newClient(e.addr, c, false)
+		wcs[i] = c.child()
+		cl, err := l.newClient(e.addr, wcs[i], false)
 		if err != nil {
 			return nil, err
 		}
@@ -154,6 +189,8 @@ func (e *env) contended(l *lib, size, workers int, hold, dur time.Duration) (met
 
 	type worker struct {
 		acqs     int
+		rtAcq    int64 // round trips in lock calls that counted
+		rtRel    int64 // and in their releases
 		waits    []float64
 		censored float64 // wait still unserved at the deadline, µs
 		busy     time.Duration
@@ -168,7 +205,7 @@ func (e *env) contended(l *lib, size, workers int, hold, dur time.Duration) (met
 	var wg sync.WaitGroup
 	for i := range workers {
 		wg.Add(1)
-		go func(w *worker, lk locker) {
+		go func(w *worker, lk locker, wc *counters) {
 			defer wg.Done()
 			<-startCh
 			for {
@@ -176,8 +213,10 @@ func (e *env) contended(l *lib, size, workers int, hold, dur time.Duration) (met
 				if !t.Before(deadline) {
 					return
 				}
+				r0 := wc.roundTrips.Load()
 				rel, err := lk.lock(ctx)
 				got := time.Now()
+				r1 := wc.roundTrips.Load()
 				if err != nil {
 					if ctx.Err() == nil {
 						w.err = err
@@ -192,6 +231,7 @@ func (e *env) contended(l *lib, size, workers int, hold, dur time.Duration) (met
 				counted := in && !got.Before(from)
 				if counted {
 					w.acqs++
+					w.rtAcq += r1 - r0
 					w.waits = append(w.waits, us(got.Sub(t)))
 				} else if !in {
 					w.censored = us(deadline.Sub(t))
@@ -214,26 +254,32 @@ func (e *env) contended(l *lib, size, workers int, hold, dur time.Duration) (met
 					w.err = fmt.Errorf("release: %w", err)
 					return
 				}
+				if counted {
+					w.rtRel += wc.roundTrips.Load() - r1
+				}
 				if !in {
 					return
 				}
 			}
-		}(&res[i], lockers[i])
+		}(&res[i], lockers[i], wcs[i])
 	}
 	from = time.Now().Add(dur / 5)
 	deadline = from.Add(dur)
 	close(startCh)
 	time.Sleep(time.Until(from))
 	rt0, cmd0 := c.snapshot()
+	sent0 := c.sentByName()
 	s0 := e.stats()
 	time.Sleep(time.Until(deadline))
 	s1 := e.stats()
 	rt1, cmd1 := c.snapshot()
+	sent := sentSince(c, sent0)
 	cancel()
 	wg.Wait()
 
 	var waits, per []float64
 	var total, starved int
+	var rtAcq, rtRel int64
 	var busy time.Duration
 	maxWait := 0.0
 	for _, w := range res {
@@ -241,6 +287,8 @@ func (e *env) contended(l *lib, size, workers int, hold, dur time.Duration) (met
 			return nil, w.err
 		}
 		total += w.acqs
+		rtAcq += w.rtAcq
+		rtRel += w.rtRel
 		per = append(per, float64(w.acqs))
 		if w.acqs == 0 {
 			starved++
@@ -250,7 +298,7 @@ func (e *env) contended(l *lib, size, workers int, hold, dur time.Duration) (met
 		maxWait = math.Max(maxWait, math.Max(w.censored, maxOf(append([]float64{0}, w.waits...))))
 	}
 	ft := float64(max(total, 1))
-	return metrics{
+	m := metrics{
 		"acq_per_s":   float64(total) / dur.Seconds(),
 		"wait_p50_us": percentile(waits, 0.5),
 		"wait_p99_us": percentile(waits, 0.99),
@@ -260,94 +308,141 @@ func (e *env) contended(l *lib, size, workers int, hold, dur time.Duration) (met
 		"redis_cmds":  float64(s1.calls-s0.calls) / ft,
 		"sent_cmds":   float64(cmd1-cmd0) / ft,
 		"roundtrips":  float64(rt1-rt0) / ft,
-		"max_holders": float64(maxHolders.Load()),
-		"utilisation": busy.Seconds() / (float64(size) * dur.Seconds()),
-	}, nil
+		// Round trips within the lock calls (and their releases) that
+		// counted: those of one acquisition, whoever made them.
+		"roundtrips_acq": float64(rtAcq) / ft,
+		"roundtrips_rel": float64(rtRel) / ft,
+		"server_us":      serverUsec(s0, s1, sent) / ft,
+		"cpu_us":         serverCPU(s0, s1) / ft,
+		"script_us":      float64(s1.scriptUsec-s0.scriptUsec) / ft,
+		"max_holders":    float64(maxHolders.Load()),
+		"utilisation":    busy.Seconds() / (float64(size) * dur.Seconds()),
+	}
+	perCommand(m, addCommands(nil, s0, s1), ft)
+	return m, nil
 }
 
 // handoff: a waiter is blocked, the holder releases at t0; the sample is the
-// time until the waiter holds the lock. Returns the samples in µs.
-func (e *env) handoff(l *lib, trials int) ([]float64, error) {
+// time until the waiter holds the lock. Returns the samples in µs, and per
+// pair (a trial is two: the holder's and the waiter's) the Redis commands
+// and server µs, and the round trips of the waiter's lock call per trial.
+// Redis figures cover the trials only: every pair has dialled and warmed up
+// before the first sample.
+func (e *env) handoff(l *lib, trials int) ([]float64, metrics, error) {
 	pairs := max(1, l.parallel)
 	per := (trials + pairs - 1) / pairs
 	samples := make([][]float64, pairs)
 	errs := make([]error, pairs)
-	var wg sync.WaitGroup
+	waiterRTs := make([]int64, pairs)
+	c := &counters{}
+	var ready, wg sync.WaitGroup
+	start := make(chan struct{})
 	for p := range pairs {
 		wg.Add(1)
+		ready.Add(1)
 		go func() {
 			defer wg.Done()
-			samples[p], errs[p] = e.handoffPair(l, per, pairs == 1)
+			samples[p], waiterRTs[p], errs[p] = e.handoffPair(l, per, pairs == 1, c, sync.OnceFunc(ready.Done), start)
 		}()
 	}
+	ready.Wait()
+	sent0 := c.sentByName()
+	s0 := e.stats()
+	close(start)
 	wg.Wait()
+	s1 := e.stats()
 	var all []float64
+	var rts int64
 	for p := range pairs {
 		if errs[p] != nil {
-			return nil, errs[p]
+			return nil, nil, errs[p]
 		}
 		all = append(all, samples[p]...)
+		rts += waiterRTs[p]
 	}
-	return all, nil
+	n := float64(max(len(all), 1))
+	m := metrics{
+		"redis_cmds":     float64(s1.calls-s0.calls) / (2 * n),
+		"server_us":      serverUsec(s0, s1, sentSince(c, sent0)) / (2 * n),
+		"cpu_us":         serverCPU(s0, s1) / (2 * n),
+		"roundtrips_acq": float64(rts) / n,
+	}
+	perCommand(m, addCommands(nil, s0, s1), 2*n)
+	return all, m, nil
 }
 
-func (e *env) handoffPair(l *lib, trials int, alone bool) ([]float64, error) {
-	c := &counters{}
+// handoffPair runs trials handoffs on one holder and one waiter, both
+// counting into c. It calls ready once warmed up (or failed) and starts the
+// trials when start is closed. It returns the samples and the round trips
+// of the waiter's lock calls in them.
+func (e *env) handoffPair(l *lib, trials int, alone bool, c *counters, ready func(), start <-chan struct{}) ([]float64, int64, error) {
+	defer ready()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	key := e.key(l.name, "handoff")
 	if err := e.prepare(l, key, 1); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var lks [2]locker
-	for i := range lks {
-		cl, err := l.newClient(e.addr, c, false)
+	wc := c.child()
+	for i, cc := range []*counters{c, wc} {
+		cl, err := l.newClient(e.addr, cc, false)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		defer cl.close()
 		if err := cl.warm(ctx); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if lks[i], err = cl.locker(key, 1); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
-	holder, waiter := lks[0], lks[1]
+	holder, waiterLk := lks[0], lks[1]
 	type got struct {
 		at  time.Time
+		rts int64
 		rel func(context.Context) error
 		err error
 	}
 	out := make([]float64, 0, trials)
-	for range trials + 1 { // the first trial warms up the waiter
+	var rts int64
+	for i := range trials + 1 { // the first trial warms up the waiter
+		if i == 1 {
+			ready()
+			<-start
+		}
 		rel, err := holder.lock(ctx)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		ch := make(chan got, 1)
 		go func() {
-			r, err := waiter.lock(ctx)
-			ch <- got{time.Now(), r, err}
+			r0 := wc.roundTrips.Load()
+			r, err := waiterLk.lock(ctx)
+			ch <- got{time.Now(), wc.roundTrips.Load() - r0, r, err}
 		}()
 		if l.blocking && alone && !e.waitBlocked(1, 5*time.Second) {
-			return nil, fmt.Errorf("%s: waiter never blocked", l.name)
+			return nil, 0, fmt.Errorf("%s: waiter never blocked", l.name)
 		}
 		time.Sleep(l.settle + time.Duration(rand.Int64N(int64(l.jitter)+1)))
 		t0 := time.Now()
 		if err := rel(ctx); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		g := <-ch
 		if g.err != nil {
-			return nil, g.err
+			return nil, 0, g.err
 		}
 		out = append(out, us(g.at.Sub(t0)))
+		if i > 0 {
+			rts += g.rts
+		}
 		if err := g.rel(ctx); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
-	return out[1:], nil
+	return out[1:], rts, nil
 }
 
 // waiting: n goroutines of one process, sharing one client, wait on a lock
@@ -424,6 +519,7 @@ func (e *env) waiting(l *lib, n int) (metrics, error) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	conns := 0
+	sent0 := c.sentByName()
 	s0 := e.stats()
 	t0 := time.Now()
 	for range 5 {
@@ -432,6 +528,7 @@ func (e *env) waiting(l *lib, n int) (metrics, error) {
 	}
 	s1 := e.stats()
 	elapsed := time.Since(t0)
+	sent := sentSince(c, sent0)
 	runtime.GC()
 	runtime.ReadMemStats(&m1)
 	g1 := runtime.NumGoroutine()
@@ -447,5 +544,7 @@ func (e *env) waiting(l *lib, n int) (metrics, error) {
 		"mem_per_waiter_b": mem * 1024 / float64(n),
 		"goroutines":       float64(g1 - g0),
 		"redis_cmds_per_s": float64(s1.calls-s0.calls) / elapsed.Seconds(),
+		"server_us_per_s":  serverUsec(s0, s1, sent) / elapsed.Seconds(),
+		"cpu_us_per_s":     serverCPU(s0, s1) / elapsed.Seconds(),
 	}, nil
 }

@@ -173,6 +173,17 @@ func commandUsec(info string) map[string][2]int64 {
 	return m
 }
 
+// mainThreadCPU returns the CPU time, in µs, that Redis's main thread has
+// used (user and system), from INFO cpu.
+func mainThreadCPU(info string) float64 {
+	var t float64
+	for _, f := range []string{"used_cpu_user_main_thread", "used_cpu_sys_main_thread"} {
+		v, _ := strconv.ParseFloat(infoField(info, f), 64)
+		t += v * 1e6
+	}
+	return t
+}
+
 // statField returns field name of "calls=1,usec=2,...".
 func statField(st, name string) int64 {
 	for _, kv := range strings.Split(strings.TrimSpace(st), ",") {
