@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/redsem/redsem"
 	"github.com/redsem/redsem/cluster"
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/internal/redistest"
 )
 
@@ -274,14 +274,10 @@ func testSpread(t *testing.T, c *redistest.Cluster, p *cluster.Pool) {
 	settled(t, sems...)
 }
 
-// Lua sources of the library, to play a waiter that dies between its BLMOVE
-// and its lease script.
+// A script of the library (after its helpers, as the library runs it), to
+// play a waiter that dies between its BLMOVE and its lease script.
 func script(t *testing.T, name string) *redis.Script {
-	common, err := os.ReadFile("../internal/engine/lua/common.lua")
-	require.NoError(t, err)
-	body, err := os.ReadFile("../internal/engine/lua/" + name)
-	require.NoError(t, err)
-	return redis.NewScript(6, string(common)+"\n"+string(body))
+	return engine.NewScript(6, name, "common.lua")
 }
 
 // strand leaves one token of s (size 1, not held) in the pending list of a
