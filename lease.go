@@ -103,14 +103,16 @@ func (l *Lease) Tokens() []string {
 // RWMutex: the scripts that release and refresh them, and the keys those
 // take. Both take the token, the acquisition id, then the script's own
 // arguments, and reply alike (release: how many tokens went back; refresh:
-// {ok, deadlineMs, nowUs}), so Release and Refresh are written once.
+// {ok, deadlineMs, nowUs}), so Release and Refresh are written once. The
+// scripts are read through their variables when a lease uses them (the
+// explorer's tests swap one in for an old version).
 type leaseKind struct {
 	what             string // "semaphore" or "rwmutex", for errors
-	release, refresh *redis.Script
+	release, refresh **redis.Script
 	keys             func(k keys) []interface{}
 }
 
-var semaphoreLeases = &leaseKind{what: "semaphore", release: releaseScript, refresh: refreshScript,
+var semaphoreLeases = &leaseKind{what: "semaphore", release: &releaseScript, refresh: &refreshScript,
 	keys: func(k keys) []interface{} { return k.all(4) }}
 
 // tokenArgs are the script arguments that name the lease's tokens after the
@@ -228,7 +230,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	defer cancel()
 	s := l.sem
 	failpoint.Hit("release.sent")
-	v, retried, err := s.call(ctx, s.leaseKind().release, l.tokenArgs()...)
+	v, retried, err := s.call(ctx, *s.leaseKind().release, l.tokenArgs()...)
 	n, err := redis.Int(v, err)
 	if err != nil {
 		return s.scriptError("release", err)
@@ -302,7 +304,7 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	s := l.sem
 	sent := monoNow()
 	f := l.startRefresh(sent, ttl)
-	v, _, err := s.call(ctx, s.leaseKind().refresh, l.tokenArgs(ttl.Milliseconds())...)
+	v, _, err := s.call(ctx, *s.leaseKind().refresh, l.tokenArgs(ttl.Milliseconds())...)
 	vals, err := redis.Int64s(v, err)
 	if err != nil {
 		l.endRefresh(f)

@@ -150,7 +150,7 @@ var (
 )
 
 // rwLeases release and refresh an RWMutex's leases.
-var rwLeases = &leaseKind{what: "rwmutex", release: rwReleaseScript, refresh: rwRefreshScript,
+var rwLeases = &leaseKind{what: "rwmutex", release: &rwReleaseScript, refresh: &rwRefreshScript,
 	keys: func(k keys) []interface{} { return k.rw() }}
 
 // rw returns the five keys every RWMutex script takes (rw_common.lua).
