@@ -268,13 +268,13 @@ func TestRWLeaseContract(t *testing.T) {
 		require.NoError(t, w.Release(ctx))
 
 		// Auto-refresh keeps a live holder's lease past its TTL.
-		a := newRW(t, b, "contract", WithTTL(60*time.Millisecond))
+		a := newRW(t, b, "contract", WithTTL(300*time.Millisecond))
 		al, err := a.RLock(ctx)
 		require.NoError(t, err)
-		time.Sleep(200 * time.Millisecond)
-		require.True(t, al.Valid())
+		time.Sleep(time.Second) // three TTLs
 		_, err = a.TryLock(ctx)
 		require.ErrorIs(t, err, ErrNoToken)
+		require.True(t, al.Valid())
 		require.NoError(t, al.Release(ctx))
 	})
 }
