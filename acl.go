@@ -4,8 +4,8 @@ import "sort"
 
 // aclCommands are the Redis commands redsem needs, lower case. The client
 // sends EVALSHA (EVAL when the server answers NOSCRIPT) and waits in BLMOVE
-// (Acquire, TryAcquire's fast path needs none) and BLPOP (AcquireN and a
-// rate gate's Wait sleep on a doorbell); the rest are what the scripts in
+// (Acquire, TryAcquire's fast path needs none) and BLPOP (AcquireN, an
+// RWMutex's RLock and Lock and a rate gate's Wait sleep on a doorbell); the rest are what the scripts in
 // internal/engine/lua/ call. TestACLCommandsMatchSources derives the same set from the sources
 // and fails when they part.
 var aclCommands = []string{
@@ -23,7 +23,8 @@ var aclCommands = []string{
 // sorted: the ones the client sends itself and the ones its scripts call.
 // A Redis user allowed exactly these commands, on the keys under the prefix
 // ("~redsem:*" for the default prefix) and no pub/sub channel, can run every
-// operation of Semaphore, Mutex, Lease, Admin, Gate and of package rate:
+// operation of Semaphore, Mutex, RWMutex, Lease, Admin, Gate and of package
+// rate:
 //
 //	ACL SETUSER redsem-app on >secret resetkeys ~redsem:* resetchannels -@all +blmove +blpop ...
 //

@@ -42,12 +42,14 @@ func TestACLUserRunsEveryOperation(t *testing.T) {
 			user := "app-" + strings.ReplaceAll(prefix, ":", "-")
 			pool := aclSetUser(t, srv, user, "pw", prefix, ACLCommands())
 			runEveryOperation(t, pool, prefix)
-			// Delete removed every semaphore's keys; the rate gate's stay
-			// (a rate gate has no Delete).
+			// Delete removed every semaphore's keys; the rate gate's and the
+			// read-write lock's stay (neither has a Delete).
 			keys, err := redis.Strings(srv.Do(t, "KEYS", prefix+"*"), nil)
 			require.NoError(t, err)
 			for _, k := range keys {
-				assert.Contains(t, k, "{rate}:rate:", "left behind")
+				if !strings.Contains(k, "{rw}:rw:") {
+					assert.Contains(t, k, "{rate}:rate:", "left behind")
+				}
 			}
 		})
 	}
@@ -291,6 +293,33 @@ func runEveryOperation(t *testing.T, pool *redis.Pool, prefix string) {
 	assert.True(t, ainv.Healthy(), "%+v", ainv)
 	_, err = adm.Reclaim(ctx)
 	require.NoError(t, err)
+
+	t.Log("RWMutex: RLock, TryRLock, Lock blocked behind readers, a cancelled Lock, Refresh, Release, Status")
+	rw, err := NewRWMutex(pool, "rw", WithPrefix(prefix), WithTTL(time.Second))
+	require.NoError(t, err)
+	r1, err := rw.RLock(ctx)
+	require.NoError(t, err)
+	r2, err := rw.TryRLock(ctx)
+	require.NoError(t, err)
+	lctx, lcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = rw.Lock(lctx)
+	lcancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded, "a cancelled Lock")
+	locked := make(chan error, 1)
+	go func() {
+		l, err := rw.Lock(ctx)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		locked <- err
+	}()
+	require.NoError(t, r1.Refresh(ctx, 2*time.Second))
+	rst2, err := rw.Status(ctx)
+	require.NoError(t, err)
+	assert.Len(t, rst2.Readers, 2)
+	require.NoError(t, r1.Release(ctx))
+	require.NoError(t, r2.Release(ctx))
+	require.NoError(t, <-locked, "the Lock behind the readers")
 
 	require.Empty(t, drain(errs))
 

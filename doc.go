@@ -70,6 +70,15 @@
 // and then ends unless the holder calls Refresh, so that no hold ever
 // outlasts the TTL. TTLs range from MinTTL (20ms) to MaxTTL.
 //
+// # Read-write locks
+//
+// RWMutex is a read-write lock on the same machinery: any number of read
+// leases (RLock) or one write lease (Lock), granted first come, first
+// served with the readers at the head of the queue let in together, to
+// waiters that sleep in BLPOP on doorbells of their own and are rung by the
+// release that lets them in. Its leases are Leases, with the same contract,
+// and a write lease's fence is above every earlier grant's, reads included.
+//
 // # Rate gates, Gate, Admin
 //
 // Package github.com/redsem/redsem/rate limits how often something starts
@@ -96,6 +105,11 @@
 //	<prefix>{<name>}:pend:<id> list: a blocked waiter's BLMOVE destination
 //	<prefix>{<name>}:wqueue    list: weighted acquisitions waiting for the collector ticket
 //	<prefix>{<name>}:bell:<id> list: a weighted waiter's doorbell (with a TTL)
+//
+// An RWMutex of the same name keeps its keys under <prefix>{<name>}:rw:
+// (meta, leases and holders by acquisition id, a queue list, waits, and a
+// doorbell per waiter; see docs/rwmutex.md), in the same slot and never on a
+// semaphore's key.
 //
 // A rate gate (package rate) of the same name keeps the same layout under
 // <prefix>{<name>}:rate: (plus a queue list and one doorbell list per

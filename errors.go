@@ -82,7 +82,7 @@ func (e *SizeMismatchError) Error() string {
 func (e *SizeMismatchError) Unwrap() error { return ErrSizeMismatch }
 
 func (s *Semaphore) scriptError(op string, err error) error {
-	return scriptError(op, "semaphore", s.name, s.size, err)
+	return scriptError(op, s.leaseKind().what, s.name, s.size, err)
 }
 
 // scriptError turns the error replies of the scripts and of Redis itself into

@@ -43,7 +43,9 @@ type checker struct {
 	maxFence  float64         // highest fence granted
 	metaFence float64         // meta's fence at the last check
 	admin     *Semaphore      // for the final Reclaim and Check, on a direct pool
+	rwAdmin   *RWMutex        // with scenario.rw: for the final TryLock
 	maxSize   int             // the largest size Redis held
+	rwTry     *rwTrySnapshot  // with scenario.rw: what a try's script saw
 }
 
 func (c *checker) init(admin *Semaphore) {
@@ -54,7 +56,7 @@ func (c *checker) init(admin *Semaphore) {
 // grants checks invariant 1 at the command that granted: what it added
 // to Redis's records, against the leases live right after it.
 func (c *checker) grants(r *run, label string, before, after srvView) {
-	if c.pending != "" || !after.exists || len(r.saved) > 0 {
+	if r.sc.rw || c.pending != "" || !after.exists || len(r.saved) > 0 {
 		return
 	}
 	owners := map[string]bool{}
@@ -162,6 +164,9 @@ func epochSlot(tok, epoch string) (int, bool) {
 // (w.mu held).
 func (c *checker) beforeExec(cl *vclient, cmd string) interface{} {
 	r := c.runOf(cl)
+	if r.sc.rw {
+		return c.rwBeforeExec(r, cl, cmd)
+	}
 	switch {
 	case cl.cur.kind == opTryAcquire && cmd == "acquire.lua":
 		// What was free when the script that may answer "none" ran.
@@ -195,6 +200,12 @@ func (c *checker) afterExec(cl *vclient, before interface{}) {
 	r.w.now = r.w.now.Add(10 * time.Microsecond)
 	r.m.SetTime(r.w.now)
 	switch b := before.(type) {
+	case *rwTrySnapshot:
+		c.rwTry = b
+	case rwHeld:
+		if cl.lease != nil && bool(b) && !r.rwView().has(cl.lease.acqID) {
+			cl.selfReleased = true
+		}
 	case *trySnapshot:
 		cl.trySnap = b
 	case string:
@@ -211,6 +222,10 @@ func (c *checker) tryRefused(cl *vclient) {
 	r := cl.run
 	r.w.mu.Lock()
 	defer r.w.mu.Unlock()
+	if r.sc.rw {
+		c.rwTryRefused(cl)
+		return
+	}
 	s := cl.trySnap
 	if s != nil && c.pending == "" && (s.free > 0 || (s.expired > 0 && s.over == 0)) {
 		c.pending = fmt.Sprintf("c%d TryAcquire said no token free while %d valid tokens were free and %d leases had expired", cl.id, s.free, s.expired)
@@ -231,6 +246,9 @@ func (c *checker) releasedOK(cl *vclient) {
 func (c *checker) check(r *run) string {
 	if c.pending != "" {
 		return c.pending
+	}
+	if r.sc.rw {
+		return c.checkRW(r)
 	}
 	v := r.view()
 	nowMs := float64(r.w.Now().UnixMilli())
@@ -348,6 +366,9 @@ func (c *checker) final(r *run) string {
 		if !cl.dead && (cl.busy > 0 || cl.pc < len(cl.prog)) {
 			return fmt.Sprintf("c%d never finished %v (results %v): it waits while the world is quiet", cl.id, cl.cur, cl.results)
 		}
+	}
+	if r.sc.rw {
+		return c.finalRW(r)
 	}
 	// Every lease a program left behind expires; a Reclaim gives it back.
 	w := r.w

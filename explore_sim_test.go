@@ -582,7 +582,10 @@ func (w *simWorld) nextEvent(extra []time.Time) (time.Time, bool) {
 	}
 	for _, c := range w.conns {
 		if c.blocked && !c.blockUntil.IsZero() {
-			consider(c.blockUntil)
+			// Commands take virtual time too (10µs each), so a timeout can
+			// fall behind the clock: Redis times such a command out at its
+			// next tick, here a microsecond on.
+			consider(maxTime(c.blockUntil, w.now.Add(time.Microsecond)))
 		}
 	}
 	for _, tm := range w.timers {
@@ -599,6 +602,13 @@ func (w *simWorld) nextEvent(extra []time.Time) (time.Time, bool) {
 		consider(t)
 	}
 	return best, !best.IsZero()
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // sortedConns returns the world's live connections in a stable order.

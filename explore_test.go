@@ -45,7 +45,8 @@ func newExploreEnv(t testing.TB) *exploreEnv {
 	require.NoError(t, err)
 	t.Cleanup(func() { exec.Close() })
 	for _, s := range []*redis.Script{acquireScript, releaseScript, refreshScript, abortScript, reclaimScript,
-		deleteScript, statusScript, acquireNScript, abortNScript, resizeScript, repairScript, checkScript} {
+		deleteScript, statusScript, acquireNScript, abortNScript, resizeScript, repairScript, checkScript,
+		rwAcquireScript, rwAbortScript, rwReleaseScript, rwRefreshScript} {
 		require.NoError(t, s.Load(exec))
 	}
 	return &exploreEnv{m: m, exec: exec, direct: newPool(t, m.Addr())}

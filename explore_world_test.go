@@ -33,6 +33,10 @@ const (
 	opRepair                   // Repair
 	opCrash                    // the process dies here: it never acts again
 	opPause                    // wait until the scheduler lets this client go on
+	opRLock                    // RWMutex.RLock, cancellable
+	opLock                     // RWMutex.Lock, cancellable
+	opTryRLock                 // RWMutex.TryRLock
+	opTryLock                  // RWMutex.TryLock
 )
 
 // op is one step of a client's program.
@@ -68,6 +72,14 @@ func (o op) String() string {
 		return "crash"
 	case opPause:
 		return "pause"
+	case opRLock:
+		return "RLock"
+	case opLock:
+		return "Lock"
+	case opTryRLock:
+		return "TryRLock"
+	case opTryLock:
+		return "TryLock"
 	}
 	return "?"
 }
@@ -104,6 +116,10 @@ type scenario struct {
 	restart     bool
 	maxFaults   int
 	strangers   []stranger
+	// rw runs the clients on an RWMutex of the name instead (RLock, Lock,
+	// their tries, Release, Refresh, crash); setup is then empty, and the
+	// checks are explore_rw_test.go's.
+	rw bool
 }
 
 // vclient is a virtual client: one Semaphore of its own, a program.
@@ -111,6 +127,7 @@ type vclient struct {
 	run      *run
 	id       int
 	sem      *Semaphore
+	rw       *RWMutex // with scenario.rw
 	prog     []op
 	pc       int
 	busy     int // goroutines running its current operation
@@ -183,7 +200,24 @@ func newRun(env *exploreEnv, sc scenario) (*run, error) {
 		if i == 0 {
 			r.k = sem.k
 		}
-		r.clients = append(r.clients, &vclient{run: r, id: i, sem: sem, prog: sc.progs[i]})
+		cl := &vclient{run: r, id: i, sem: sem, prog: sc.progs[i]}
+		if sc.rw {
+			if cl.rw, err = NewRWMutex(w.pools[i], exploreName, WithTTL(sc.ttl), WithGrace(sc.grace), WithFixedTTL(),
+				WithLabel(fmt.Sprintf("c%d", i))); err != nil {
+				return nil, err
+			}
+			if i == 0 {
+				r.k = cl.rw.s.k
+			}
+		}
+		r.clients = append(r.clients, cl)
+	}
+	if sc.rw {
+		rwAdmin, err := NewRWMutex(env.direct, exploreName, WithTTL(sc.ttl), WithFixedTTL())
+		if err != nil {
+			return nil, err
+		}
+		r.chk.rwAdmin = rwAdmin
 	}
 	admin, err := NewSemaphore(env.direct, exploreName, 1, WithAdoptSize())
 	if err != nil {
@@ -276,6 +310,28 @@ func (r *run) startOp(cl *vclient, o op) {
 				return "err " + shortErr(err), nil, false
 			}
 			return fmt.Sprintf("granted %s fence %d", strings.Join(l.Tokens(), ","), l.Fence()), l, true
+		})
+	case opRLock, opLock, opTryRLock, opTryLock:
+		run1(func() (string, *Lease, bool) {
+			var l *Lease
+			var err error
+			switch o.kind {
+			case opRLock:
+				l, err = cl.rw.RLock(ctx)
+			case opLock:
+				l, err = cl.rw.Lock(ctx)
+			case opTryRLock:
+				l, err = cl.rw.TryRLock(ctx)
+			default:
+				l, err = cl.rw.TryLock(ctx)
+			}
+			if errors.Is(err, ErrNoToken) {
+				r.chk.tryRefused(cl)
+			}
+			if err != nil {
+				return "err " + shortErr(err), nil, false
+			}
+			return fmt.Sprintf("granted %s fence %d", l.Token(), l.Fence()), l, true
 		})
 	case opRelease:
 		run1(func() (string, *Lease, bool) {
@@ -836,6 +892,8 @@ func scriptNames() map[string]string {
 		"abort.lua": abortScript, "reclaim.lua": reclaimScript, "delete.lua": deleteScript,
 		"status.lua": statusScript, "acquire_n.lua": acquireNScript, "abort_n.lua": abortNScript,
 		"resize.lua": resizeScript, "repair.lua": repairScript, "check.lua": checkScript,
+		"rw_acquire.lua": rwAcquireScript, "rw_abort.lua": rwAbortScript, "rw_release.lua": rwReleaseScript,
+		"rw_refresh.lua": rwRefreshScript,
 	} {
 		out[s.Hash()] = name
 	}

@@ -13,10 +13,10 @@ import (
 	"github.com/redsem/redsem/internal/failpoint"
 )
 
-// Lease is a held token of a Semaphore, or k of them from AcquireN. It is
-// immutable but for its deadline, and safe for concurrent use. The tokens of
-// a lease share one fence and one deadline, and Release and Refresh act on
-// all of them at once.
+// Lease is a held token of a Semaphore, or k of them from AcquireN, or a
+// read or write hold of an RWMutex. It is immutable but for its deadline,
+// and safe for concurrent use. The tokens of a lease share one fence and one
+// deadline, and Release and Refresh act on all of them at once.
 //
 // A lease ends when it is released, when its local deadline passes without a
 // refresh, or when Refresh learns that Redis no longer records it. Done is
@@ -81,7 +81,8 @@ func (l *Lease) use() *Lease {
 
 // Token returns the token this lease holds, e.g. "3f2a9c0d41be:2". The part
 // after the colon is the slot, 1 to Size. For a lease of several tokens
-// (AcquireN) it is the first of Tokens.
+// (AcquireN) it is the first of Tokens. An RWMutex lease's is
+// "<epoch>:r" (read) or "<epoch>:w" (write).
 func (l *Lease) Token() string {
 	if l == nil {
 		return ""
@@ -98,10 +99,26 @@ func (l *Lease) Tokens() []string {
 	return append([]string(nil), l.tokens...)
 }
 
+// leaseKind is what differs between the leases of a Semaphore and of an
+// RWMutex: the scripts that release and refresh them, and the keys those
+// take. Both take the token, the acquisition id, then the script's own
+// arguments, and reply alike (release: how many tokens went back; refresh:
+// {ok, deadlineMs, nowUs}), so Release and Refresh are written once. The
+// scripts are read through their variables when a lease uses them (the
+// explorer's tests swap one in for an old version).
+type leaseKind struct {
+	what             string // "semaphore" or "rwmutex", for errors
+	release, refresh **redis.Script
+	keys             func(k keys) []interface{}
+}
+
+var semaphoreLeases = &leaseKind{what: "semaphore", release: &releaseScript, refresh: &refreshScript,
+	keys: func(k keys) []interface{} { return k.all(4) }}
+
 // tokenArgs are the script arguments that name the lease's tokens after the
 // first token, the acquisition id and extra (release.lua, refresh.lua).
 func (l *Lease) tokenArgs(extra ...interface{}) []interface{} {
-	args := append(l.sem.k.all(4), l.token, l.acqID)
+	args := append(l.sem.leaseKind().keys(l.sem.k), l.token, l.acqID)
 	args = append(args, extra...)
 	for _, t := range l.tokens[1:] {
 		args = append(args, t)
@@ -213,7 +230,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	defer cancel()
 	s := l.sem
 	failpoint.Hit("release.sent")
-	v, retried, err := s.call(ctx, releaseScript, l.tokenArgs()...)
+	v, retried, err := s.call(ctx, *s.leaseKind().release, l.tokenArgs()...)
 	n, err := redis.Int(v, err)
 	if err != nil {
 		return s.scriptError("release", err)
@@ -287,7 +304,7 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	s := l.sem
 	sent := monoNow()
 	f := l.startRefresh(sent, ttl)
-	v, _, err := s.call(ctx, refreshScript, l.tokenArgs(ttl.Milliseconds())...)
+	v, _, err := s.call(ctx, *s.leaseKind().refresh, l.tokenArgs(ttl.Milliseconds())...)
 	vals, err := redis.Int64s(v, err)
 	if err != nil {
 		l.endRefresh(f)
@@ -404,7 +421,7 @@ func (l *Lease) lost() error {
 	if len(l.tokens) > 1 {
 		return fmt.Errorf("%w: semaphore %q, tokens %s", ErrLeaseLost, printable(l.sem.name), strings.Join(l.tokens, " "))
 	}
-	return fmt.Errorf("%w: semaphore %q, token %s", ErrLeaseLost, printable(l.sem.name), l.token)
+	return fmt.Errorf("%w: %s %q, token %s", ErrLeaseLost, l.sem.leaseKind().what, printable(l.sem.name), l.token)
 }
 
 // autoRefresh refreshes the lease each time a third of its TTL has passed,

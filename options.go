@@ -63,7 +63,8 @@ type config struct {
 	fixedTTL   bool // no auto-refresh (WithFixedTTL)
 	refreshSet bool // WithFixedTTL or WithAutoRefresh was given
 	blockPool  Pool
-	waitConns  int // blocking calls shared by a Semaphore's waiters; 0: one per waiter
+	waitConns  int  // blocking calls shared by a Semaphore's waiters; 0: one per waiter
+	waitSet    bool // WithWaitConnections was given
 	adoptSize  bool
 	observer   Observer
 }
@@ -189,7 +190,7 @@ func WithWaitConnections(n int) Option {
 		if n < 0 || n > 1024 {
 			return fmt.Errorf("%w: %d wait connections is not between 0 and 1024", ErrInvalidOption, n)
 		}
-		c.waitConns = n
+		c.waitConns, c.waitSet = n, true
 		return nil
 	})
 }

@@ -34,6 +34,18 @@ type Semaphore struct {
 	// maxBlock caps one blocking wait (ns). It starts at maxBlock and shrinks
 	// when the connection's read timeout turns out to be shorter.
 	maxBlock atomic.Int64
+	// kind is whose leases this carries: a semaphore's (nil), or an
+	// RWMutex's, whose Semaphore only carries the pools, options and
+	// clock its leases share with a semaphore's (see rwmutex.go).
+	kind *leaseKind
+}
+
+// leaseKind is the kind of the leases s grants.
+func (s *Semaphore) leaseKind() *leaseKind {
+	if s.kind == nil {
+		return semaphoreLeases
+	}
+	return s.kind
 }
 
 // NewSemaphore returns the semaphore called name with size tokens. It checks

@@ -20,9 +20,11 @@ import (
 const runHelp = `Usage: redsem run [flags] NAME -- COMMAND [ARGS...]
        redsem run [flags] NAME -c 'SHELL COMMAND'
 
-Waits for one of the slots of semaphore NAME, runs COMMAND while holding it,
-refreshes the lease while COMMAND runs, releases it when COMMAND exits, and
-exits with COMMAND's exit code. Like flock(1), but across machines.
+Waits for the lock NAME, runs COMMAND while holding it, refreshes the lease
+while COMMAND runs, releases it when COMMAND exits, and exits with COMMAND's
+exit code. Like flock(1), but across machines: by default (-x) the write side
+of the read-write lock NAME, alone; with -s its read side, shared with other
+-s holders; with --size N, one of the N slots of semaphore NAME.
 
 Waiting (flock's flags keep their meaning):
   -n, --nonblock        fail at once if no slot is free
@@ -33,14 +35,19 @@ Waiting (flock's flags keep their meaning):
                         exit code when no slot was had (default 1); busy is
                         silent unless -v, as with flock
   -c, --command STRING  run STRING with /bin/sh -c instead of COMMAND ARGS
-  -x, -e, --exclusive   accepted for flock compatibility: a slot is always
-                        exclusive to its holder
+  -x, -e, --exclusive   the write side: no other holder at all (the default)
+  -s, --shared          the read side: any number of -s holders at once, no
+                        -x holder. Waiters are served in arrival order: a
+                        waiting -x is not overtaken by later -s
   One-letter flags may be bundled: -nw 5 is -n -w 5.
 
 Semaphore:
-  --size N              number of slots (default 1: a mutex). Every user of
-                        NAME must give the same size; -n is NOT the size (it is
-                        flock's non-blocking flag). redsem resize changes it
+  --size N              one of the N slots of semaphore NAME instead of the
+                        lock (--size 1: the mutex NAME, which redsem status,
+                        reclaim and delete show and act on; a semaphore and a
+                        lock of one name are apart). Every user of NAME must
+                        give the same size; -n is NOT the size (it is flock's
+                        non-blocking flag). redsem resize changes it
   --adopt-size          follow the size stored in Redis instead of failing
                         with exit 65 when it differs from --size (after a
                         redsem resize); --size then only creates NAME
@@ -57,9 +64,10 @@ Losing the lease:
 
 ` + connHelp + `
 The command runs in its own process group with these variables set:
-  REDSEM_NAME, REDSEM_SIZE, REDSEM_TOKEN, REDSEM_SLOT (1..size) and
-  REDSEM_FENCE (a number that grows with every acquisition: pass it with
-  your writes so the resource can refuse a stale holder).
+  REDSEM_NAME, REDSEM_SIZE, REDSEM_TOKEN, REDSEM_SLOT (1..size; for the lock,
+  "r" with -s, else "w") and REDSEM_FENCE (a number that grows with every
+  acquisition, a writer's above every earlier reader's: pass it with your
+  writes so the resource can refuse a stale holder).
 INT, TERM, HUP, QUIT, USR1 and USR2 sent to redsem are forwarded to the whole
 group; Ctrl-Z (TSTP) is ignored. The command cannot read from the terminal
 (it is not in the terminal's foreground group): it is meant for jobs. If the lease is lost, the group gets TERM, then KILL after
@@ -73,6 +81,9 @@ Exit codes: the command's own; 1 no slot (-n, -w; see -E); 64 usage;
 Examples:
   # crontab: flock -n /var/lock/backup.lock /usr/local/bin/backup.sh
   */5 * * * * REDIS_URL=redis://redis.internal/0 redsem run -n backup -- /usr/local/bin/backup.sh
+  # many report jobs read the index at once; a rebuild runs alone
+  redsem run -s index -- ./report.sh
+  redsem run -x index -- ./rebuild-index.sh
   # at most 4 encoders across the fleet, wait up to 10 minutes for a slot
   redsem run --size 4 -w 600 encoders -- ffmpeg -i in.mov out.mp4
   # flock -c style, with a 2-minute lease
@@ -94,7 +105,13 @@ type runOptions struct {
 	killAfter durationValue
 	label     string
 	verbose   bool
+	shared    bool // -s: the read side of the lock
+	sizeSet   bool // --size was given
 }
+
+// locked reports whether run takes a side of the read-write lock NAME
+// (the default) rather than a slot of semaphore NAME (--size, --adopt-size).
+func (o *runOptions) locked() bool { return !o.sizeSet && !o.adoptSize }
 
 func parseRunArgs(args []string) (*runOptions, error) {
 	o := &runOptions{busyCode: exitBusy, lostCode: exitLost, size: 1}
@@ -116,13 +133,16 @@ func parseRunArgs(args []string) (*runOptions, error) {
 	for _, n := range []string{"v", "verbose"} {
 		fs.BoolVar(&o.verbose, n, false, "")
 	}
-	fs.IntVar(&o.size, "size", 1, "")
+	fs.Var(&sizeValue{n: &o.size, set: &o.sizeSet}, "size", "")
 	fs.BoolVar(&o.adoptSize, "adopt-size", false, "")
-	// flock's -x/--exclusive (and -e) is what run always does: accepted so
-	// that flock command lines carry over.
+	// flock's -x/--exclusive (and -e) is the default; -s/--shared the read
+	// side.
 	var exclusive bool
 	for _, n := range []string{"x", "e", "exclusive"} {
 		fs.BoolVar(&exclusive, n, false, "")
+	}
+	for _, n := range []string{"s", "shared"} {
+		fs.BoolVar(&o.shared, n, false, "")
 	}
 	fs.Var(&o.ttl, "ttl", "")
 	fs.Var(&o.killAfter, "kill-after", "")
@@ -160,6 +180,12 @@ func parseRunArgs(args []string) (*runOptions, error) {
 		if c.code < 0 || c.code > 255 {
 			return nil, usagef("run: %s %d is not an exit code (0-255)", c.flag, c.code)
 		}
+	}
+	switch {
+	case o.shared && exclusive:
+		return nil, usagef("run: -s (shared) and -x (exclusive) exclude each other")
+	case o.shared && !o.locked():
+		return nil, usagef("run: -s takes the read side of the lock NAME, which has no --size or --adopt-size")
 	}
 	if !o.killAfter.set {
 		o.killAfter.d = 5 * time.Second
@@ -201,9 +227,22 @@ func cmdRun(args []string, _, stderr io.Writer) error {
 	if o.adoptSize {
 		opts = append(opts, redsem.WithAdoptSize())
 	}
-	sem, err := redsem.NewSemaphore(p.main, o.name, o.size, opts...)
-	if err != nil {
-		return err
+	var lk locker
+	if o.locked() {
+		m, err := redsem.NewRWMutex(p.main, o.name, opts...)
+		if err != nil {
+			return err
+		}
+		lk = locker{try: m.TryLock, wait: m.Lock}
+		if o.shared {
+			lk = locker{try: m.TryRLock, wait: m.RLock}
+		}
+	} else {
+		sem, err := redsem.NewSemaphore(p.main, o.name, o.size, opts...)
+		if err != nil {
+			return err
+		}
+		lk = locker{try: sem.TryAcquire, wait: sem.Acquire, sem: sem}
 	}
 	// From here on a signal must not kill redsem: while it waits, it gives
 	// up the wait; while the command runs, it is forwarded.
@@ -218,11 +257,11 @@ func cmdRun(args []string, _, stderr io.Writer) error {
 	defer signal.Stop(tstp)
 
 	started := time.Now()
-	lease, err := acquire(sem, o, sigs)
+	lease, err := acquire(lk, o, sigs)
 	if err != nil {
 		return err
 	}
-	if o.adoptSize {
+	if sem := lk.sem; o.adoptSize {
 		// The size in force, for REDSEM_SIZE and the messages: the stored
 		// one, which may differ from --size.
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -232,15 +271,49 @@ func cmdRun(args []string, _, stderr io.Writer) error {
 		cancel()
 	}
 	if o.verbose {
-		fmt.Fprintf(stderr, "redsem: holding slot %s of %d of %q after %v, fence %d\n",
-			slotOf(lease.Token()), o.size, o.name, time.Since(started).Round(time.Millisecond), lease.Fence())
+		what := fmt.Sprintf("slot %s of %d of %q", slotOf(lease.Token()), o.size, o.name)
+		if o.locked() {
+			what = fmt.Sprintf("the %s side of lock %q", map[bool]string{true: "read", false: "write"}[o.shared], o.name)
+		}
+		fmt.Fprintf(stderr, "redsem: holding %s after %v, fence %d\n",
+			what, time.Since(started).Round(time.Millisecond), lease.Fence())
 	}
-	return supervise(sem, lease, o, sigs, stderr)
+	return supervise(lease, o, sigs, stderr)
+}
+
+// sizeValue is --size: an int that remembers it was given (the flags are
+// set through their Values, which the FlagSet does not track).
+type sizeValue struct {
+	n   *int
+	set *bool
+}
+
+func (v *sizeValue) String() string {
+	if v.n == nil {
+		return "1"
+	}
+	return strconv.Itoa(*v.n)
+}
+
+func (v *sizeValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return err
+	}
+	*v.n, *v.set = n, true
+	return nil
+}
+
+// locker is what run takes: a side of the lock, or a slot of the semaphore
+// (sem, for its size).
+type locker struct {
+	try, wait func(context.Context) (*redsem.Lease, error)
+	sem       *redsem.Semaphore
 }
 
 // acquire waits for a slot as the flags say. A signal while waiting ends
 // the wait with exit code 128+N; no slot is kept.
-func acquire(sem *redsem.Semaphore, o *runOptions, sigs <-chan os.Signal) (*redsem.Lease, error) {
+func acquire(lk locker, o *runOptions, sigs <-chan os.Signal) (*redsem.Lease, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if o.wait.set && o.wait.d > 0 {
@@ -256,9 +329,9 @@ func acquire(sem *redsem.Semaphore, o *runOptions, sigs <-chan os.Signal) (*reds
 	go func() {
 		var r result
 		if o.nonblock {
-			r.lease, r.err = sem.TryAcquire(ctx)
+			r.lease, r.err = lk.try(ctx)
 		} else {
-			r.lease, r.err = sem.Acquire(ctx)
+			r.lease, r.err = lk.wait(ctx)
 		}
 		done <- r
 	}()
@@ -283,6 +356,9 @@ func acquire(sem *redsem.Semaphore, o *runOptions, sigs <-chan os.Signal) (*reds
 			how := "no slot free"
 			if !o.nonblock {
 				how = fmt.Sprintf("no slot within %v", o.wait.d)
+			}
+			if o.locked() {
+				return nil, exitf(o.busyCode, "%s: lock %q is held", how, o.name)
 			}
 			return nil, exitf(o.busyCode, "%s of %q (size %d)", how, o.name, o.size)
 		}

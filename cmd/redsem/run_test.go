@@ -73,7 +73,7 @@ func TestRunExitCodes(t *testing.T) {
 			`test "$REDSEM_NAME" = codes && test "$REDSEM_SIZE" = 1 && test "$REDSEM_SLOT" = 1 &&
 			 test "$REDSEM_FENCE" -gt 0 && test "${REDSEM_TOKEN%:1}" != "$REDSEM_TOKEN" || exit 9`}, 0},
 	} {
-		r := e.run(t, append([]string{"run", "codes"}, tc.args...)...)
+		r := e.run(t, append([]string{"run", "--size", "1", "codes"}, tc.args...)...)
 		assert.Equal(t, tc.code, r.code, "%s: stderr %q", tc.name, r.stderr)
 		assert.LessOrEqual(t, strings.Count(r.stderr, "\n"), 1, "%s: one line at most: %q", tc.name, r.stderr)
 	}
@@ -148,13 +148,14 @@ func TestRunKilledHolderFreesSlotAndStopsCommand(t *testing.T) {
 	assert.Less(t, time.Since(killed), 2500*time.Millisecond, "slot back within the 1s TTL plus slack")
 }
 
-// A lease deleted under a running command: the command gets TERM, ignores
+// A lease deleted under a running command (of the mutex NAME, which
+// delete acts on): the command gets TERM, ignores
 // it, gets KILL after --kill-after, and redsem exits 75.
 func TestRunLeaseLostStopsCommand(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	p := e.start(t, helperEnvFor("HELPER_TERM=ignore"),
-		append([]string{"run", "--ttl", "1s", "--kill-after", "300ms", "lost"}, helperArgs()...)...)
+		append([]string{"run", "--size", "1", "--ttl", "1s", "--kill-after", "300ms", "lost"}, helperArgs()...)...)
 	child := waitHelper(t, e.dir, "child")
 
 	r := e.run(t, "delete", "--force", "lost")
@@ -183,11 +184,68 @@ func TestRunRedisUnreachableStopsCommand(t *testing.T) {
 }
 
 // The command finished, but its lease was gone by then (here: it deleted
-// the semaphore itself, long before the first refresh): exit 75, not 0.
+// the mutex itself, long before the first refresh): exit 75, not 0.
 func TestRunLeaseGoneAtReleaseIsLost(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r := e.run(t, "run", "gone", "--", bin, "delete", "--force", "gone")
+	r := e.run(t, "run", "--size", "1", "gone", "--", bin, "delete", "--force", "gone")
 	assert.Equal(t, exitLost, r.code, r.stderr)
 	assert.Contains(t, r.stderr, "lost before the command finished")
+}
+
+// -s holders share the lock NAME; a -x holder (the default) runs alone. The
+// log of starts and ends shows two -s commands overlapping and no -x
+// command overlapping anything.
+func TestRunSharedAndExclusive(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	log := filepath.Join(e.dir, "rw.log")
+	script := func(tag string) string {
+		return fmt.Sprintf(`echo "start %[2]s" >> %[1]s; sleep 0.3; echo "end %[2]s" >> %[1]s; test "$REDSEM_SLOT" = %[3]s`,
+			log, tag, map[string]string{"s": "r", "x": "w"}[tag[:1]])
+	}
+	var wg sync.WaitGroup
+	results := map[string]*result{}
+	var mu sync.Mutex
+	for _, tag := range []string{"s1", "s2", "x1", "s3", "x2"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			args := []string{"run", "-w", "15", "index", "-c", script(tag)}
+			if tag[0] == 's' {
+				args = append([]string{"run", "-s"}, args[1:]...)
+			}
+			r := e.run(t, args...)
+			mu.Lock()
+			results[tag] = &r
+			mu.Unlock()
+		}()
+		time.Sleep(50 * time.Millisecond)
+	}
+	wg.Wait()
+	for tag, r := range results {
+		assert.Equal(t, 0, r.code, "%s: %s", tag, r.stderr)
+	}
+	b, err := os.ReadFile(log)
+	require.NoError(t, err)
+	open := map[string]bool{}
+	most := 0
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		what, tag, _ := strings.Cut(l, " ")
+		if what == "end" {
+			delete(open, tag)
+			continue
+		}
+		for o := range open {
+			assert.False(t, tag[0] == 'x' || o[0] == 'x', "%s started while %s ran; log:\n%s", tag, o, b)
+		}
+		open[tag] = true
+		most = max(most, len(open))
+	}
+	assert.GreaterOrEqual(t, most, 2, "no two -s commands ran at once; log:\n%s", b)
+
+	r := e.run(t, "run", "-s", "-x", "index", "--", "true")
+	assert.Equal(t, exitUsage, r.code)
+	r = e.run(t, "run", "-s", "--size", "2", "index", "--", "true")
+	assert.Equal(t, exitUsage, r.code)
 }

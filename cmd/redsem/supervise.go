@@ -21,7 +21,7 @@ import (
 
 // supervise runs the command while lease is held and returns its exit
 // status as an *exitError (nil for 0). The lease is released on every path.
-func supervise(sem *redsem.Semaphore, lease *redsem.Lease, o *runOptions, sigs <-chan os.Signal, stderr io.Writer) error {
+func supervise(lease *redsem.Lease, o *runOptions, sigs <-chan os.Signal, stderr io.Writer) error {
 	release := func(timeout time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()

@@ -21,6 +21,11 @@ type Options struct {
 	// (again: a restart without persistence between the grant and the
 	// worker's look at Redis).
 	AllowUnleased bool
+	// RW checks a read-write lock (RWMutex) instead of a semaphore: a hold
+	// whose token ends in ":w" is a write hold and overlaps no other hold,
+	// read or write (rule "rw"); read holds may overlap each other, share
+	// their token ("<epoch>:r") and are not counted against N.
+	RW bool
 }
 
 // Hold is one acquisition as the history shows it. Times are µs of Redis
@@ -56,15 +61,18 @@ type Report struct {
 	// MaxHolds is the largest number of holds open at one instant.
 	MaxHolds          int
 	CrossEpochOverlap int
-	Epochs            int
-	Cancels           int
-	Starved           int
-	AcqErrs           map[string]int
-	RelClasses        map[string]int
-	FPKills           int
-	Fatal             int
-	Exits             int
-	Violations        []string
+	// With Options.RW: Writes counts the write holds, MaxReaders is the
+	// largest number of read holds open at one instant.
+	Writes, MaxReaders int
+	Epochs             int
+	Cancels            int
+	Starved            int
+	AcqErrs            map[string]int
+	RelClasses         map[string]int
+	FPKills            int
+	Fatal              int
+	Exits              int
+	Violations         []string
 	// Kinds counts violations by rule.
 	Kinds map[string]int
 }
@@ -74,8 +82,8 @@ func (r Report) OK() bool { return len(r.Violations) == 0 }
 
 // Summary is a one-line description for test logs.
 func (r Report) Summary() string {
-	return fmt.Sprintf("events=%d workers=%d holders=%d holds=%d permits=%d weighted=%d maxOverlap=%d maxHolds=%d crossEpochOverlap=%d epochs=%d cancels=%d starved=%d acqErrs=%v releases=%v fpKills=%d exits=%d violations=%d %v",
-		r.Events, r.Workers, r.Holders, r.Holds, r.Permits, r.Weighted, r.MaxOverlap, r.MaxHolds, r.CrossEpochOverlap, r.Epochs, r.Cancels, r.Starved, r.AcqErrs, r.RelClasses, r.FPKills, r.Exits, len(r.Violations), r.Kinds)
+	return fmt.Sprintf("events=%d workers=%d holders=%d holds=%d permits=%d weighted=%d writes=%d maxReaders=%d maxOverlap=%d maxHolds=%d crossEpochOverlap=%d epochs=%d cancels=%d starved=%d acqErrs=%v releases=%v fpKills=%d exits=%d violations=%d %v",
+		r.Events, r.Workers, r.Holders, r.Holds, r.Permits, r.Weighted, r.Writes, r.MaxReaders, r.MaxOverlap, r.MaxHolds, r.CrossEpochOverlap, r.Epochs, r.Cancels, r.Starved, r.AcqErrs, r.RelClasses, r.FPKills, r.Exits, len(r.Violations), r.Kinds)
 }
 
 func (r *Report) violate(kind, format string, args ...interface{}) {
@@ -102,7 +110,9 @@ func (r *Report) violate(kind, format string, args ...interface{}) {
 //     with an unexpired deadline;
 //   - stale: a holder whose Lease.Valid() was true had not passed its
 //     Redis deadline;
-//   - starved: every Acquire that was meant to succeed did.
+//   - starved: every Acquire that was meant to succeed did;
+//   - rw (Options.RW, instead of overlap and token): no write hold overlaps
+//     another hold, read or write.
 //
 // A holder is a process and goroutine (Pid, G); its acquisitions are
 // numbered by S.
@@ -198,6 +208,18 @@ func Check(evs []Event, opt Options) Report {
 	}
 	r.Holds = len(hs)
 
+	if opt.RW {
+		checkRW(&r, hs)
+	} else {
+		checkTokens(&r, hs, opt)
+	}
+	checkFences(&r, hs)
+	return r
+}
+
+// checkTokens is the semaphore's rules: at most N permits at once, and no
+// token in two holds at once.
+func checkTokens(r *Report, hs []*Hold, opt Options) {
 	// overlap, per epoch or overall
 	groups := map[string][]*Hold{}
 	for _, h := range hs {
@@ -247,6 +269,51 @@ func Check(evs []Event, opt Options) Report {
 		}
 	}
 
+}
+
+// checkRW is the read-write lock's rule: a write hold overlaps no other hold.
+// An end and a start at the same instant do not overlap.
+func checkRW(r *Report, hs []*Hold) {
+	var reads []*Hold
+	byStart := append([]*Hold(nil), hs...)
+	sort.Slice(byStart, func(i, j int) bool { return byStart[i].Start < byStart[j].Start })
+	for _, h := range byStart {
+		if !isWrite(h) {
+			reads = append(reads, h)
+			continue
+		}
+		r.Writes++
+	}
+	r.MaxReaders, _ = maxOverlap(reads, one)
+	r.MaxHolds, _ = maxOverlap(hs, one)
+	for i, w := range byStart {
+		if !isWrite(w) {
+			continue
+		}
+		// Every hold that starts before w ends and ends after w starts.
+		for j, o := range byStart {
+			if o.Start >= w.End {
+				break
+			}
+			if j == i || o.End <= w.Start || (isWrite(o) && j < i) {
+				continue // two writers are reported once, from the earlier
+			}
+			kind := "read"
+			if isWrite(o) {
+				kind = "write"
+			}
+			r.violate("rw", "write hold of worker %d/%d (fence %d, %d..%d) overlaps the %s hold of worker %d/%d (fence %d, %d..%d)",
+				w.W, w.G, w.Fence, w.Start, w.End, kind, o.W, o.G, o.Fence, o.Start, o.End)
+		}
+	}
+}
+
+// isWrite reports whether h is a write hold of a read-write lock.
+func isWrite(h *Hold) bool { return strings.HasSuffix(h.Tok, ":w") }
+
+// checkFences: fences are positive, unique, and increase in acquisition
+// order.
+func checkFences(r *Report, hs []*Hold) {
 	// fence: positive, unique, ordered
 	seen := map[int64]*Hold{}
 	for _, h := range hs {
@@ -281,7 +348,6 @@ func Check(evs []Event, opt Options) Report {
 				b.W, b.Fence, b.T0, a.Fence, a.W, a.Start)
 		}
 	}
-	return r
 }
 
 // permits weighs a hold by its tokens, one by one.

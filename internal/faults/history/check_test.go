@@ -107,3 +107,30 @@ func TestCheckWeightedCount(t *testing.T) {
 	r := Check(evs, Options{N: 4})
 	assert.Equal(t, 1, r.Kinds["permits"], "%v", r.Violations)
 }
+
+// A read-write lock: readers share, a writer overlaps nobody. The checker
+// catches a writer that overlaps a reader or another writer.
+func TestCheckRW(t *testing.T) {
+	ok := join(
+		hold(1, 0, 1, 100, 10, 50, "e:r"),
+		hold(2, 0, 1, 101, 20, 60, "e:r"),
+		hold(3, 0, 1, 102, 60, 80, "e:w"),
+		hold(1, 0, 2, 103, 80, 90, "e:r"),
+	)
+	r := Check(ok, Options{N: 1, RW: true})
+	assert.True(t, r.OK(), "%v", r.Violations)
+	assert.Equal(t, 1, r.Writes)
+	assert.Equal(t, 2, r.MaxReaders)
+
+	// The writer starts while a reader still holds.
+	r = Check(append(ok, hold(4, 0, 1, 104, 40, 45, "e:w")...), Options{N: 1, RW: true})
+	assert.Equal(t, 2, r.Kinds["rw"], "%v", r.Violations)
+
+	// Two writers at once are one violation.
+	r = Check(append(ok, hold(4, 0, 1, 104, 70, 75, "e:w")...), Options{N: 1, RW: true})
+	assert.Equal(t, 1, r.Kinds["rw"], "%v", r.Violations)
+
+	// Without RW the shared read token is two holders of one token.
+	r = Check(ok, Options{N: 1})
+	assert.Positive(t, r.Kinds["token"])
+}

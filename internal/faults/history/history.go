@@ -129,6 +129,15 @@ func KeysFor(prefix, name string) Keys {
 		Holders: base + "holders", Waits: base + "waits"}
 }
 
+// RWKeysFor returns the keys of the read-write lock (RWMutex) name under
+// prefix: <prefix>{<encoded name>}:rw:<kind>; its leases are keyed by
+// acquisition id, its holders hash by "h:<acqID>" (see rw_common.lua).
+func RWKeysFor(prefix, name string) Keys {
+	k := KeysFor(prefix, name)
+	base := k.Base + "rw:"
+	return Keys{Base: base, Meta: base + "meta", Leases: base + "leases", Holders: base + "holders", Waits: base + "waits"}
+}
+
 // Pend is the pending list of one acquisition.
 func (k Keys) Pend(acqID string) string { return k.Base + "pend:" + acqID }
 

@@ -3,8 +3,10 @@
 // history file (see ../history). With -goroutines G it runs G such loops on
 // one shared *Semaphore (shared waiting), each recording its own holds (the
 // event's G field); with -weighted it takes k permits per hold with AcquireN
-// and records all k tokens. Modes other than "lib" are deliberately broken
-// clients that the history checker must catch.
+// and records all k tokens; with -rw it takes the read or the write side of
+// an RWMutex of the name instead (a write with probability -writep). Modes
+// other than "lib" are deliberately broken clients that the history checker
+// must catch.
 //
 // Exit codes: 0 done, 2 bad flags or constructor error, 3 fatal library error
 // (wrong type, size mismatch, ...), 4 history or Redis bookkeeping failure.
@@ -64,7 +66,9 @@ var (
 	strandP   = flag.Float64("strandp", 0, "probability to skip the lease script behind a BLMOVE and kill -9 itself once the move returned")
 	rto       = flag.Duration("rto", 0, "read timeout of the library's connections (0: none)")
 	histName  = flag.Bool("histname", false, "CLIENT SETNAME the bookkeeping connection to 'hist'")
-	mode      = flag.String("mode", "lib", "lib | mut-norelcheck | mut-reclaim | mut-rawpop | mut-wleak | oneshot")
+	mode      = flag.String("mode", "lib", "lib | mut-norelcheck | mut-reclaim | mut-rawpop | mut-wleak | mut-rwread | oneshot")
+	rwFlag    = flag.Bool("rw", false, "take the sides of an RWMutex of the name instead of the semaphore's tokens")
+	writeP    = flag.Float64("writep", 0.3, "with -rw: probability that a hold is a write")
 	staleP    = flag.Float64("stalep", 0.3, "mut-norelcheck: probability of holding past the TTL")
 	exitOnErr = flag.Bool("exitonerr", false, "exit (code 3) on the first Acquire error that is not a context error")
 	nGor      = flag.Int("goroutines", 1, "goroutines looping acquire/hold/release on one shared *Semaphore")
@@ -76,6 +80,12 @@ var (
 
 // weights are the permit counts of -weighted (nil: Acquire).
 var weights []int
+
+// rwm is the lock of -rw (nil: the semaphore). Its holds are recorded with
+// k = 1 for a write and 0 for a read, and their tokens say which
+// ("<epoch>:w", "<epoch>:r"). The broken mode mut-rwread takes the read side
+// for its writes and records them as writes.
+var rwm *redsem.RWMutex
 
 var (
 	hw   *history.Writer
@@ -154,8 +164,9 @@ func main() {
 		os.Exit(2)
 	}
 	// Fixed leases: a worker's hold is bounded by the TTL, whatever it does.
-	semOpts := []redsem.Option{redsem.WithPrefix(*prefix), redsem.WithTTL(*ttl), redsem.WithFixedTTL(),
+	lockOpts := []redsem.Option{redsem.WithPrefix(*prefix), redsem.WithTTL(*ttl), redsem.WithFixedTTL(),
 		redsem.WithGrace(*grace), redsem.WithLabel(fmt.Sprintf("worker-%d:%d", *id, pid))}
+	semOpts := append([]redsem.Option(nil), lockOpts...)
 	if *waitConns >= 0 {
 		semOpts = append(semOpts, redsem.WithWaitConnections(*waitConns))
 	}
@@ -164,6 +175,14 @@ func main() {
 		emit(history.Event{K: history.KFatal, Class: classify(err), Err: err.Error()})
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(2)
+	}
+	if *rwFlag {
+		rwm, err = redsem.NewRWMutex(pool, semName, lockOpts...)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(2)
+		}
+		keys = history.RWKeysFor(*prefix, semName)
 	}
 	if *strandP > 0 {
 		failpoint.Set(func(point string) bool {
@@ -179,7 +198,7 @@ func main() {
 		os.Exit(4)
 	}
 	switch *mode {
-	case "lib", "mut-norelcheck", "mut-wleak":
+	case "lib", "mut-norelcheck", "mut-wleak", "mut-rwread":
 		os.Exit(runActors(sem))
 	case "mut-rawpop":
 		os.Exit(main0.rawPopLoop())
@@ -361,6 +380,19 @@ for _, tok in ipairs(ARGV) do
 end
 return out`)
 
+// rwLeaseScript reads, in one step, Redis TIME and the deadline of the
+// RWMutex lease with the fence in ARGV[1] (its leases are keyed by
+// acquisition id; the holder record "h:"..acqID starts "mode|fence|").
+var rwLeaseScript = redis.NewScript(2, `
+local t = redis.call('TIME')
+local out = {t[1], t[2], ''}
+local l = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+for i = 1, #l, 2 do
+  local rec = redis.call('HGET', KEYS[2], 'h:' .. l[i]) or ''
+  if string.match(rec, '^[rw]|(%d+)|') == ARGV[1] then out[3] = l[i + 1] end
+end
+return out`)
+
 // leaseInfo returns Redis TIME (µs) and the deadline (ms) of the lease with
 // this fence on toks (the earliest of their deadlines: the tokens of one
 // lease share one), or 0 when Redis records no such lease on one of them.
@@ -369,9 +401,14 @@ func (a *actor) leaseInfo(toks []string, fence int64) (int64, int64) {
 	for _, t := range toks {
 		args = append(args, t)
 	}
+	script := leaseScript
+	if rwm != nil {
+		script, toks = rwLeaseScript, []string{""}
+		args = []interface{}{keys.Leases, keys.Holders, fence}
+	}
 	for i := 0; ; i++ {
-		v, err := redis.Strings(leaseScript.Do(a.bookConn(), args...))
-		if err != nil || len(v) != 2+2*len(toks) {
+		v, err := redis.Strings(script.Do(a.bookConn(), args...))
+		if err != nil || len(v) != 2+2*len(toks) && rwm == nil || len(v) != 3 && rwm != nil {
 			if i < 150 {
 				a.book.Close()
 				a.book = nil
@@ -386,9 +423,14 @@ func (a *actor) leaseInfo(toks []string, fence int64) (int64, int64) {
 		now := s*1_000_000 + us
 		var dl int64
 		for j := range toks {
-			score, rec := v[2+2*j], v[3+2*j]
-			parts := strings.Split(rec, "|")
-			if score == "" || len(parts) < 2 || parts[1] != strconv.FormatInt(fence, 10) {
+			score := v[2+2*j]
+			if rwm == nil {
+				parts := strings.Split(v[3+2*j], "|")
+				if len(parts) < 2 || parts[1] != strconv.FormatInt(fence, 10) {
+					return now, 0
+				}
+			}
+			if score == "" {
 				return now, 0
 			}
 			d, _ := strconv.ParseFloat(score, 64)
@@ -488,9 +530,14 @@ func (a *actor) acquire(sem *redsem.Semaphore, k int) (*redsem.Lease, int64, boo
 	defer stop()
 	var l *redsem.Lease
 	var err error
-	if weights != nil {
+	switch {
+	case rwm != nil && k == 1 && *mode != "mut-rwread":
+		l, err = rwm.Lock(ctx)
+	case rwm != nil:
+		l, err = rwm.RLock(ctx)
+	case weights != nil:
 		l, err = sem.AcquireN(ctx, k)
-	} else {
+	default:
 		l, err = sem.Acquire(ctx)
 	}
 	if err != nil {
@@ -555,6 +602,9 @@ func (a *actor) loop(sem *redsem.Semaphore) int {
 		if weights != nil {
 			k = weights[rand.IntN(len(weights))]
 		}
+		if rwm != nil && rand.Float64() >= *writeP {
+			k = 0 // a read
+		}
 		l, t0, ok := a.acquire(sem, k)
 		if !ok {
 			continue
@@ -563,12 +613,18 @@ func (a *actor) loop(sem *redsem.Semaphore) int {
 		a.seq++
 		s := a.seq
 		toks := l.Tokens()
-		if len(toks) != k {
+		tok := l.Token()
+		if rwm != nil && k == 1 {
+			// A write, whichever side the broken mode took.
+			epoch, _, _ := strings.Cut(tok, ":")
+			tok = epoch + ":w"
+		}
+		if len(toks) != max(k, 1) {
 			a.emit(history.Event{K: history.KFatal, Class: "count", Err: fmt.Sprintf("AcquireN(%d) returned a lease on %d tokens %v", k, len(toks), toks)})
 		}
 		now, dl := a.leaseInfo(toks, l.Fence())
 		valid := l.Valid()
-		a.emit(history.Event{K: history.KAcq, S: s, N: k, Tok: l.Token(), Toks: multi(toks), Fence: l.Fence(), T0: t0, T: now, DL: dl, Valid: valid})
+		a.emit(history.Event{K: history.KAcq, S: s, N: k, Tok: tok, Toks: multi(toks), Fence: l.Fence(), T0: t0, T: now, DL: dl, Valid: valid})
 		if valid {
 			hold := randDur(*holdMin, *holdMax)
 			switch {

@@ -1,0 +1,203 @@
+-- rw_common.lua: helpers of the RWMutex scripts, placed after common.lua by
+-- rwmutex.go. It defines helpers only; nothing here writes until a script
+-- calls it.
+--
+-- Key layout of a read-write lock (one hash tag; base = <prefix>{<name>}:rw:):
+--   KEYS[1] meta     hash  epoch, fence, created; writer (acqID of the write
+--                          lease, while one exists); timer (acqID of the
+--                          queue head that keeps time)
+--   KEYS[2] leases   zset  acqID -> lease deadline, ms of Redis TIME; every
+--                          read lease and the write lease
+--   KEYS[3] holders  hash  "h:"..acqID -> "mode|fence|grantedMs|state|label" of
+--                          a lease (mode r or w; state c, or p while a grant
+--                          made by serve waits for its waiter's script),
+--                          "q:"..acqID -> "mode|ttlMs|graceMs|label" of a waiter
+--   KEYS[4] queue    list  acqIDs of the waiters, oldest first
+--   KEYS[5] waits    zset  "w:"..acqID -> liveness deadline (ms) of a waiter,
+--                          "x:"..acqID -> tombstone deadline of a settled one
+--   KEYS[6] bell     list  base.."bell:"..acqID, the doorbell a waiter BLPOPs on
+--                          (the release scripts take the first five keys)
+--
+-- The lock admits any number of read leases or one write lease. Waiters are
+-- served first come, first served: a request is granted at once only when
+-- nobody queues and it is compatible with the leases out; otherwise it joins
+-- the queue, and whichever script frees the lock (a release, an abort, the
+-- reclaim of an expired lease or of a dead waiter) grants from the head:
+-- every reader up to the next writer, or one writer once no lease is out,
+-- and rings each one's doorbell. A grant made that way is provisional (state
+-- p) for min(ttl, max(grace, 1s)): the waiter's script, right behind its
+-- BLPOP, confirms it with a full TTL. A waiter that died in the queue so
+-- holds the lock for that short window at most.
+--
+-- common.lua's helpers used here: now_us, int_arg, fmt_int, type_err,
+-- FENCE_MAX.
+
+local function check_rw_types(n)
+  local want = {'hash', 'zset', 'hash', 'list', 'zset', 'list'}
+  for i = 1, n do
+    local e = type_err(KEYS[i], want[i])
+    if e then return e end
+  end
+  return nil
+end
+
+local function rw_base()
+  return string.sub(KEYS[1], 1, #KEYS[1] - 4)
+end
+
+-- rw_state reads meta into {epoch, fence, writer}; nil when the lock does
+-- not exist; nil, err when meta is unusable.
+local function rw_state()
+  local m = redis.call('HMGET', KEYS[1], 'epoch', 'fence', 'writer')
+  if not m[1] and not m[2] then return nil, nil end
+  local fence = tonumber(m[2])
+  if not m[1] or not fence then
+    return nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is not a redsem rwmutex record'
+  end
+  if fence >= FENCE_MAX then
+    return nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' holds fence ' .. m[2] .. ', too large to grow'
+  end
+  local writer = m[3]
+  if writer == false then writer = nil end
+  return {epoch = m[1], fence = fence, writer = writer}, nil
+end
+
+-- parse_lease splits a holder record "mode|fence|grantedMs|state|label".
+local function parse_lease(rec)
+  if not rec then return nil end
+  local mode, fence, g, state, label = string.match(rec, '^([rw])|(%d+)|(%d+)|([cp])|(.*)$')
+  if not mode then return nil end
+  return {mode = mode, fence = tonumber(fence), granted = tonumber(g), state = state, label = label}
+end
+
+local function lease_string(l)
+  return l.mode .. '|' .. fmt_int(l.fence) .. '|' .. fmt_int(l.granted) .. '|' .. l.state .. '|' .. l.label
+end
+
+-- parse_waiter splits a waiter record "mode|ttlMs|graceMs|label".
+local function parse_waiter(rec)
+  if not rec then return nil end
+  local mode, ttl, grace, label = string.match(rec, '^([rw])|(%d+)|(%d+)|(.*)$')
+  if not mode then return nil end
+  return {mode = mode, ttl = tonumber(ttl), grace = tonumber(grace), label = label}
+end
+
+-- lease_of returns acq's lease record and deadline while Redis holds both.
+local function lease_of(acq)
+  local l = parse_lease(redis.call('HGET', KEYS[3], 'h:' .. acq))
+  local score = redis.call('ZSCORE', KEYS[2], acq)
+  if not l or not score then return nil, nil end
+  return l, tonumber(score)
+end
+
+-- unlease forgets acq's lease (freeing writes only).
+local function unlease(st, acq)
+  redis.call('ZREM', KEYS[2], acq)
+  redis.call('HDEL', KEYS[3], 'h:' .. acq)
+  if st.writer == acq then
+    redis.call('HDEL', KEYS[1], 'writer')
+    st.writer = nil
+  end
+end
+
+-- ring wakes acq's BLPOP; the doorbell outlives the wait by a few seconds
+-- at most. Another waiter's doorbell was not type-checked: one of the
+-- wrong type is left alone (that waiter wakes at its timeout anyway).
+local function rw_ring(acq)
+  local b = rw_base() .. 'bell:' .. acq
+  local r = redis.pcall('RPUSH', b, 1)
+  if type(r) ~= 'table' then redis.call('PEXPIRE', b, 60000) end
+end
+
+-- forget_waiter takes acq out of the queue and its records (freeing writes).
+local function forget_waiter(acq)
+  redis.call('LREM', KEYS[4], 0, acq)
+  redis.call('HDEL', KEYS[3], 'q:' .. acq)
+  redis.call('ZREM', KEYS[5], 'w:' .. acq)
+  redis.call('DEL', rw_base() .. 'bell:' .. acq)
+  if redis.call('HGET', KEYS[1], 'timer') == acq then
+    redis.call('HDEL', KEYS[1], 'timer')
+  end
+end
+
+-- reclaim forgets leases past their deadline, waiters past their liveness
+-- and tombstones past theirs (at most 1000 of each).
+local function rw_reclaim(st, now_ms)
+  for _, acq in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms, 'LIMIT', 0, 1000)) do
+    unlease(st, acq)
+  end
+  for _, w in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms, 'LIMIT', 0, 1000)) do
+    if string.sub(w, 1, 2) == 'w:' then
+      forget_waiter(string.sub(w, 3))
+    else
+      redis.call('ZREM', KEYS[5], w)
+    end
+  end
+end
+
+-- any_lease reports whether any lease is out.
+local function any_lease()
+  return redis.call('ZRANGE', KEYS[2], 0, 0)[1] ~= nil
+end
+
+-- grant records a lease of mode for acq: fence max(last+1, now), deadline
+-- now_ms + dur, state c (confirmed) or p (provisional). Returns the fence.
+local function grant(st, acq, mode, now, dur, state, label)
+  local fence = math.max(st.fence + 1, now)
+  st.fence = fence
+  local now_ms = math.floor(now / 1000)
+  redis.call('HSET', KEYS[1], 'fence', fmt_int(fence))
+  if mode == 'w' then
+    redis.call('HSET', KEYS[1], 'writer', acq)
+    st.writer = acq
+  end
+  redis.call('ZADD', KEYS[2], fmt_int(now_ms + dur), acq)
+  redis.call('HSET', KEYS[3], 'h:' .. acq, lease_string({mode = mode, fence = fence,
+    granted = now_ms, state = state, label = label}))
+  return fence
+end
+
+-- serve grants from the head of the queue what the leases out allow: every
+-- reader up to the next writer while no writer holds, or the writer at the
+-- head once no lease is out; each grant is provisional until its waiter's
+-- script confirms it, and its doorbell rings. Then the new head, if any,
+-- keeps time: it wakes at the earliest lease deadline (rung when it becomes
+-- the head, so that it learns it).
+local function serve(st, now)
+  local busy = any_lease()
+  for _ = 1, 10000 do
+    local head = redis.call('LINDEX', KEYS[4], 0)
+    if not head then break end
+    local w = parse_waiter(redis.call('HGET', KEYS[3], 'q:' .. head))
+    if not w then
+      -- No record (a stranger's entry, or one swept): drop it.
+      redis.call('LPOP', KEYS[4])
+    else
+      if st.writer or (w.mode == 'w' and busy) then break end
+      redis.call('LPOP', KEYS[4])
+      redis.call('HDEL', KEYS[3], 'q:' .. head)
+      redis.call('ZREM', KEYS[5], 'w:' .. head)
+      grant(st, head, w.mode, now, math.min(w.ttl, math.max(w.grace, 1000)), 'p', w.label)
+      rw_ring(head)
+      busy = true
+    end
+  end
+  local head = redis.call('LINDEX', KEYS[4], 0)
+  if head and redis.call('HGET', KEYS[1], 'timer') ~= head then
+    redis.call('HSET', KEYS[1], 'timer', head)
+    rw_ring(head)
+  end
+end
+
+-- confirm gives acq's lease l (read by lease_of) its full TTL if serve
+-- granted it provisionally, and returns the granted reply.
+local function confirm(st, acq, l, deadline, now, ttl)
+  if l.state == 'p' then
+    local now_ms = math.floor(now / 1000)
+    deadline = now_ms + ttl
+    l.state = 'c'
+    redis.call('ZADD', KEYS[2], fmt_int(deadline), acq)
+    redis.call('HSET', KEYS[3], 'h:' .. acq, lease_string(l))
+  end
+  return {GRANTED, st.epoch .. ':' .. l.mode, l.fence, deadline, now}
+end

@@ -1,0 +1,214 @@
+package redsem
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/redsem/redsem/internal/engine"
+)
+
+// RWMutex is a read-write lock shared through Redis: any number of read
+// leases at once, or one write lease and no read lease, across every process
+// that uses the same name, prefix and Redis. An RWMutex holds no Redis state
+// of its own and is safe for concurrent use; create one per name and share
+// it. Its keys are under <prefix>{<name>}:rw: (see the package
+// documentation), so an RWMutex and a Semaphore of one name are two locks.
+//
+// RLock, TryRLock, Lock and TryLock return a *Lease with the contract of a
+// Semaphore's (Release, Refresh, auto-refresh, Fence, Done, Context).
+//
+// # Fairness
+//
+// First come, first served, with readers batched: a request is granted at
+// once only when nobody waits and it is compatible with the leases out. Any
+// other request queues in Redis behind the earlier ones, and whatever frees
+// the lock lets in the head of the queue: every reader up to the next writer
+// together, or the writer alone once no lease is out. So a waiting writer is
+// never starved by readers that come after it (they queue behind it), and the
+// readers queued behind a writer go in together when it releases. A reader
+// waits for the writers queued before it, and no longer.
+//
+// FIFO was chosen over phase-fair (where every waiting reader goes in when a
+// writer leaves, even ones that came after the next writer) because it is
+// the order the Semaphore already serves in, each grant's position is plain
+// from the queue (Status), and a writer's wait is bounded by what was ahead
+// of it when it came, not by a reader phase that others may still join.
+//
+// # Waiting and failure
+//
+// Waiters sleep in BLPOP on a doorbell of their own, with the acquisition's
+// script right behind it in the same write; the script that lets a waiter in
+// records its lease and rings the doorbell, so the handoff is one wake-up,
+// as a Semaphore's is, and nobody polls. Every waiter's block is capped at
+// the earliest lease deadline, so the waiters reclaim a crashed holder's
+// lease within one TTL; a waiter that dies in the queue is dropped after its
+// block plus the grace, and if it is let in first, the lease it was granted
+// lasts min(TTL, max(grace, 1s)) unless its own script confirms it. A
+// cancelled or timed-out wait returns within 250ms, leaves the queue, and
+// lets in whoever it held up.
+//
+// Fences: a lease's Fence is greater than that of every lease of the lock
+// granted before it, read leases included, so a store that refuses fences
+// below one it has seen refuses a writer that stalled past its lease.
+type RWMutex struct {
+	s *Semaphore // pools, options, clock and key base of the lock's leases
+}
+
+// NewRWMutex returns the read-write lock called name. Like NewSemaphore it
+// only checks its arguments; the first RLock or Lock creates the lock in
+// Redis. It takes this package's options but WithAdoptSize and
+// WithWaitConnections, which concern a semaphore's size and its shared wait
+// (every waiting RLock or Lock blocks on a connection of its own): they are
+// refused with ErrInvalidOption.
+func NewRWMutex(pool Pool, name string, opts ...Option) (*RWMutex, error) {
+	if err := engine.CheckPool(pool, "pool"); err != nil {
+		return nil, err
+	}
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	cfg, err := buildConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.adoptSize || cfg.waitSet {
+		return nil, fmt.Errorf("%w: WithAdoptSize and WithWaitConnections do not apply to an RWMutex", ErrInvalidOption)
+	}
+	cfg.waitConns = 0
+	s := &Semaphore{pool: pool, block: pool, name: name, size: 1, cfg: cfg,
+		k: keysAt(engine.KeyBase(cfg.prefix, name) + "rw:"), kind: rwLeases}
+	if cfg.blockPool != nil {
+		s.block = cfg.blockPool
+	}
+	s.maxBlock.Store(int64(maxBlock))
+	return &RWMutex{s: s}, nil
+}
+
+// Name returns the lock's name as given to NewRWMutex.
+func (m *RWMutex) Name() string { return m.s.name }
+
+// TTL returns the lease TTL new leases get.
+func (m *RWMutex) TTL() time.Duration { return m.s.cfg.ttl }
+
+// RLock blocks until a read lease is granted and returns it, or until ctx
+// ends: at once when no writer holds or waits, else behind them (see
+// Fairness). An uncontended RLock is one round trip.
+//
+// When ctx ends first, RLock returns an error for which errors.Is(err,
+// ctx.Err()) holds, and nothing is held or queued: a lease Redis granted in
+// the meantime is given back. Other errors: ErrWrongType, ErrCorrupt,
+// ErrOutOfMemory, ErrStaleGrant, or a connection error.
+func (m *RWMutex) RLock(ctx context.Context) (*Lease, error) { return m.lock(ctx, "r", true) }
+
+// TryRLock returns a read lease if one can be granted now without jumping
+// the queue (no writer holds, nobody waits), and ErrNoToken otherwise. It
+// never waits; it is one round trip.
+func (m *RWMutex) TryRLock(ctx context.Context) (*Lease, error) { return m.lock(ctx, "r", false) }
+
+// Lock blocks until the write lease is granted and returns it, or until
+// ctx ends: once every lease granted before it has ended and the waiters
+// ahead of it were served. Errors as RLock's.
+func (m *RWMutex) Lock(ctx context.Context) (*Lease, error) { return m.lock(ctx, "w", true) }
+
+// TryLock returns the write lease if no lease is out and nobody waits, and
+// ErrNoToken otherwise. It never waits; it is one round trip.
+func (m *RWMutex) TryLock(ctx context.Context) (*Lease, error) { return m.lock(ctx, "w", false) }
+
+func (m *RWMutex) lock(ctx context.Context, mode string, wait bool) (*Lease, error) {
+	start := time.Now()
+	l, err := m.drive(ctx, mode, wait)
+	return m.s.observeAcquire(start, l, err)
+}
+
+func (m *RWMutex) drive(ctx context.Context, mode string, wait bool) (*Lease, error) {
+	dm := engine.ModeTry
+	if wait {
+		dm = engine.ModeWait
+	}
+	p := &rwSide{oneToken: oneToken{s: m.s}, m: m, mode: mode}
+	res, err := engine.Drive[acquireReply](ctx, m.s.driver(), p, dm, nil)
+	switch {
+	case err != nil:
+		return nil, err
+	case res.Granted:
+		return p.lease, nil
+	}
+	return nil, fmt.Errorf("%w: rwmutex %q is %s", ErrNoToken, printable(m.s.name), map[string]string{
+		"r": "write-locked or has waiters", "w": "locked or has waiters"}[mode])
+}
+
+// The RWMutex's scripts, after the helpers they share with the semaphore's
+// (common.lua) and with each other (rw_common.lua).
+var (
+	rwAcquireScript = newScript(6, "rw_acquire.lua", "common.lua", "rw_common.lua")
+	rwAbortScript   = newScript(6, "rw_abort.lua", "common.lua", "rw_common.lua")
+	rwReleaseScript = newScript(5, "rw_release.lua", "common.lua", "rw_common.lua")
+	rwRefreshScript = newScript(5, "rw_refresh.lua", "common.lua", "rw_common.lua")
+)
+
+// rwLeases release and refresh an RWMutex's leases.
+var rwLeases = &leaseKind{what: "rwmutex", release: &rwReleaseScript, refresh: &rwRefreshScript,
+	keys: func(k keys) []interface{} { return k.rw() }}
+
+// rw returns the five keys every RWMutex script takes (rw_common.lua).
+func (k keys) rw() []interface{} {
+	return []interface{}{k.meta, k.leases, k.holders, k.queue(), k.waits}
+}
+
+// queue is an RWMutex's list of waiters, oldest first.
+func (k keys) queue() string { return k.base + "queue" }
+
+// rwSide is the driver's protocol for one side of an RWMutex: rw_acquire.lua,
+// behind BLPOP on the waiter's doorbell, and rw_abort.lua. Its replies are
+// acquire.lua's, so a grant becomes a lease as a semaphore's does (the
+// embedded oneToken's Code, Block, Observe and Accept).
+type rwSide struct {
+	oneToken
+	m    *RWMutex
+	mode string // "r" or "w"
+}
+
+func (p *rwSide) args(acq string, blockMs int64, phase string) []interface{} {
+	s := p.s
+	return append(s.k.rw(), s.k.bell(acq), acq, p.mode, s.cfg.ttl.Milliseconds(), s.cfg.label,
+		blockMs, s.cfg.grace.Milliseconds(), phase)
+}
+
+func (p *rwSide) First(ctx context.Context, conn redis.Conn, acq string, block time.Duration) (acquireReply, error) {
+	return parseAcquireReply(runScript(ctx, conn, rwAcquireScript, p.args(acq, block.Milliseconds(), "fresh")...))
+}
+
+// Wait writes BLPOP on the waiter's doorbell and rw_acquire.lua in one
+// write: the script that lets this waiter in rings the doorbell, and Redis
+// runs the script right behind the BLPOP, which confirms the grant before
+// the client reads a byte.
+func (p *rwSide) Wait(ctx context.Context, conn redis.Conn, acq string, r acquireReply, next time.Duration) (acquireReply, error) {
+	return parseAcquireReply(engine.BlockThenRun(ctx, conn, p.Block(r), engine.BLPOP(p.s.k.bell(acq)),
+		rwAcquireScript, p.args(acq, next.Milliseconds(), "wait"), p.Error))
+}
+
+func (p *rwSide) Abort(ctx context.Context, acq, mode string) (acquireReply, error) {
+	s := p.s
+	sent := monoNow()
+	args := append(s.k.rw(), s.k.bell(acq), acq, mode, s.tombMs(), s.cfg.ttl.Milliseconds())
+	v, _, err := s.call(ctx, rwAbortScript, args...)
+	r, err := parseAcquireReply(v, err)
+	if err == nil {
+		s.clock.observe(sent, r.nowUs)
+	}
+	return r, err
+}
+
+// Moves is false: a doorbell moves nothing, and a late wait's script finds
+// its registration gone.
+func (p *rwSide) Moves(acquireReply) bool { return false }
+
+func (p *rwSide) Error(err error) error { return p.s.scriptError("lock", err) }
+
+func (p *rwSide) Wrap(err error) error {
+	side := map[string]string{"r": "read", "w": "write"}[p.mode]
+	return fmt.Errorf("redsem: %s-lock rwmutex %q: %w", side, printable(p.s.name), err)
+}
