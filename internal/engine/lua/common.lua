@@ -12,8 +12,9 @@
 --                          "a:"..acqID -> token,
 --                          "x:"..acqID while the semaphore does not exist
 --                          (create moves them to meta),
---                          "slow" while a shrink or a weighted collector
---                          needs release.lua (see release_fast.lua)
+--                          "slow" while a shrink drains or a weighted
+--                          collector holds the ticket: then a release
+--                          reads meta (see release_fast.lua)
 --   KEYS[5] waits    zset  "w:"..acqID -> when its pending list may be swept,
 --                          "x:"..acqID -> when the tombstone of an aborted
 --                          acquisition (also in holders) may go
@@ -229,8 +230,8 @@ end
 -- save_shrink replaces the bookkeeping, old withheld tokens, with over and
 -- the withheld tokens keep (resize.lua; #keep <= over).
 local function save_shrink(over, old, keep)
-  -- holders "slow" sends every release through release.lua (see
-  -- release_fast.lua), set before the shrink's bookkeeping.
+  -- holders "slow" makes every release read meta (see release_fast.lua),
+  -- set before the shrink's bookkeeping.
   if over > 0 then redis.call('HSET', KEYS[4], 'slow', 1) end
   local gone = {}
   for i = #keep + 1, old do gone[#gone + 1] = 'h:' .. i end
@@ -263,8 +264,10 @@ end
 -- over are, and each retired lease that ended lets one go back (the last
 -- withheld first). With no shrink under way (no 'over'), it is a plain
 -- LPUSH. over and held may be passed when the caller read meta; else they
--- are read here. Its work is O(1) per token, whatever the size. Returns an
--- error string if the list is not a list (then nothing was written).
+-- are read here. Its work is O(1) per token, whatever the size
+-- (release_fast.lua does the same for a release of one token: keep the two
+-- in step). Returns an error string if the list is not a list (then
+-- nothing was written).
 local function returned(valid, retired_n, over, held)
   if over == nil then
     local m = redis.call('HMGET', KEYS[1], 'over', 'held')
