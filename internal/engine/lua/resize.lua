@@ -53,12 +53,20 @@ local function rebalance(epoch, n)
   for _, tok in ipairs(withheld()) do
     if is_valid(tok, epoch, n) then cand[#cand + 1] = tok end
   end
-  while #keep < over and #cand > 0 do keep[#keep + 1] = table.remove(cand) end
+  local taken = {}
+  while #keep < over and #cand > 0 do
+    keep[#keep + 1] = table.remove(cand)
+    taken[keep[#keep]] = true
+  end
   if #keep < over then
     for _, tok in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
       if #keep >= over then break end
-      if is_valid(tok, epoch, n) and redis.call('LREM', KEYS[2], 1, tok) == 1 then
+      -- A stranger's copy of a token that is leased or withheld already is
+      -- not a free token: withholding it would put that token in two places.
+      if is_valid(tok, epoch, n) and not taken[tok] and not redis.call('ZSCORE', KEYS[3], tok)
+        and redis.call('LREM', KEYS[2], 1, tok) == 1 then
         keep[#keep + 1] = tok
+        taken[tok] = true
       end
     end
   end
