@@ -95,8 +95,8 @@
 // on Redis Cluster (one slot per semaphore):
 //
 //	<prefix>{<name>}:meta      hash: size, epoch, fence, due, rejected, created; while a shrink
-//	                           drains over and held (Resize); while a weighted acquisition
-//	                           collects, coll (AcquireN)
+//	                           drains over, held and h:1..h:<held>, the withheld tokens
+//	                           (Resize); while a weighted acquisition collects, coll (AcquireN)
 //	<prefix>{<name>}:tokens    list: free tokens "<epoch>:<slot>"
 //	<prefix>{<name>}:leases    zset: token -> lease deadline (ms, Redis TIME)
 //	<prefix>{<name>}:holders   hash: t:<token> -> acqID|fence|granted|label, a:<acqID> -> its

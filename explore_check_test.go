@@ -115,7 +115,12 @@ func (r *run) view() srvView {
 		v.exists = size > 0 && v.epoch != ""
 		v.fence, _ = strconv.ParseFloat(m.HGet(k.meta, "fence"), 64)
 		v.over, _ = strconv.Atoi(m.HGet(k.meta, "over"))
-		v.held = strings.Fields(m.HGet(k.meta, "held"))
+		n, _ := strconv.Atoi(m.HGet(k.meta, "held"))
+		for i := 1; i <= n; i++ {
+			if tok := m.HGet(k.meta, "h:"+strconv.Itoa(i)); tok != "" {
+				v.held = append(v.held, tok)
+			}
+		}
 	}
 	if m.Type(k.tokens) == "list" {
 		v.list, _ = m.List(k.tokens)

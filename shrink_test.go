@@ -195,3 +195,73 @@ func TestShrinkDoesNotRouteToACollector(t *testing.T) {
 		assert.Len(t, inv.Free, 2)
 	})
 }
+
+// A release while a shrink drains does O(1) work whatever the size: each
+// withheld token is a meta field of its own (h:1..h:held), not part of one
+// string that every release rewrites (BenchmarkShrinkReleaseRedisTime
+// measures the time). The drain still withholds as many valid tokens as
+// retired leases are out, grants nothing meanwhile, and gives every
+// withheld token back once the retired leases are in.
+func TestShrinkBookkeepingStaysSmall(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 30*time.Second)
+		s := newSem(t, b, "shrink-small", 400, WithAdoptSize(), WithFixedTTL(), WithTTL(time.Minute))
+		held := takeAll(t, ctx, s)
+		require.Len(t, held, 400)
+		require.NoError(t, s.Resize(ctx, 200))
+		small := func(when string) {
+			t.Helper()
+			m, err := redis.StringMap(b.do(t, "HGETALL", s.k.meta), nil)
+			require.NoError(t, err)
+			for f, v := range m {
+				require.LessOrEqual(t, len(v), 64, "%s: meta %s is %d bytes", when, f, len(v))
+			}
+		}
+		withheld := func(n int) {
+			t.Helper()
+			st, err := s.Status(ctx)
+			require.NoError(t, err)
+			require.Equal(t, n, st.Withheld)
+			inv, err := s.Check(ctx)
+			require.NoError(t, err)
+			require.Len(t, inv.Withheld, n)
+			require.True(t, inv.Healthy(), "%+v", inv)
+		}
+
+		for slot := 1; slot <= 100; slot++ { // valid: withheld, 200 retired out
+			require.NoError(t, held[slot].Release(ctx))
+		}
+		small("100 withheld")
+		withheld(100)
+		_, err := s.TryAcquire(ctx)
+		require.ErrorIs(t, err, ErrNoToken, "300 hold, above the size 200")
+
+		for slot := 201; slot <= 300; slot++ { // retired: over falls to 100
+			require.NoError(t, held[slot].Release(ctx))
+		}
+		withheld(100)
+		for slot := 301; slot <= 350; slot++ { // each lets a withheld one go
+			require.NoError(t, held[slot].Release(ctx))
+		}
+		small("50 withheld")
+		withheld(50)
+		l, err := s.TryAcquire(ctx)
+		require.NoError(t, err, "150 hold now: a withheld token went back")
+		require.LessOrEqual(t, slotOf(t, l.Token()), 100)
+		require.NoError(t, l.Release(ctx))
+
+		for slot := 351; slot <= 400; slot++ {
+			require.NoError(t, held[slot].Release(ctx))
+		}
+		withheld(0)
+		m, err := redis.StringMap(b.do(t, "HGETALL", s.k.meta), nil)
+		require.NoError(t, err)
+		for f := range m {
+			assert.NotContains(t, []string{"over", "held", "h:1", "h:50", "h:100"}, f, "the bookkeeping went with the drain")
+		}
+		for slot := 101; slot <= 200; slot++ {
+			require.NoError(t, held[slot].Release(ctx))
+		}
+		requireInventory(t, s, 200, 0)
+	})
+}

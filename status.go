@@ -85,7 +85,7 @@ func parseStatus(vals []interface{}) (Status, error) {
 		st.Size, _ = strconv.Atoi(m["size"])
 		st.Epoch = m["epoch"]
 		st.Rejected, _ = strconv.ParseInt(m["rejected"], 10, 64)
-		st.Withheld = len(strings.Fields(m["held"]))
+		st.Withheld, _ = strconv.Atoi(m["held"])
 	}
 	deadlines := map[string]int64{}
 	for i := 0; i+1 < len(leases); i += 2 {

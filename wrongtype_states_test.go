@@ -12,7 +12,7 @@ import (
 // Two more states for TestWrongTypeWritesNothing: strangers on the token
 // list (which the acquire fast path pops, drops and counts as rejected
 // before it meets a key of the wrong type, and must put back), and a shrink
-// still draining (meta over > 0 and held set).
+// still draining (meta over, held and the withheld tokens h:1, h:2 set).
 
 // strangerState is semState with strangers at the head of the token list: a
 // forged token and one of an older epoch. With noneFree, the free tokens 5
@@ -50,8 +50,8 @@ func acquireScriptOp(st *wrongTypeState, blockMs int64) func(context.Context) er
 
 // shrinkState is a semaphore of size 7 shrunk to 5 while leases on the
 // retired tokens 6 and 7 are out: meta over is 2, two of the free valid
-// tokens 2, 3, 4 are withheld (meta held) and one is on the list; holder
-// has slot 1, lease r slot 5, and retired is the lease on 6.
+// tokens 2, 3, 4 are withheld (meta held, h:1 and h:2) and one is on the
+// list; holder has slot 1, lease r slot 5, and retired is the lease on 6.
 func shrinkState(t *testing.T, b *backend, ctx context.Context) (st *wrongTypeState, r, retired *Lease) {
 	s := newSem(t, b, "wt", 7, WithTTL(time.Minute), WithFixedTTL())
 	ls := holdN(t, ctx, s.TryAcquire, 7)
@@ -62,7 +62,7 @@ func shrinkState(t *testing.T, b *backend, ctx context.Context) (st *wrongTypeSt
 	m, err := redis.StringMap(b.do(t, "HGETALL", s.k.meta), nil)
 	require.NoError(t, err)
 	require.Equal(t, "2", m["over"], "the shrink drains: %v", m)
-	require.NotEmpty(t, m["held"], "tokens withheld: %v", m)
+	require.Equal(t, "2", m["held"], "two tokens withheld: %v", m)
 	require.Equal(t, int64(1), b.do(t, "LLEN", s.k.tokens), "one free token on the list")
 	s = newSem(t, b, "wt", 5, WithTTL(time.Minute), WithFixedTTL())
 	return &wrongTypeState{s: s, holder: ls[0], keys: semKeys(s, newAcqID())}, ls[4], ls[5]

@@ -3,15 +3,18 @@
 --
 -- Key layout (all keys share one hash tag, so one cluster slot):
 --   KEYS[1] meta     hash  size, epoch, fence, due, rejected, created,
---                          "x:"..acqID -> tombstone expiry (see waits)
+--                          "x:"..acqID -> tombstone expiry (see waits),
+--                          while a shrink drains over, held and "h:"..i
+--                          (see returned)
 --   KEYS[2] tokens   list  free tokens; BLMOVE and LPOP take from the left
 --   KEYS[3] leases   zset  token -> lease deadline, ms of Redis TIME
 --   KEYS[4] holders  hash  "t:"..token -> "acqID|fence|grantedMs|label",
 --                          "a:"..acqID -> token,
 --                          "x:"..acqID while the semaphore does not exist
 --                          (create moves them to meta),
---                          "slow" while a shrink or a weighted collector
---                          needs release.lua (see release_fast.lua)
+--                          "slow" while a shrink drains or a weighted
+--                          collector holds the ticket: then a release
+--                          reads meta (see release_fast.lua)
 --   KEYS[5] waits    zset  "w:"..acqID -> when its pending list may be swept,
 --                          "x:"..acqID -> when the tombstone of an aborted
 --                          acquisition (also in holders) may go
@@ -60,6 +63,15 @@ local function fmt_int(n)
   return string.format('%.0f', n)
 end
 
+-- shrink_count reads a count of meta (a shrink's over and held) as a whole number
+-- in [0, 100000] (MaxSize), so that loops over it stay bounded whatever a
+-- stranger wrote; nil or junk is 0.
+local function shrink_count(s)
+  local n = tonumber(s)
+  if not n or n ~= n or n < 0 then return 0 end
+  return math.min(math.floor(n), 100000)
+end
+
 -- type_err returns an error string when key exists with a type other than want.
 local function type_err(key, want)
   local t = redis.call('TYPE', key)
@@ -84,7 +96,7 @@ end
 -- err when meta is unusable. due is a lower bound of every score in leases and waits: nothing
 -- can be expired or stale before it, so the sweeps are skipped until then
 -- (0 when unknown). coll is the collector ticket of a weighted acquisition
--- (weighted.lua); over and held are those of a shrink (see returned).
+-- (weighted.lua); over and held are the counts of a shrink (see returned).
 local function read_meta()
   local m = redis.call('HMGET', KEYS[1], 'size', 'epoch', 'fence', 'due', 'coll', 'over', 'held')
   if not m[1] and not m[2] then return nil, nil, nil, nil, nil end
@@ -96,7 +108,7 @@ local function read_meta()
   if fence >= FENCE_MAX then
     return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' holds fence ' .. m[3] .. ', too large to grow'
   end
-  return size, m[2], fence, tonumber(m[4]) or 0, nil, m[5], tonumber(m[6]) or 0, m[7]
+  return size, m[2], fence, tonumber(m[4]) or 0, nil, m[5], shrink_count(m[6]), shrink_count(m[7])
 end
 
 -- tombstone_of returns the tombstone of acquisition acq, if it was settled
@@ -190,45 +202,97 @@ local function is_retired(tok, epoch, size)
   return e ~= nil and e == epoch and tonumber(s) > size
 end
 
--- save_shrink records a shrink's bookkeeping in meta: over, the leases on
--- retired tokens still out, and keep, the valid tokens withheld meanwhile
--- (see returned). Both go when over reaches 0.
-local function save_shrink(over, keep)
-  -- holders "slow" sends every release through release.lua (see
-  -- release_fast.lua), set before the shrink's bookkeeping.
+-- A shrink's bookkeeping, in meta while it drains (resize.lua sets it,
+-- returned settles it):
+--   over       the leases on retired tokens still out
+--   held       how many valid tokens are withheld meanwhile, at most over
+--   "h:"..i    the withheld tokens, i = 1..held: a stack, so that a token
+--              is withheld or given back with O(1) work whatever the size
+-- Holders drain down to the new size, and none is granted above it
+-- meanwhile; each retired lease that ends lets one withheld token go back.
+-- All of it goes when over reaches 0.
+
+-- withheld returns the withheld tokens, h:1..h:held; a missing entry
+-- (damage) is skipped.
+local function withheld()
+  local n = shrink_count(redis.call('HGET', KEYS[1], 'held'))
+  local toks = {}
+  for i = 1, n, 1000 do
+    local f = {}
+    for j = i, math.min(i + 999, n) do f[#f + 1] = 'h:' .. j end
+    for _, tok in ipairs(redis.call('HMGET', KEYS[1], unpack(f))) do
+      if tok then toks[#toks + 1] = tok end
+    end
+  end
+  return toks
+end
+
+-- save_shrink replaces the bookkeeping, old withheld tokens, with over and
+-- the withheld tokens keep (resize.lua; #keep <= over).
+local function save_shrink(over, old, keep)
+  -- holders "slow" makes every release read meta (see release_fast.lua),
+  -- set before the shrink's bookkeeping.
   if over > 0 then redis.call('HSET', KEYS[4], 'slow', 1) end
-  if over == 0 then
-    redis.call('HDEL', KEYS[1], 'over', 'held')
-  elseif #keep > 0 then
-    redis.call('HSET', KEYS[1], 'over', over, 'held', table.concat(keep, ' '))
-  else
-    redis.call('HSET', KEYS[1], 'over', over)
-    redis.call('HDEL', KEYS[1], 'held')
+  local gone = {}
+  for i = #keep + 1, old do gone[#gone + 1] = 'h:' .. i end
+  if over == 0 then gone[#gone + 1] = 'over' end
+  if #keep == 0 then gone[#gone + 1] = 'held' end
+  for i = 1, #gone, 1000 do
+    redis.call('HDEL', KEYS[1], unpack(gone, i, math.min(i + 999, #gone)))
+  end
+  local set = {}
+  for i, tok in ipairs(keep) do
+    set[#set + 1] = 'h:' .. i
+    set[#set + 1] = tok
+  end
+  if over > 0 then
+    set[#set + 1] = 'over'
+    set[#set + 1] = over
+  end
+  if #keep > 0 then
+    set[#set + 1] = 'held'
+    set[#set + 1] = #keep
+  end
+  for i = 1, #set, 1000 do
+    redis.call('HSET', KEYS[1], unpack(set, i, math.min(i + 999, #set)))
   end
 end
 
 -- returned puts valid tokens that came back onto the token list, and takes
--- note of retired_n leases on retired tokens that ended. After a shrink
--- (resize.lua) meta 'over' counts the leases on retired tokens still out,
--- and as many valid tokens as that are withheld (meta 'held', space
--- separated): so the holders drain down to the new size, and none is
--- granted above it meanwhile. With no shrink under way (no 'over'), it is a
--- plain LPUSH. over and held may be passed when the caller read meta; else
--- they are read here. Returns an error string if the list is not a list.
+-- note of retired_n leases on retired tokens that ended. While a shrink
+-- drains (see above), a valid token is withheld instead while fewer than
+-- over are, and each retired lease that ended lets one go back (the last
+-- withheld first). With no shrink under way (no 'over'), it is a plain
+-- LPUSH. over and held may be passed when the caller read meta; else they
+-- are read here. Its work is O(1) per token, whatever the size
+-- (release_fast.lua does the same for a release of one token: keep the two
+-- in step). Returns an error string if the list is not a list (then
+-- nothing was written).
 local function returned(valid, retired_n, over, held)
   if over == nil then
     local m = redis.call('HMGET', KEYS[1], 'over', 'held')
-    over, held = tonumber(m[1]) or 0, m[2]
+    over, held = shrink_count(m[1]), shrink_count(m[2])
   end
-  local push, keep, shrinking = valid, {}, over > 0 or held ~= nil
+  local shrinking = over > 0 or held > 0
+  local push, set, gone, n = valid, {}, {}, held
   if shrinking then
     over = math.max(over - retired_n, 0)
-    for tok in string.gmatch(held or '', '%S+') do keep[#keep + 1] = tok end
     push = {}
     for _, tok in ipairs(valid) do
-      if #keep < over then keep[#keep + 1] = tok else push[#push + 1] = tok end
+      if n < over then
+        n = n + 1
+        set[#set + 1] = 'h:' .. n
+        set[#set + 1] = tok
+      else
+        push[#push + 1] = tok
+      end
     end
-    while #keep > over do push[#push + 1] = table.remove(keep) end
+    for i = n, over + 1, -1 do
+      local tok = redis.call('HGET', KEYS[1], 'h:' .. i)
+      if tok then push[#push + 1] = tok end
+      gone[#gone + 1] = 'h:' .. i
+    end
+    n = math.min(n, over)
   end
   for i = 1, #push, 1000 do
     local r = redis.pcall('LPUSH', KEYS[2], unpack(push, i, math.min(i + 999, #push)))
@@ -236,7 +300,16 @@ local function returned(valid, retired_n, over, held)
       return 'REDSEM_WRONGTYPE ' .. KEYS[2] .. ' is not a list'
     end
   end
-  if shrinking then save_shrink(over, keep) end
+  if shrinking then
+    if over == 0 then gone[#gone + 1] = 'over' else set[#set + 1] = 'over'; set[#set + 1] = over end
+    if n == 0 then gone[#gone + 1] = 'held' else set[#set + 1] = 'held'; set[#set + 1] = n end
+    for i = 1, #gone, 1000 do
+      redis.call('HDEL', KEYS[1], unpack(gone, i, math.min(i + 999, #gone)))
+    end
+    for i = 1, #set, 1000 do
+      redis.call('HSET', KEYS[1], unpack(set, i, math.min(i + 999, #set)))
+    end
+  end
   return nil
 end
 
@@ -251,10 +324,9 @@ end
 local function withhold(tok, over)
   if over <= 0 then return false end
   local m = redis.call('HMGET', KEYS[1], 'over', 'held')
-  local held, n = m[2], 0
-  over = tonumber(m[1]) or 0
-  for _ in string.gmatch(held or '', '%S+') do n = n + 1 end
-  if n >= over then return false end
+  local held = shrink_count(m[2])
+  over = shrink_count(m[1])
+  if held >= over then return false end
   returned({tok}, 0, over, held)
   return true
 end

@@ -66,7 +66,7 @@ local function inventory(epoch, size)
       inv.retired[#inv.retired + 1] = tok
     end
   end
-  for tok in string.gmatch(redis.call('HGET', KEYS[1], 'held') or '', '%S+') do
+  for _, tok in ipairs(withheld()) do
     place(tok, inv.held)
   end
   local pend

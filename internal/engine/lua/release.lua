@@ -90,7 +90,7 @@ end
 gone[#gone + 1] = 'a:' .. acq
 -- Neither a collector nor a shrink left: releases may take the fast path
 -- again (see release_fast.lua).
-if not coll and over == 0 and not held then gone[#gone + 1] = 'slow' end
+if not coll and over == 0 and held == 0 then gone[#gone + 1] = 'slow' end
 for i = 1, #gone, 1000 do
   redis.call('HDEL', KEYS[4], unpack(gone, i, math.min(i + 999, #gone)))
 end

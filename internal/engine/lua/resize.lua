@@ -38,31 +38,40 @@ end
 
 -- rebalance sets the shrink's bookkeeping for size n (see returned in
 -- common.lua): 'over' counts the leases on retired tokens still out, and as
--- many valid tokens as that are withheld from the list ('held'), taken from
--- those already withheld, then from the free ones. So holders drain down to
--- n and none is granted above it meanwhile; the withheld tokens go back one
--- by one as the retired leases end. Tokens withheld before and no longer
--- needed go back to the list; retired ones among them are dropped.
+-- many valid tokens as that are withheld from the list, taken from those
+-- already withheld, then from the free ones. So holders drain down to n and
+-- none is granted above it meanwhile; the withheld tokens go back one by one
+-- as the retired leases end. Tokens withheld before and no longer needed go
+-- back to the list; retired ones among them are dropped.
 local function rebalance(epoch, n)
   local over = 0
   for _, tok in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
     if is_retired(tok, epoch, n) then over = over + 1 end
   end
+  local old = shrink_count(redis.call('HGET', KEYS[1], 'held'))
   local cand, keep = {}, {}
-  for tok in string.gmatch(redis.call('HGET', KEYS[1], 'held') or '', '%S+') do
+  for _, tok in ipairs(withheld()) do
     if is_valid(tok, epoch, n) then cand[#cand + 1] = tok end
   end
-  while #keep < over and #cand > 0 do keep[#keep + 1] = table.remove(cand) end
+  local taken = {}
+  while #keep < over and #cand > 0 do
+    keep[#keep + 1] = table.remove(cand)
+    taken[keep[#keep]] = true
+  end
   if #keep < over then
     for _, tok in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
       if #keep >= over then break end
-      if is_valid(tok, epoch, n) and redis.call('LREM', KEYS[2], 1, tok) == 1 then
+      -- A stranger's copy of a token that is leased or withheld already is
+      -- not a free token: withholding it would put that token in two places.
+      if is_valid(tok, epoch, n) and not taken[tok] and not redis.call('ZSCORE', KEYS[3], tok)
+        and redis.call('LREM', KEYS[2], 1, tok) == 1 then
         keep[#keep + 1] = tok
+        taken[tok] = true
       end
     end
   end
   push(cand)
-  save_shrink(over, keep)
+  save_shrink(over, old, keep)
 end
 
 if not size then
@@ -83,7 +92,7 @@ if n > size then
       for _, tok in ipairs(redis.call('LRANGE', pend, 0, 99)) do here[tok] = true end
     end
   end
-  for tok in string.gmatch(redis.call('HGET', KEYS[1], 'held') or '', '%S+') do here[tok] = true end
+  for _, tok in ipairs(withheld()) do here[tok] = true end
   local mint = {}
   for i = size + 1, n do
     local tok = epoch .. ':' .. i
