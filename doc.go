@@ -78,7 +78,7 @@
 //
 //	<prefix>{<name>}:meta      hash: size, epoch, fence, due, rejected, created; while a shrink
 //	                           drains over and held (Resize); while a weighted acquisition
-//	                           collects, coll (AcquireN)
+//	                           collects, coll and seal (AcquireN)
 //	<prefix>{<name>}:tokens    list: free tokens "<epoch>:<slot>"
 //	<prefix>{<name>}:leases    zset: token -> lease deadline (ms, Redis TIME)
 //	<prefix>{<name>}:holders   hash: t:<token> -> acqID|fence|granted|label, a:<acqID> -> its
@@ -87,6 +87,7 @@
 //	<prefix>{<name>}:pend:<id> list: a blocked waiter's BLMOVE destination
 //	<prefix>{<name>}:wqueue    list: weighted acquisitions waiting for the collector ticket
 //	<prefix>{<name>}:bell:<id> list: a weighted waiter's doorbell (with a TTL)
+//	<prefix>{<name>}:part:<id> list: the tokens a weighted collector has so far (each a lease)
 //
 // A rate gate (package rate) of the same name keeps the same layout under
 // <prefix>{<name>}:rate: (plus a queue list and one doorbell list per

@@ -22,12 +22,17 @@ import (
 // of its own. The collector waits for its first token in the ordinary token
 // queue (BLMOVE into its pending list, with the script right behind it in
 // the same write); once it holds one, release.lua hands it every released
-// token until it has k, and rings its doorbell. What it holds meanwhile are
-// leases with the ticket's deadline (fence 0), pushed forward each time its
-// script runs: a collector that dies gives them back within one block plus
-// the grace, through the ordinary reclaim, and the next weighted script
-// hands the ticket on. A collector whose context ends gives them back at once
-// (abort_n.lua).
+// token until it has k, and rings its doorbell when it has them all. What it
+// holds meanwhile are leases (fence 0) listed in a part list of its own,
+// each recorded once, when it arrives: collecting k tokens costs O(k) of
+// Redis time in all, and no run of the script takes or seals more than 128
+// of them (a larger grant is sealed over several runs, which the script asks
+// for by ringing its own doorbell). A collector checks in (runs its script)
+// at least every collectPoll once it holds a token; its registration, and
+// the ticket, lapse the grace after a wait it did not come back from: the
+// sweep gives back what a dead collector held, and the next weighted script
+// hands the ticket on. A collector whose context ends gives them back at
+// once (abort_n.lua).
 
 var (
 	acquireNScript = newScript(8, "acquire_n.lua", "common.lua", "weighted.lua")

@@ -809,3 +809,123 @@ func TestDeleteRemovesWeightedKeys(t *testing.T) {
 		assert.ErrorIs(t, c.Release(ctx), ErrLeaseLost)
 	})
 }
+
+// acquireNWith is acquire_n.lua, after its helpers, with the line from
+// replaced by to: a test's way to change one of its constants.
+func acquireNWith(t testing.TB, from, to string) *redis.Script {
+	var src string
+	for _, f := range []string{"common.lua", "weighted.lua", "acquire_n.lua"} {
+		src += mustRead(f) + "\n"
+	}
+	require.Contains(t, src, from)
+	return redis.NewScript(8, strings.Replace(src, from, to, 1))
+}
+
+// A collection that outlasts the backstop deadline of its partial leases
+// (PARTIAL_MS, an hour; 3s here) keeps them: the collector pushes them
+// forward as it checks in, and the token it took first is granted.
+func TestAcquireNPartialLeasesOutliveTheirBackstop(t *testing.T) {
+	saved := acquireNScript
+	acquireNScript = acquireNWith(t, "local PARTIAL_MS = 3600000\n", "local PARTIAL_MS = 3000\n")
+	defer func() { acquireNScript = saved }()
+	b := realRedis(t)
+	ctx := ctxT(t, 20*time.Second)
+	s := newSem(t, b, "backstop", 3)
+	hs := holdN(t, ctx, s.Acquire, 2)
+	got := acquireAsync(ctx, func(ctx context.Context) (*Lease, error) { return s.AcquireN(ctx, 3) })
+	require.Eventually(t, func() bool { return len(collecting(t, s)) == 1 }, 5*time.Second, 5*time.Millisecond)
+	first := collecting(t, s)[0]
+	owner := func() string {
+		rec, err := redis.String(b.do(t, "HGET", s.k.holders, "t:"+first), nil)
+		require.NoError(t, err)
+		acq, _, _ := strings.Cut(rec, "|")
+		return acq
+	}
+	collector := owner()
+	time.Sleep(4 * time.Second) // past the first deadline of its partial lease
+	assert.Equal(t, collector, owner(), "the same acquisition holds it: it did not start over")
+	st, err := s.Status(ctx)
+	require.NoError(t, err)
+	var h *Holder
+	for i := range st.Holders {
+		if st.Holders[i].Token == first {
+			h = &st.Holders[i]
+		}
+	}
+	require.NotNil(t, h, "the collector still holds %s", first)
+	assert.Greater(t, h.Deadline.Sub(st.ServerTime), 500*time.Millisecond)
+	for _, h := range hs {
+		require.NoError(t, h.Release(ctx))
+	}
+	l, ok := <-got
+	require.True(t, ok)
+	assert.Contains(t, l.Tokens(), first)
+	assert.Equal(t, collector, l.acqID, "granted to the acquisition that collected it")
+	require.NoError(t, l.Release(ctx))
+	requireInventory(t, s, 3, 0)
+}
+
+// Requests larger than one run of acquire_n.lua takes or seals (STEP, 128
+// tokens) are collected and sealed over several runs: all at once, from
+// releases one by one, and given back whole when cancelled half way.
+func TestAcquireNLarge(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 30*time.Second)
+		const size = 300
+		s := newSem(t, b, "large-n", size)
+		check := func(l *Lease) {
+			t.Helper()
+			toks := l.Tokens()
+			require.Len(t, toks, size)
+			seen := map[string]bool{}
+			for _, tok := range toks {
+				require.False(t, seen[tok], "token %s twice", tok)
+				seen[tok] = true
+			}
+			st, err := s.Status(ctx)
+			require.NoError(t, err)
+			require.Len(t, st.Holders, size)
+			for _, h := range st.Holders {
+				require.Equal(t, l.Fence(), h.Fence, "one fence for the whole lease")
+			}
+			require.NoError(t, l.Release(ctx))
+			requireInventory(t, s, size, 0)
+			assert.Equal(t, 0, extraKeys(t, b, s))
+		}
+
+		l, err := s.AcquireN(ctx, size)
+		require.NoError(t, err)
+		check(l)
+		l, err = s.TryAcquireN(ctx, size)
+		require.NoError(t, err)
+		check(l)
+
+		hs := holdN(t, ctx, s.Acquire, size)
+		got := acquireAsync(ctx, func(ctx context.Context) (*Lease, error) { return s.AcquireN(ctx, size) })
+		require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) == 1 }, 5*time.Second, 5*time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // its BLMOVE reaches Redis
+		for _, h := range hs {
+			require.NoError(t, h.Release(ctx))
+		}
+		l, ok := <-got
+		require.True(t, ok)
+		check(l)
+
+		hs = holdN(t, ctx, s.Acquire, size/2)
+		cctx, cancel := context.WithCancel(ctx)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := s.AcquireN(cctx, size)
+			errc <- err
+		}()
+		require.Eventually(t, func() bool { return len(collecting(t, s)) == size/2 }, 5*time.Second, 5*time.Millisecond)
+		cancel()
+		require.ErrorIs(t, <-errc, context.Canceled)
+		requireInventory(t, s, size/2, size/2)
+		for _, h := range hs {
+			require.NoError(t, h.Release(ctx))
+		}
+		requireInventory(t, s, size, 0)
+		assert.Equal(t, 0, extraKeys(t, b, s))
+	})
+}
