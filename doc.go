@@ -18,13 +18,21 @@
 // deadline, so the waiters themselves reclaim the tokens of crashed holders:
 // no daemon is needed.
 //
+// AcquireN takes k tokens, all or nothing. Weighted requests queue for a
+// single collector ticket; the collector gathers tokens as leases of its own
+// (fence 0), each recorded once as it arrives, so that k tokens cost O(k) of
+// Redis time, and seals them into one lease when it has k. Weighted requests
+// check in every half second whatever their block time, so a dead
+// collector's tokens and ticket pass on within about a second.
+//
 // # Guarantees
 //
 //   - At most N leases exist at any moment, as long as Redis keeps its data.
 //   - No token is lost. A client killed at any point, a cancelled context or a
 //     dropped connection leaves the semaphore back at N tokens within one TTL
-//     (the lease expires), or within one wait plus the grace (a token moved to
-//     a waiter's pending list whose script never ran).
+//     (the lease expires), within one wait plus the grace (a token moved to
+//     a waiter's pending list whose script never ran), or within about a
+//     second (the tokens a weighted collector had gathered).
 //   - Release, Refresh and reclaim run as scripts gated by the acquisition's
 //     id: a double release, or the release of a lease that expired and was
 //     handed on, never adds a token. Refresh never revives an expired lease.

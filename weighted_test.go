@@ -13,6 +13,8 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem/internal/failpoint"
 )
 
 // collecting returns the tokens Status shows as held with fence 0: those of
@@ -808,6 +810,102 @@ func TestDeleteRemovesWeightedKeys(t *testing.T) {
 		assert.ErrorIs(t, a.Release(ctx), ErrLeaseLost)
 		assert.ErrorIs(t, c.Release(ctx), ErrLeaseLost)
 	})
+}
+
+// freezeCollector makes a weighted acquisition of k permits of s's semaphore
+// that dies while it collects: on connections of its own, it runs until it
+// writes its first wait, then stops there for good (the failpoint holds its
+// goroutine, as a process killed or frozen would be) while its connection
+// is killed, so its script never runs again. It returns once that is so;
+// the goroutine is let go when the test ends.
+func freezeCollector(t *testing.T, ctx context.Context, b *backend, s *Semaphore, k int) {
+	t.Helper()
+	name := "collector-" + newAcqID()[:12]
+	pool := &redis.Pool{DialContext: func(ctx context.Context) (redis.Conn, error) {
+		return redis.DialContext(ctx, "tcp", b.addr, redis.DialClientName(name))
+	}}
+	c, err := NewSemaphore(pool, s.name, s.size)
+	require.NoError(t, err)
+	var armed atomic.Bool
+	armed.Store(true)
+	hit, thaw, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	failpoint.Set(func(p string) bool {
+		if p == "wait.sent" && armed.CompareAndSwap(true, false) {
+			close(hit)
+			<-thaw
+		}
+		return false
+	})
+	defer failpoint.Set(nil)
+	cctx, cancel := context.WithCancel(ctx)
+	go func() {
+		defer close(done)
+		_, _ = c.AcquireN(cctx, k)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		close(thaw)
+		<-done
+		pool.Close()
+	})
+	select {
+	case <-hit:
+	case <-ctx.Done():
+		t.Fatal("the collector never waited")
+	}
+	info, err := redis.String(b.do(t, "CLIENT", "LIST"), nil)
+	require.NoError(t, err)
+	killed := 0
+	for _, line := range strings.Split(info, "\n") {
+		if strings.Contains(line, " name="+name+" ") {
+			id, _, _ := strings.Cut(strings.TrimPrefix(line, "id="), " ")
+			b.do(t, "CLIENT", "KILL", "ID", id)
+			killed++
+		}
+	}
+	require.Positive(t, killed, "no connection of the collector to kill")
+}
+
+// A collector that dies while it collects, with the default block time and
+// grace, no longer keeps the head of the weighted queue and its tokens for
+// its poll plus the grace (6s): the next weighted request takes the ticket
+// over, with the tokens, within about a second; and without a weighted
+// request around, Acquire callers get the tokens as soon.
+func TestAcquireNDeadCollectorHandsOn(t *testing.T) {
+	b := realRedis(t)
+	ctx := ctxT(t, 30*time.Second)
+	s := newSem(t, b, "dead-collector", 4)
+
+	hs := holdN(t, ctx, s.Acquire, 2)
+	freezeCollector(t, ctx, b, s, 3)
+	died := time.Now()
+	require.Len(t, collecting(t, s), 2, "the dead collector holds the two free tokens")
+	require.NoError(t, hs[0].Release(ctx)) // to the dead collector: it holds the head
+	require.Len(t, collecting(t, s), 3)
+	l, err := s.AcquireN(ctx, 3)
+	require.NoError(t, err)
+	took := time.Since(died)
+	t.Logf("the next weighted request was granted %v after the collector died", took.Round(time.Millisecond))
+	assert.Less(t, took, 2*time.Second)
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, hs[1].Release(ctx))
+	requireInventory(t, s, 4, 0)
+
+	hs = holdN(t, ctx, s.Acquire, 2)
+	freezeCollector(t, ctx, b, s, 3)
+	died = time.Now()
+	for i := 0; i < 2; i++ {
+		l, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		hs = append(hs, l)
+	}
+	took = time.Since(died)
+	t.Logf("Acquire callers got the dead collector's tokens %v after it died", took.Round(time.Millisecond))
+	assert.Less(t, took, 2*time.Second)
+	for _, h := range hs {
+		require.NoError(t, h.Release(ctx))
+	}
+	requireInventory(t, s, 4, 0)
 }
 
 // acquireNWith is acquire_n.lua, after its helpers, with the line from

@@ -8,7 +8,9 @@
 --
 -- KEYS: meta, tokens, leases, holders, waits, pend, bell, queue
 -- ARGV: size, acqID, k, ttlMs, label, blockMs (0: try only, never wait),
---       graceMs, tombMs, pollMs (longest sleep of a collector holding tokens),
+--       graceMs (how long past its wait a weighted acquisition's
+--       registration, and the collector ticket, outlive it), tombMs,
+--       pollMs (longest sleep of a collector: how often it checks in),
 --       phase ("fresh" or "wait"), size mode ("adopt": use the size stored
 --       in meta, as acquire.lua does; anything else: fail on a mismatch)
 -- Returns one of
@@ -357,14 +359,14 @@ end
 
 -- Not all yet. A collector without a token waits its turn in the token
 -- queue (BLMOVE); one that holds tokens holds the head: releases come to it
--- and ring its bell when it has all k, and it wakes at least every pollMs
--- for tokens that came back another way. With more to do at once (a full
--- STEP taken, or sealing), it rings its own bell.
+-- and ring its bell when it has all k. Either way it checks in at least
+-- every pollMs, and loses the ticket graceMs after a check-in it missed.
+-- With more to do at once (a full STEP taken, or sealing), it rings its own
+-- bell.
 local mode = 1
-local b = math.min(block, math.max(due - now_ms + 1, 10))
+local b = math.min(block, math.max(due - now_ms + 1, 10), poll)
 if have > 0 then
   mode = 2
-  b = math.min(b, poll)
   if again then
     redis.call('RPUSH', KEYS[7], 1)
     redis.call('PEXPIRE', KEYS[7], b + grace + 1000)

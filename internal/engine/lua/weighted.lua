@@ -16,11 +16,11 @@
 -- need. The tokens it has so far ("partial") are leases like any other,
 -- recorded as "t:"..token -> "acqID|0|ms|label" (fence 0 until granted) and
 -- listed, oldest first, in its part list; each arrives once, and costs
--- O(1) then. The ticket's deadline, which is also the collector's
--- registration's score in waits, is the end of its wait plus the grace, and
--- runs of its script push it forward. If it dies, the sweep (reclaim) gives
--- its partial leases back once its registration lapses, and the next
--- weighted script hands the ticket on. While the collector holds at
+-- O(1) then. The collector checks in (runs its script) at least every pollMs;
+-- the ticket's deadline, which is also its registration's score in waits, is
+-- that plus a short margin, whatever the block time. If it dies, the sweep
+-- (reclaim) gives its partial leases back once its registration lapses, and
+-- the next weighted script hands the ticket on. While the collector holds at
 -- least one token it holds the head of the queue: release.lua gives every
 -- released token to it (as a partial lease) until it has k, and rings its
 -- bell. release.lua parses coll itself; keep the format in step with it.
