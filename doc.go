@@ -27,13 +27,21 @@
 // even when Redis does not answer, and the settling it starts goes on in the
 // background for at most 5s.
 //
+// AcquireN takes k tokens, all or nothing. Weighted requests queue for a
+// single collector ticket; the collector gathers tokens as leases of its own
+// (fence 0), each recorded once as it arrives, so that k tokens cost O(k) of
+// Redis time, and seals them into one lease when it has k. Weighted requests
+// check in every half second whatever their block time, so a dead
+// collector's tokens and ticket pass on within about a second.
+//
 // # Guarantees
 //
 //   - At most N leases exist at any moment, as long as Redis keeps its data.
 //   - No token is lost. A client killed at any point, a cancelled context or a
 //     dropped connection leaves the semaphore back at N tokens within one TTL
-//     (the lease expires), or within one wait plus the grace (a token moved to
-//     a waiter's pending list whose script never ran).
+//     (the lease expires), within one wait plus the grace (a token moved to
+//     a waiter's pending list whose script never ran), or within about a
+//     second (the tokens a weighted collector had gathered).
 //   - Release, Refresh and reclaim run as scripts gated by the acquisition's
 //     id: a double release, or the release of a lease that expired and was
 //     handed on, never adds a token. Refresh never revives an expired lease.
@@ -96,7 +104,8 @@
 //
 //	<prefix>{<name>}:meta      hash: size, epoch, fence, due, rejected, created; while a shrink
 //	                           drains over, held and h:1..h:<held>, the withheld tokens
-//	                           (Resize); while a weighted acquisition collects, coll (AcquireN)
+//	                           (Resize); while a weighted acquisition collects, coll and seal
+//	                           (AcquireN)
 //	<prefix>{<name>}:tokens    list: free tokens "<epoch>:<slot>"
 //	<prefix>{<name>}:leases    zset: token -> lease deadline (ms, Redis TIME)
 //	<prefix>{<name>}:holders   hash: t:<token> -> acqID|fence|granted|label, a:<acqID> -> its
@@ -105,6 +114,7 @@
 //	<prefix>{<name>}:pend:<id> list: a blocked waiter's BLMOVE destination
 //	<prefix>{<name>}:wqueue    list: weighted acquisitions waiting for the collector ticket
 //	<prefix>{<name>}:bell:<id> list: a weighted waiter's doorbell (with a TTL)
+//	<prefix>{<name>}:part:<id> list: the tokens a weighted collector has so far (each a lease)
 //
 // An RWMutex of the same name keeps its keys under <prefix>{<name>}:rw:
 // (meta, leases and holders by acquisition id, a queue list, waits, and a

@@ -234,7 +234,25 @@ func seamScenarios() []scenario {
 			name: "a weighted waiter and a single one, a process killed", size: 2, setup: []int{0},
 			progs: [][]op{{rel}, {{kind: opAcquireN, n: 2, cancelOK: true}, rel}, {acq, rel}}, kills: true, maxFaults: 1,
 		}),
+		holdersThen(scenario{
+			name: "a weighted collector killed while another queues for the ticket", size: 2, setup: []int{0},
+			progs: [][]op{{rel}, {{kind: opAcquireN, n: 2, cancelOK: true}, rel}, {{kind: opAcquireN, n: 2, cancelOK: true}, rel}},
+			kills: true, maxFaults: 1,
+		}),
 	}
+}
+
+// weighted reports whether sc has a program that asks for two permits or
+// more at once.
+func weighted(sc scenario) bool {
+	for _, prog := range sc.progs {
+		for _, o := range prog {
+			if o.kind == opAcquireN && o.n >= 2 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // randomScenario draws programs, faults and strangers from rng.
@@ -395,6 +413,52 @@ func TestExploreRandom(t *testing.T) {
 	if cx != "" {
 		t.Fatal(cx)
 	}
+}
+
+// TestExploreWeightedSteps explores weighted acquisitions with acquire_n.lua
+// taking and sealing one token per run (STEP 1 instead of 128): so the
+// explorer's small requests pass through every state a large one does,
+// partial leases taken over several runs and a grant sealed over several.
+func TestExploreWeightedSteps(t *testing.T) {
+	saved := acquireNScript
+	acquireNScript = acquireNWith(t, "local STEP = 128\n", "local STEP = 1\n")
+	defer func() { acquireNScript = saved }()
+	env := newExploreEnv(t)
+	budget := exploreBudget(20 * time.Second)
+	start := time.Now()
+	for _, sc := range seamScenarios() {
+		if !weighted(sc) {
+			continue
+		}
+		cx, n, all := exploreAll(t, env, sc, exploreDepth, time.Now().Add(budget/8))
+		t.Logf("%s: %d schedules to depth %d (all of them: %v)", sc.name, n, exploreDepth, all)
+		if cx != "" {
+			t.Fatal(cx)
+		}
+		cx, n = walkScenario(t, env, sc, 1, 40, time.Now().Add(budget/8))
+		t.Logf("%s: %d random schedules", sc.name, n)
+		if cx != "" {
+			t.Fatal(cx)
+		}
+	}
+	n := 0
+	until := start.Add(budget)
+	for seed := int64(1); time.Now().Before(until); seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		sc := randomScenario(rng)
+		if !weighted(sc) {
+			continue
+		}
+		sc.name = fmt.Sprintf("random seed %d, STEP 1", seed)
+		rc := &choiceRecorder{ch: &randomChooser{rng: rng, pFault: 0.1}}
+		v, trace, err := exploreOnce(env, sc, rc, 60)
+		require.NoError(t, err)
+		n++
+		if v != "" {
+			t.Fatal(counterexample(sc, v, trace, rc.labels))
+		}
+	}
+	t.Logf("%d random weighted walks in %v", n, time.Since(start).Round(time.Millisecond))
 }
 
 // exploreRegressions are the schedules the explorer found against the code

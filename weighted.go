@@ -21,24 +21,36 @@ import (
 // of its own. The collector waits for its first token in the ordinary token
 // queue (BLMOVE into its pending list, with the script right behind it in
 // the same write); once it holds one, release.lua hands it every released
-// token until it has k, and rings its doorbell. What it holds meanwhile are
-// leases with the ticket's deadline (fence 0), pushed forward each time its
-// script runs: a collector that dies gives them back within one block plus
-// the grace, through the ordinary reclaim, and the next weighted script
-// hands the ticket on. A collector whose context ends gives them back at once
-// (abort_n.lua).
+// token until it has k, and rings its doorbell when it has them all. What it
+// holds meanwhile are leases (fence 0) listed in a part list of its own,
+// each recorded once, when it arrives: collecting k tokens costs O(k) of
+// Redis time in all, and no run of the script takes or seals more than 128
+// of them (a larger grant is sealed over several runs, which the script asks
+// for by ringing its own doorbell). Every weighted acquisition checks in (runs
+// its script) at least every collectPoll; its registration, and the ticket,
+// lapse collectGrace after a check-in it missed, whatever the block time:
+// the sweep gives back what a dead collector held, and the next weighted
+// script hands the ticket on. A collector whose context ends gives them back
+// at once (abort_n.lua).
 
 var (
 	acquireNScript = newScript(8, "acquire_n.lua", "common.lua", "weighted.lua")
 	abortNScript   = newScript(8, "abort_n.lua", "common.lua", "weighted.lua")
 )
 
-// collectPoll caps how long a collector that holds some of its tokens sleeps
-// between runs of its script. Released tokens wake it at once; this bounds
-// how late it notices tokens that came back another way (reclaimed from an
-// expired lease or a cancelled waiter) and sets how soon a dead collector's
-// tokens and ticket come back (collectPoll plus the grace).
-const collectPoll = time.Second
+// collectPoll caps how long a weighted acquisition, collecting or queued
+// for the ticket, sleeps between runs of its script: how often it checks in.
+// Released tokens wake a collector at once; this bounds how late it notices
+// tokens that came back another way (reclaimed from an expired lease or a
+// cancelled waiter). collectGrace caps the margin past a missed check-in
+// (the grace, if shorter) after which it counts as dead: its registration
+// lapses, the sweep gives back what it collected, and the next weighted
+// request takes the ticket over. So a dead collector's tokens and ticket
+// come back within collectPoll plus collectGrace, whatever the block time.
+const (
+	collectPoll  = 500 * time.Millisecond
+	collectGrace = 500 * time.Millisecond
+)
 
 // bell is the doorbell a weighted waiter sleeps on (BLPOP).
 func (k keys) bell(acqID string) string { return k.base + "bell:" + acqID }
@@ -90,8 +102,9 @@ func (k keys) wqueue() string { return k.base + "wqueue" }
 //
 // When ctx ends, AcquireN returns an error for which errors.Is(err,
 // ctx.Err()) holds, and the tokens it had collected go back at once. If the
-// process dies while collecting, they come back within about a second plus
-// the grace (WithGrace), and the ticket passes on. While a request collects,
+// process dies while collecting, they come back, and the ticket passes on,
+// within about a second (sooner with a grace under half a second,
+// WithGrace), whatever the block time. While a request collects,
 // Status lists the tokens it has so far as holders with Fence 0; a granted
 // lease of k tokens shows as k holders with one fence, strictly greater than
 // every earlier fence. Other errors: ErrInvalidSize, *SizeMismatchError,
@@ -186,7 +199,7 @@ func parseAcquireNReply(v interface{}, err error) (acquireNReply, error) {
 func (s *Semaphore) acquireNArgs(acq string, k int, blockMs int64, phase string) []interface{} {
 	return append(s.k.all(5), s.k.pend(acq), s.k.bell(acq), s.k.wqueue(),
 		s.size, acq, k, s.cfg.ttl.Milliseconds(), s.cfg.label, blockMs,
-		s.cfg.grace.Milliseconds(), s.tombMs(), collectPoll.Milliseconds(), phase, s.sizeMode())
+		min(s.cfg.grace, collectGrace).Milliseconds(), s.tombMs(), collectPoll.Milliseconds(), phase, s.sizeMode())
 }
 
 func (s *Semaphore) acquireN(ctx context.Context, k int, wait bool) (*Lease, error) {

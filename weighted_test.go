@@ -13,6 +13,8 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem/internal/failpoint"
 )
 
 // collecting returns the tokens Status shows as held with fence 0: those of
@@ -807,5 +809,221 @@ func TestDeleteRemovesWeightedKeys(t *testing.T) {
 		assert.ErrorIs(t, <-second, context.Canceled)
 		assert.ErrorIs(t, a.Release(ctx), ErrLeaseLost)
 		assert.ErrorIs(t, c.Release(ctx), ErrLeaseLost)
+	})
+}
+
+// freezeCollector makes a weighted acquisition of k permits of s's semaphore
+// that dies while it collects: on connections of its own, it runs until it
+// writes its first wait, then stops there for good (the failpoint holds its
+// goroutine, as a process killed or frozen would be) while its connection
+// is killed, so its script never runs again. It returns once that is so;
+// the goroutine is let go when the test ends.
+func freezeCollector(t *testing.T, ctx context.Context, b *backend, s *Semaphore, k int) {
+	t.Helper()
+	name := "collector-" + newAcqID()[:12]
+	pool := &redis.Pool{DialContext: func(ctx context.Context) (redis.Conn, error) {
+		return redis.DialContext(ctx, "tcp", b.addr, redis.DialClientName(name))
+	}}
+	c, err := NewSemaphore(pool, s.name, s.size)
+	require.NoError(t, err)
+	var armed atomic.Bool
+	armed.Store(true)
+	hit, thaw, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	failpoint.Set(func(p string) bool {
+		if p == "wait.sent" && armed.CompareAndSwap(true, false) {
+			close(hit)
+			<-thaw
+		}
+		return false
+	})
+	defer failpoint.Set(nil)
+	cctx, cancel := context.WithCancel(ctx)
+	go func() {
+		defer close(done)
+		_, _ = c.AcquireN(cctx, k)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		close(thaw)
+		<-done
+		pool.Close()
+	})
+	select {
+	case <-hit:
+	case <-ctx.Done():
+		t.Fatal("the collector never waited")
+	}
+	info, err := redis.String(b.do(t, "CLIENT", "LIST"), nil)
+	require.NoError(t, err)
+	killed := 0
+	for _, line := range strings.Split(info, "\n") {
+		if strings.Contains(line, " name="+name+" ") {
+			id, _, _ := strings.Cut(strings.TrimPrefix(line, "id="), " ")
+			b.do(t, "CLIENT", "KILL", "ID", id)
+			killed++
+		}
+	}
+	require.Positive(t, killed, "no connection of the collector to kill")
+}
+
+// A collector that dies while it collects, with the default block time and
+// grace, no longer keeps the head of the weighted queue and its tokens for
+// its poll plus the grace (6s): the next weighted request takes the ticket
+// over, with the tokens, within about a second; and without a weighted
+// request around, Acquire callers get the tokens as soon.
+func TestAcquireNDeadCollectorHandsOn(t *testing.T) {
+	b := realRedis(t)
+	ctx := ctxT(t, 30*time.Second)
+	s := newSem(t, b, "dead-collector", 4)
+
+	hs := holdN(t, ctx, s.Acquire, 2)
+	freezeCollector(t, ctx, b, s, 3)
+	died := time.Now()
+	require.Len(t, collecting(t, s), 2, "the dead collector holds the two free tokens")
+	require.NoError(t, hs[0].Release(ctx)) // to the dead collector: it holds the head
+	require.Len(t, collecting(t, s), 3)
+	l, err := s.AcquireN(ctx, 3)
+	require.NoError(t, err)
+	took := time.Since(died)
+	t.Logf("the next weighted request was granted %v after the collector died", took.Round(time.Millisecond))
+	assert.Less(t, took, 2*time.Second)
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, hs[1].Release(ctx))
+	requireInventory(t, s, 4, 0)
+
+	hs = holdN(t, ctx, s.Acquire, 2)
+	freezeCollector(t, ctx, b, s, 3)
+	died = time.Now()
+	for i := 0; i < 2; i++ {
+		l, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		hs = append(hs, l)
+	}
+	took = time.Since(died)
+	t.Logf("Acquire callers got the dead collector's tokens %v after it died", took.Round(time.Millisecond))
+	assert.Less(t, took, 2*time.Second)
+	for _, h := range hs {
+		require.NoError(t, h.Release(ctx))
+	}
+	requireInventory(t, s, 4, 0)
+}
+
+// acquireNWith is acquire_n.lua, after its helpers, with the line from
+// replaced by to: a test's way to change one of its constants.
+func acquireNWith(t testing.TB, from, to string) *redis.Script {
+	var src string
+	for _, f := range []string{"common.lua", "weighted.lua", "acquire_n.lua"} {
+		src += mustRead(f) + "\n"
+	}
+	require.Contains(t, src, from)
+	return redis.NewScript(8, strings.Replace(src, from, to, 1))
+}
+
+// A collection that outlasts the backstop deadline of its partial leases
+// (PARTIAL_MS, an hour; 3s here) keeps them: the collector pushes them
+// forward as it checks in, and the token it took first is granted.
+func TestAcquireNPartialLeasesOutliveTheirBackstop(t *testing.T) {
+	saved := acquireNScript
+	acquireNScript = acquireNWith(t, "local PARTIAL_MS = 3600000\n", "local PARTIAL_MS = 3000\n")
+	defer func() { acquireNScript = saved }()
+	b := realRedis(t)
+	ctx := ctxT(t, 20*time.Second)
+	s := newSem(t, b, "backstop", 3)
+	hs := holdN(t, ctx, s.Acquire, 2)
+	got := acquireAsync(ctx, func(ctx context.Context) (*Lease, error) { return s.AcquireN(ctx, 3) })
+	require.Eventually(t, func() bool { return len(collecting(t, s)) == 1 }, 5*time.Second, 5*time.Millisecond)
+	first := collecting(t, s)[0]
+	owner := func() string {
+		rec, err := redis.String(b.do(t, "HGET", s.k.holders, "t:"+first), nil)
+		require.NoError(t, err)
+		acq, _, _ := strings.Cut(rec, "|")
+		return acq
+	}
+	collector := owner()
+	time.Sleep(4 * time.Second) // past the first deadline of its partial lease
+	assert.Equal(t, collector, owner(), "the same acquisition holds it: it did not start over")
+	st, err := s.Status(ctx)
+	require.NoError(t, err)
+	var h *Holder
+	for i := range st.Holders {
+		if st.Holders[i].Token == first {
+			h = &st.Holders[i]
+		}
+	}
+	require.NotNil(t, h, "the collector still holds %s", first)
+	assert.Greater(t, h.Deadline.Sub(st.ServerTime), 500*time.Millisecond)
+	for _, h := range hs {
+		require.NoError(t, h.Release(ctx))
+	}
+	l, ok := <-got
+	require.True(t, ok)
+	assert.Contains(t, l.Tokens(), first)
+	assert.Equal(t, collector, l.acqID, "granted to the acquisition that collected it")
+	require.NoError(t, l.Release(ctx))
+	requireInventory(t, s, 3, 0)
+}
+
+// Requests larger than one run of acquire_n.lua takes or seals (STEP, 128
+// tokens) are collected and sealed over several runs: all at once, from
+// releases one by one, and given back whole when cancelled half way.
+func TestAcquireNLarge(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 30*time.Second)
+		const size = 300
+		s := newSem(t, b, "large-n", size)
+		check := func(l *Lease) {
+			t.Helper()
+			toks := l.Tokens()
+			require.Len(t, toks, size)
+			seen := map[string]bool{}
+			for _, tok := range toks {
+				require.False(t, seen[tok], "token %s twice", tok)
+				seen[tok] = true
+			}
+			st, err := s.Status(ctx)
+			require.NoError(t, err)
+			require.Len(t, st.Holders, size)
+			for _, h := range st.Holders {
+				require.Equal(t, l.Fence(), h.Fence, "one fence for the whole lease")
+			}
+			require.NoError(t, l.Release(ctx))
+			requireInventory(t, s, size, 0)
+			assert.Equal(t, 0, extraKeys(t, b, s))
+		}
+
+		l, err := s.AcquireN(ctx, size)
+		require.NoError(t, err)
+		check(l)
+		l, err = s.TryAcquireN(ctx, size)
+		require.NoError(t, err)
+		check(l)
+
+		hs := holdN(t, ctx, s.Acquire, size)
+		got := acquireAsync(ctx, func(ctx context.Context) (*Lease, error) { return s.AcquireN(ctx, size) })
+		require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) == 1 }, 5*time.Second, 5*time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // its BLMOVE reaches Redis
+		for _, h := range hs {
+			require.NoError(t, h.Release(ctx))
+		}
+		l, ok := <-got
+		require.True(t, ok)
+		check(l)
+
+		hs = holdN(t, ctx, s.Acquire, size/2)
+		cctx, cancel := context.WithCancel(ctx)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := s.AcquireN(cctx, size)
+			errc <- err
+		}()
+		require.Eventually(t, func() bool { return len(collecting(t, s)) == size/2 }, 5*time.Second, 5*time.Millisecond)
+		cancel()
+		require.ErrorIs(t, <-errc, context.Canceled)
+		requireInventory(t, s, size/2, size/2)
+		for _, h := range hs {
+			require.NoError(t, h.Release(ctx))
+		}
+		requireInventory(t, s, size, 0)
+		assert.Equal(t, 0, extraKeys(t, b, s))
 	})
 }

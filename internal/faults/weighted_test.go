@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -172,4 +173,86 @@ func TestWeightedKillAndStop(t *testing.T) {
 	assert.Positive(t, byK[2], "no hold of 2 permits")
 	assert.Positive(t, byK[1], "no hold of 1 permit")
 	assert.Positive(t, checked, "no worker was left alone long enough to check that its goroutines were served")
+}
+
+// A weighted collector killed -9 while it collects, with the default grace
+// (5s) and long block times: the next weighted request takes the head of the
+// weighted queue over, with the dead collector's tokens, within about a
+// second. Processes loop AcquireN(3) on a semaphore of 4, so while one holds
+// 3 permits the next collects the fourth and a third queues for the ticket;
+// the test kills the collector (a holder with fence 0 in Status, whose label
+// names its process) and measures, in Redis time, how long until the next
+// grant of 3 permits.
+func TestWeightedCollectorKilled(t *testing.T) {
+	t.Parallel()
+	const n, procs, k = 4, 3, 3
+	srv := redistest.Start(t)
+	r := newRun(t, srv, n, 2*time.Second, 5*time.Second, "-weighted", strconv.Itoa(k), "-acqtimeout", "30s")
+	end := time.Now().Add(scaled(12*time.Second, 5))
+	spawn := func() *proc {
+		return r.spawn("-dur", time.Until(end).Round(time.Millisecond).String(),
+			"-holdmin", "5ms", "-holdmax", "40ms", "-gapmax", "10ms")
+	}
+	var live []*proc
+	for i := 0; i < procs; i++ {
+		live = append(live, spawn())
+	}
+	sem := r.sem()
+	admin := adminConn(t, srv)
+	redisNow := func() int64 {
+		tm, err := redis.Int64s(admin.Do("TIME"))
+		require.NoError(t, err)
+		return tm[0]*1e6 + tm[1]
+	}
+	var kills []int64 // Redis TIME (µs) of each kill
+	for time.Now().Before(end.Add(-4 * time.Second)) {
+		victim := -1
+		waitFor(2*time.Second, func() bool {
+			for _, h := range status(t, sem).Holders {
+				_, pid, ok := strings.Cut(h.Label, ":")
+				if h.Fence != 0 || !ok {
+					continue
+				}
+				for j, p := range live {
+					if strconv.Itoa(p.pid()) == pid && !p.exited() {
+						victim = j
+						return true
+					}
+				}
+			}
+			return false
+		})
+		if victim < 0 {
+			continue
+		}
+		kills = append(kills, redisNow())
+		live[victim].kill9()
+		live[victim] = spawn()
+		time.Sleep(2500 * time.Millisecond) // the hand-on, then a few grants, before the next kill
+	}
+	r.waitAll(40 * time.Second)
+	evs := r.events()
+	rep := r.check(history.Options{})
+	_, lost, _ := quiesce(t, r.sem(), 15*time.Second)
+	var gaps []time.Duration
+	for _, at := range kills {
+		next := int64(0)
+		for _, e := range evs {
+			if e.K == history.KAcq && e.Valid && len(e.Toks) == k && e.T > at && (next == 0 || e.T < next) {
+				next = e.T
+			}
+		}
+		if next == 0 {
+			t.Errorf("no grant of %d permits after the kill at %d", k, at)
+			continue
+		}
+		gaps = append(gaps, time.Duration(next-at)*time.Microsecond)
+	}
+	t.Logf("weighted collector killed -9: AcquireN(%d) in %d processes on N=%d, grace 5s; kills of a collector=%d; next grant of %d permits after each kill: %v; holds by k=%v %s; tokens lost=%d",
+		k, procs, n, len(kills), k, gaps, holdsByK(evs), rep.Summary(), lost)
+	assert.Positive(t, len(kills), "no collector was caught collecting")
+	for _, g := range gaps {
+		assert.Less(t, g, 2*time.Second, "the next weighted request waited %v after the collector died", g)
+	}
+	assert.Zero(t, lost, "tokens lost")
 }

@@ -4,12 +4,13 @@
 -- ARGV: acqID, k, mode ("release" or "resolve"), tombMs
 -- If the acquisition was granted and still holds all k leases, mode
 -- "resolve" keeps them and returns {1, fence, deadlineMs, nowUs, token...} as
--- acquire_n.lua does. Otherwise every token it holds (granted or collected so
--- far) and any token in its pending list goes back at once, it leaves the
--- ticket queue or hands the ticket on, and it returns {3, 0, nowUs} when a
--- granted lease was given back, else {0, 0, nowUs}; an acquisition never
--- granted also gets a tombstone (as in abort.lua), so a late script or a
--- BLMOVE of it still registered can never collect or lease again.
+-- acquire_n.lua does. Otherwise every token it holds (granted, or collected
+-- so far: its part list, sealed or not) and any token in its pending list
+-- goes back at once, it leaves the ticket queue or hands the ticket on, and
+-- it returns {3, 0, nowUs} when a granted lease was given back, else
+-- {0, 0, nowUs}; an acquisition never granted also gets a tombstone (as in
+-- abort.lua), so a late script or a BLMOVE of it still registered can never
+-- collect or lease again.
 
 local acq, k, mode, tomb = ARGV[1], int_arg(ARGV[2], 1, 100000), ARGV[3], int_arg(ARGV[4], 0, 1e9)
 if #acq < 16 or string.find(acq, '[|:]') or not k or not tomb
@@ -22,12 +23,16 @@ for i = 6, 8 do
   err = type_err(KEYS[i], 'list')
   if err then return redis.error_reply(err) end
 end
+err = type_err(part_of(acq), 'list')
+if err then return redis.error_reply(err) end
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 local size, epoch, _, due
 size, epoch, _, due, err = read_meta()
 if err then return redis.error_reply(err) end
 
+-- A granted lease is listed in "a:"..acq; what is still being collected or
+-- sealed is in the part list only.
 local toks = held_by(acq)
 local granted, fence = false, 0
 if #toks > 0 then
@@ -57,6 +62,7 @@ if not granted then
   if due and now_ms + tomb < due then redis.call('HSET', KEYS[1], 'due', now_ms + tomb) end
   redis.call('HSET', size and KEYS[1] or KEYS[4], 'x:' .. acq, now_ms + tomb) -- see abort.lua
 end
+drop_partial(acq, epoch, size)
 for _, tok in ipairs(toks) do give_back(tok, epoch, size, true) end
 for _, tok in ipairs(pend) do give_back(tok, epoch, size) end
 if granted then return {3, 0, now} end

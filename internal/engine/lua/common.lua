@@ -15,11 +15,13 @@
 --                          "slow" while a shrink drains or a weighted
 --                          collector holds the ticket: then a release
 --                          reads meta (see release_fast.lua)
---   KEYS[5] waits    zset  "w:"..acqID -> when its pending list may be swept,
---                          "x:"..acqID -> when the tombstone of an aborted
---                          acquisition (also in holders) may go
+--   KEYS[5] waits    zset  "w:"..acqID -> when its pending list (and the
+--                          tokens a weighted collector collected) may be
+--                          swept, "x:"..acqID -> when the tombstone of an
+--                          aborted acquisition (also in holders) may go
 -- A waiter's pending list is base.."pend:"..acqID, where base is KEYS[1]
 -- without its "meta" suffix: it shares the tag, so it lives in the same slot.
+-- So does a weighted collector's base.."part:"..acqID (see drop_partial).
 --
 -- Every script reads and validates before its first write (a script that
 -- fails half way is not rolled back), and every loop is bounded.
@@ -348,6 +350,62 @@ local function give_back(tok, epoch, size, leased)
   return 0
 end
 
+-- A weighted acquisition that collects (weighted.lua) lists the tokens it
+-- has so far in base.."part:"..acqID, oldest first; each is also a lease of
+-- its own, recorded "acqID|0|ms|label" until the grant. Its registration in
+-- waits lapses a moment after the collector stops checking in, and the
+-- sweep (reclaim) then gives them back; PARTIAL_MS, the deadline of those
+-- leases, is only a backstop, pushed forward while the collector lives.
+local PARTIAL_MS = 3600000
+
+local function part_of(acq)
+  return base() .. 'part:' .. acq
+end
+
+-- drop_partial gives back the tokens in acq's part list that are still
+-- leased to it (their record names acq; anything else listed there is not
+-- acq's any more and is left alone) and deletes the list. Freeing writes
+-- first. Returns how many went back onto the list (or were withheld).
+local function drop_partial(acq, epoch, size)
+  local part = part_of(acq)
+  local toks = redis.call('LRANGE', part, 0, 99999)
+  redis.call('DEL', part)
+  local mine, seen = {}, {}
+  for i = 1, #toks, 1000 do
+    local fields = {}
+    for j = i, math.min(i + 999, #toks) do fields[#fields + 1] = 't:' .. toks[j] end
+    local recs = redis.call('HMGET', KEYS[4], unpack(fields))
+    for j = 1, #fields do
+      local tok, rec = toks[i + j - 1], recs[j]
+      if rec and owner_of(rec) == acq and not seen[tok] then
+        seen[tok] = true
+        mine[#mine + 1] = tok
+      end
+    end
+  end
+  for i = 1, #mine, 1000 do
+    local last = math.min(i + 999, #mine)
+    local fields = {}
+    for j = i, last do fields[#fields + 1] = 't:' .. mine[j] end
+    redis.call('ZREM', KEYS[3], unpack(mine, i, last))
+    redis.call('HDEL', KEYS[4], unpack(fields))
+  end
+  if not epoch then return 0 end
+  local valid, retired, strays = {}, 0, 0
+  for _, tok in ipairs(mine) do
+    if is_valid(tok, epoch, size) then
+      valid[#valid + 1] = tok
+    elseif is_retired(tok, epoch, size) then
+      retired = retired + 1
+    else
+      strays = strays + 1
+    end
+  end
+  if #valid > 0 or retired > 0 then returned(valid, retired) end
+  if strays > 0 then redis.call('HINCRBY', KEYS[1], 'rejected', strays) end
+  return #valid
+end
+
 -- overdue reads what reclaim gives back at now_ms: the leases that expired
 -- and the entries of waits gone stale (pending lists whose waiter never
 -- confirmed, tombstones), at most limit of each. It only reads, so that a
@@ -365,9 +423,17 @@ local function overdue(now_ms, limit)
     expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_ms, 'LIMIT', 0, limit),
     stale = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms, 'LIMIT', 0, limit),
   }
+  -- parts: the stale registrations with a part list to sweep (one of
+  -- another type is a stranger's: left alone, its leases lapse by PARTIAL_MS).
+  due_now.parts = {}
   for _, w in ipairs(due_now.stale) do
     local e = type_err(base() .. 'pend:' .. string.sub(w, 3), 'list')
     if e then return nil, e end
+    if string.sub(w, 1, 2) == 'w:' then
+      local t = redis.call('TYPE', part_of(string.sub(w, 3)))
+      if type(t) == 'table' then t = t['ok'] end
+      if t == 'list' then due_now.parts[w] = true end
+    end
   end
   return due_now, nil
 end
@@ -399,6 +465,8 @@ local function reclaim(due_now, epoch, size)
     redis.call('DEL', pend)
     redis.call('ZREM', KEYS[5], w)
     for _, tok in ipairs(toks) do n = n + give_back(tok, epoch, size) end
+    -- A weighted collector that stopped checking in: what it collected.
+    if due_now.parts[w] then n = n + drop_partial(string.sub(w, 3), epoch, size) end
   end
   -- A waiter that never confirmed may still have a BLMOVE on its way (a
   -- paused process, a slow network): its registration becomes a tombstone

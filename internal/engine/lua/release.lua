@@ -9,9 +9,9 @@
 --
 -- While a weighted acquisition holds the collector ticket and at least one
 -- token (meta "coll", see weighted.lua), a released token goes to it instead
--- of onto the token list, as one more of its partial leases, until it has
--- all it asked for; its doorbell rings. That is how it holds the head of
--- the queue.
+-- of onto the token list, as one more of its partial leases (appended to its
+-- part list), until it has all it asked for; then its doorbell rings. That
+-- is how it holds the head of the queue.
 
 local acq = ARGV[2]
 local toks = {ARGV[1]}
@@ -43,38 +43,51 @@ if #back > 0 or retired > 0 then
     return redis.error_reply('REDSEM_WRONGTYPE ' .. KEYS[2] .. ' is not a list')
   end
 end
-for _, tok in ipairs(owned) do redis.call('ZREM', KEYS[3], tok) end
-
--- (Not while a shrink drains: then released tokens may be withheld.)
+-- Is there a collector to route to? (Not while a shrink drains: then
+-- released tokens may be withheld.) Its part list is checked here too, before
+-- the first write: one of another type is a stranger's, and routes nothing.
+local a, k, have, dl, label, now_ms
 if coll and #back > 0 and over == 0 then
   -- Keep in step with parse_coll in weighted.lua.
-  local a, k, have, dl, label = string.match(coll, '^([^|]+)|(%d+)|(%d+)|(%d+)|(.*)$')
+  a, k, have, dl, label = string.match(coll, '^([^|]+)|(%d+)|(%d+)|(%d+)|(.*)$')
   k, have, dl = tonumber(k), tonumber(have), tonumber(dl)
-  local now_ms = math.floor(now_us() / 1000)
-  if a and a ~= acq and have > 0 and have < k and dl > now_ms then
-    local idx = redis.call('HGET', KEYS[4], 'a:' .. a) or ''
-    local rest = {}
-    for _, tok in ipairs(back) do
-      if have < k then
-        redis.call('ZADD', KEYS[3], dl, tok)
-        redis.call('HSET', KEYS[4], 't:' .. tok, a .. '|0|' .. now_ms .. '|' .. label)
-        idx = idx .. ' ' .. tok
-        have = have + 1
-        routed[tok] = true
-      else
-        rest[#rest + 1] = tok
-      end
+  now_ms = math.floor(now_us() / 1000)
+  if not (a and a ~= acq and have > 0 and have < k and dl > now_ms)
+    or type_err(part_of(a), 'list') then
+    a = nil
+  end
+end
+for _, tok in ipairs(owned) do redis.call('ZREM', KEYS[3], tok) end
+
+if a then
+  local route, rest = {}, {}
+  for _, tok in ipairs(back) do
+    if have < k then
+      route[#route + 1] = tok
+      have = have + 1
+      routed[tok] = true
+    else
+      rest[#rest + 1] = tok
     end
-    redis.call('HSET', KEYS[4], 'a:' .. a, idx)
-    redis.call('HSET', KEYS[1], 'coll', a .. '|' .. k .. '|' .. have .. '|' .. fmt_int(dl) .. '|' .. label)
-    if dl < due then redis.call('HSET', KEYS[1], 'due', fmt_int(dl)) end
-    -- Ring its doorbell; a doorbell of the wrong type is left alone (the
-    -- collector wakes within its poll interval anyway).
+  end
+  local score = now_ms + PARTIAL_MS
+  local rec = a .. '|0|' .. now_ms .. '|' .. label
+  for _, tok in ipairs(route) do
+    redis.call('ZADD', KEYS[3], score, tok)
+    redis.call('HSET', KEYS[4], 't:' .. tok, rec)
+  end
+  redis.call('RPUSH', part_of(a), unpack(route))
+  redis.call('HSET', KEYS[1], 'coll', a .. '|' .. k .. '|' .. have .. '|' .. fmt_int(dl) .. '|' .. label)
+  if score < due then redis.call('HSET', KEYS[1], 'due', fmt_int(score)) end
+  -- With all k it is woken to seal its grant (a doorbell of the wrong type
+  -- is left alone: it wakes within its poll interval anyway); until then it
+  -- sleeps on, as what it collects is already recorded.
+  if have == k then
     local bell = base() .. 'bell:' .. a
     local rung = redis.pcall('RPUSH', bell, 1)
     if type(rung) ~= 'table' then redis.call('PEXPIRE', bell, dl - now_ms + 1000) end
-    back = rest
   end
+  back = rest
 end
 
 -- Onto the list, or withheld while a shrink drains (see returned).
