@@ -62,3 +62,14 @@ func (a *Admin) Reclaim(ctx context.Context) (int, error) { return a.s.Reclaim(c
 
 // Delete removes every key of the semaphore; see Semaphore.Delete.
 func (a *Admin) Delete(ctx context.Context) error { return a.s.Delete(ctx) }
+
+// RWStatus reads a snapshot of the read-write lock of the same name and
+// prefix (an RWMutex keeps keys of its own, apart from the semaphore's); see
+// RWMutex.Status.
+func (a *Admin) RWStatus(ctx context.Context) (RWStatus, error) {
+	m, err := NewRWMutex(a.s.pool, a.s.name, WithPrefix(a.s.cfg.prefix))
+	if err != nil {
+		return RWStatus{}, err
+	}
+	return m.Status(ctx)
+}

@@ -208,7 +208,11 @@ func (s *Semaphore) acquireN(ctx context.Context, k int, wait bool) (*Lease, err
 		mode = modeWait
 	}
 	p := &kTokens{s: s, k: k}
-	res, err := engine.Drive[acquireNReply](ctx, s.driver(), p, mode, nil)
+	// A weighted registration lapses collectGrace (or the grace, if
+	// shorter) after a missed check-in, not the grace.
+	d := s.driver()
+	d.Grace = min(s.cfg.grace, collectGrace)
+	res, err := engine.Drive[acquireNReply](ctx, d, p, mode, nil)
 	switch {
 	case err != nil:
 		return nil, err

@@ -42,6 +42,44 @@ type holderJSON struct {
 	Expired   bool      `json:"expired"`
 }
 
+// rwStatusJSON is status --json of a read-write lock: the holder fields of
+// statusJSON (held, waiting, holders, with slot 0), and which kind it is.
+type rwStatusJSON struct {
+	Kind       string       `json:"kind"` // "rwmutex"
+	Name       string       `json:"name"`
+	Exists     bool         `json:"exists"`
+	Held       int          `json:"held"`
+	Readers    int          `json:"readers"`
+	Writer     bool         `json:"writer"`
+	Waiting    int          `json:"waiting"`
+	Epoch      string       `json:"epoch"`
+	ServerTime time.Time    `json:"server_time"`
+	Holders    []holderJSON `json:"holders"` // the writer, then the readers
+	Queue      []queuedJSON `json:"queue"`   // oldest first
+}
+
+type queuedJSON struct {
+	Write bool   `json:"write"`
+	Label string `json:"label"`
+}
+
+func toRWStatusJSON(st redsem.RWStatus) rwStatusJSON {
+	out := rwStatusJSON{Kind: "rwmutex", Name: st.Name, Exists: st.Exists, Readers: len(st.Readers),
+		Writer: st.Writer != nil, Waiting: len(st.Queue), Epoch: st.Epoch, ServerTime: st.ServerTime,
+		Holders: []holderJSON{}, Queue: []queuedJSON{}}
+	for _, h := range rwHolders(st) {
+		out.Holders = append(out.Holders, holderJSON{
+			Token: h.Token, Fence: h.Fence, Label: h.Label, Acquired: h.Acquired, Deadline: h.Deadline,
+			TTLLeftMs: max(0, h.Deadline.Sub(st.ServerTime).Milliseconds()), Expired: h.Expired,
+		})
+	}
+	out.Held = len(out.Holders)
+	for _, q := range st.Queue {
+		out.Queue = append(out.Queue, queuedJSON{Write: q.Write, Label: q.Label})
+	}
+	return out
+}
+
 func toStatusJSON(st redsem.Status) statusJSON {
 	out := statusJSON{
 		Name: st.Name, Exists: st.Exists, Size: st.Size, Available: st.Available,

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -248,4 +249,29 @@ func TestRunSharedAndExclusive(t *testing.T) {
 	assert.Equal(t, exitUsage, r.code)
 	r = e.run(t, "run", "-s", "--size", "2", "index", "--", "true")
 	assert.Equal(t, exitUsage, r.code)
+}
+
+// redsem status NAME shows the lock that redsem run NAME holds (the write
+// side by default) when no semaphore NAME exists, in the table and in JSON.
+func TestStatusShowsTheLockRunHolds(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	holder := e.start(t, nil, "run", "nightly", "--", "sleep", "30")
+	var st rwStatusJSON
+	require.Eventually(t, func() bool {
+		r := e.run(t, "status", "--json", "nightly")
+		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &st) == nil && st.Held == 1
+	}, 10*time.Second, 50*time.Millisecond, "status never showed the holder")
+	assert.Equal(t, "rwmutex", st.Kind)
+	assert.True(t, st.Writer)
+	assert.Equal(t, 0, st.Readers)
+	require.Len(t, st.Holders, 1)
+	assert.Contains(t, st.Holders[0].Label, "sleep")
+
+	r := e.run(t, "status", "nightly")
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "rwmutex")
+	assert.Contains(t, r.stdout, "write")
+	_ = syscall.Kill(-holder.cmd.Process.Pid, syscall.SIGTERM)
+	holder.wait(t, 15*time.Second)
 }

@@ -18,7 +18,9 @@ const statusHelp = `Usage: redsem status [--json] [connection flags] NAME
 
 Shows a snapshot of semaphore NAME: its size, free slots, waiters, and each
 holder with its slot, fence, label and time left. The holder label is
-"host:pid command" for holders started by redsem run.
+"host:pid command" for holders started by redsem run. When there is no
+semaphore NAME but a read-write lock NAME (what redsem run NAME takes without
+--size), it shows the lock: its readers, its writer and its queue.
 
   --json           print JSON instead of a table (exit code 0 also when the
                    semaphore does not exist: see "exists"). Keys are
@@ -57,6 +59,17 @@ func cmdStatus(args []string, stdout, _ io.Writer) error {
 		st, err := adm.Status(ctx)
 		if err != nil {
 			return err
+		}
+		if !st.Exists {
+			// redsem run NAME takes the read-write lock NAME by default:
+			// show that lock when there is no semaphore of the name.
+			if rw, err := adm.RWStatus(ctx); err == nil && rw.Exists {
+				if *asJSON {
+					return writeJSON(stdout, toRWStatusJSON(rw))
+				}
+				printRWStatus(stdout, rw)
+				return nil
+			}
 		}
 		if *asJSON {
 			return writeJSON(stdout, toStatusJSON(st))
@@ -108,4 +121,59 @@ func printStatus(w io.Writer, st redsem.Status) {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", slotOf(h.Token), h.Fence, held, left, h.Label)
 	}
 	tw.Flush()
+}
+
+func printRWStatus(w io.Writer, st redsem.RWStatus) {
+	fmt.Fprintf(w, "rwmutex    %s\n", st.Name)
+	fmt.Fprintf(w, "readers    %d\n", len(st.Readers))
+	writer := "none"
+	if st.Writer != nil {
+		writer = "1"
+	}
+	fmt.Fprintf(w, "writer     %s\n", writer)
+	fmt.Fprintf(w, "waiting    %d\n", len(st.Queue))
+	holders := rwHolders(st)
+	if len(holders) > 0 {
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "SIDE\tFENCE\tHELD FOR\tTIME LEFT\tLABEL")
+		for _, h := range holders {
+			left := "expired"
+			if !h.Expired {
+				left = h.Deadline.Sub(st.ServerTime).Round(100 * time.Millisecond).String()
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", sideOf(h, st), h.Fence,
+				st.ServerTime.Sub(h.Acquired).Round(100*time.Millisecond), left, h.Label)
+		}
+		tw.Flush()
+	}
+	if len(st.Queue) > 0 {
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "QUEUED\tSIDE\tLABEL")
+		for i, q := range st.Queue {
+			side := "read"
+			if q.Write {
+				side = "write"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\n", i+1, side, q.Label)
+		}
+		tw.Flush()
+	}
+}
+
+// rwHolders lists the lock's writer, if any, then its readers.
+func rwHolders(st redsem.RWStatus) []redsem.Holder {
+	var hs []redsem.Holder
+	if st.Writer != nil {
+		hs = append(hs, *st.Writer)
+	}
+	return append(hs, st.Readers...)
+}
+
+func sideOf(h redsem.Holder, st redsem.RWStatus) string {
+	if st.Writer != nil && h == *st.Writer {
+		return "write"
+	}
+	return "read"
 }
