@@ -42,7 +42,7 @@ end
 if granted and mode == 'resolve' and #toks == k then
   local score = tonumber(redis.call('ZSCORE', KEYS[3], toks[1]))
   if score > now_ms then
-    local reply = {1, fence, score, now}
+    local reply = {GRANTED, fence, score, now}
     for _, tok in ipairs(toks) do reply[#reply + 1] = tok end
     return reply
   end
@@ -65,5 +65,5 @@ end
 drop_partial(acq, epoch, size)
 for _, tok in ipairs(toks) do give_back(tok, epoch, size, true) end
 for _, tok in ipairs(pend) do give_back(tok, epoch, size) end
-if granted then return {3, 0, now} end
-return {0, 0, now}
+if granted then return {RELEASED, 0, now} end
+return {WAITING, 0, now}

@@ -128,7 +128,7 @@ end
 
 if aborted then
   give_pend()
-  return {2, 0, now}
+  return {SETTLED, 0, now}
 end
 
 if coll and coll.dl <= now_ms then
@@ -143,7 +143,7 @@ if coll and coll.dl <= now_ms then
     pass_ticket(now_ms, acq)
     redis.call('ZREM', KEYS[5], 'w:' .. acq)
     give_pend()
-    return {2, 0, now}
+    return {SETTLED, 0, now}
   end
 end
 
@@ -169,7 +169,7 @@ local function grant(toks)
   if not fenced then redis.call('HSET', KEYS[1], 'fence', fmt_int(f)) end
   lower_due(deadline)
   redis.call('ZREM', KEYS[5], 'w:' .. acq)
-  local reply = {1, f, deadline, now}
+  local reply = {GRANTED, f, deadline, now}
   for _, tok in ipairs(toks) do reply[#reply + 1] = tok end
   return reply
 end
@@ -178,13 +178,13 @@ if block == 0 then
   -- TryAcquireN: like x/sync's TryAcquire, only when no weighted request is
   -- collecting or waiting, and only all k at once.
   if coll or (queued() and pass_ticket(now_ms, acq)) then
-    return {0, 0, now, 0, 0}
+    return {WAITING, 0, now, 0, 0}
   end
   local got = {}
   pop_free(got, {}, k, epoch, size, over)
   if #got == k then return grant(got) end
   push_front(got)
-  return {0, 0, now, 0, 0}
+  return {WAITING, 0, now, 0, 0}
 end
 
 if not (coll and coll.acq == acq) and not fresh then
@@ -192,7 +192,7 @@ if not (coll and coll.acq == acq) and not fresh then
   local live = redis.call('ZSCORE', KEYS[5], 'w:' .. acq)
   if not live or tonumber(live) <= now_ms then
     give_pend()
-    return {2, 0, now}
+    return {SETTLED, 0, now}
   end
 end
 
@@ -216,7 +216,7 @@ if coll.acq ~= acq then
   local live = now_ms + b + grace
   redis.call('ZADD', KEYS[5], live, 'w:' .. acq)
   lower_due(live)
-  return {0, b, now, 0, 0}
+  return {WAITING, b, now, 0, 0}
 end
 
 -- We hold the ticket.
@@ -231,7 +231,7 @@ local function settle_all()
   pass_ticket(now_ms, acq)
   redis.call('ZREM', KEYS[5], 'w:' .. acq)
   give_pend()
-  return {2, 0, now}
+  return {SETTLED, 0, now}
 end
 
 -- collected reports whether every record of toks is our partial lease
@@ -337,7 +337,7 @@ if seal then
     redis.call('DEL', part)
     redis.call('ZREM', KEYS[5], 'w:' .. acq)
     pass_ticket(now_ms, acq)
-    local reply = {1, seal.fence, seal.deadline, now}
+    local reply = {GRANTED, seal.fence, seal.deadline, now}
     for _, tok in ipairs(toks) do reply[#reply + 1] = tok end
     return reply
   end
@@ -378,4 +378,4 @@ redis.call('HSET', KEYS[4], 'slow', 1) -- see release_fast.lua
 redis.call('HSET', KEYS[1], 'coll', coll_string(coll))
 redis.call('ZADD', KEYS[5], dl, 'w:' .. acq)
 lower_due(dl)
-return {0, b, now, mode, have}
+return {WAITING, b, now, mode, have}
