@@ -549,7 +549,7 @@ func TestExplorerCatchesReintroducedBugs(t *testing.T) {
 		old, err := exploreOld.ReadFile("testdata/explore/refresh_due_unchanged.lua")
 		require.NoError(t, err)
 		saved := refreshScript
-		refreshScript = redis.NewScript(4, mustRead("common.lua")+"\n"+string(old))
+		refreshScript = redis.NewScript(4, mustRead("codes.lua")+"\n"+mustRead("common.lua")+"\n"+string(old))
 		defer func() { refreshScript = saved }()
 		env := newExploreEnv(t)
 		cx, n := exploreScenario(t, env, seamScenario(t, "refresh to a shorter TTL, then the holder dies"), 9, time.Now().Add(time.Minute))

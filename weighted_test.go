@@ -912,7 +912,7 @@ func TestAcquireNDeadCollectorHandsOn(t *testing.T) {
 // replaced by to: a test's way to change one of its constants.
 func acquireNWith(t testing.TB, from, to string) *redis.Script {
 	var src string
-	for _, f := range []string{"common.lua", "weighted.lua", "acquire_n.lua"} {
+	for _, f := range []string{"codes.lua", "common.lua", "weighted.lua", "acquire_n.lua"} {
 		src += mustRead(f) + "\n"
 	}
 	require.Contains(t, src, from)
