@@ -21,10 +21,6 @@ func (s *Semaphore) call(ctx context.Context, script *redis.Script, keysAndArgs 
 	return engine.Call(ctx, s.pool, script, keysAndArgs...)
 }
 
-// ctxErr is ctx.Err(), or context.DeadlineExceeded once ctx's deadline has
-// passed (engine.CtxErr).
-func ctxErr(ctx context.Context) error { return engine.CtxErr(ctx) }
-
 // isRedisError reports whether err is an error reply from Redis (the
 // connection is fine) rather than a network or context error.
 func isRedisError(err error) bool { return engine.IsRedisError(err) }
