@@ -23,8 +23,9 @@ import (
 	"github.com/redsem/redsem/internal/redistest"
 )
 
-// workerBin is the worker program, built once by TestMain.
-var workerBin string
+// workerBin and rateWorkerBin are the worker programs (semaphore and rate
+// gate), built once by TestMain.
+var workerBin, rateWorkerBin string
 
 func TestMain(m *testing.M) {
 	os.Unsetenv("REDIS_URL")
@@ -34,16 +35,19 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	workerBin = filepath.Join(dir, "worker")
+	rateWorkerBin = filepath.Join(dir, "rateworker")
 	// The go command that runs this test: on PATH, or under GOROOT.
 	goBin := "go"
 	if _, err := exec.LookPath(goBin); err != nil {
 		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	}
-	cmd := exec.Command(goBin, "build", "-o", workerBin, "github.com/redsem/redsem/internal/faults/worker")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the worker: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
+	for bin, pkg := range map[string]string{workerBin: "worker", rateWorkerBin: "rateworker"} {
+		cmd := exec.Command(goBin, "build", "-o", bin, "github.com/redsem/redsem/internal/faults/"+pkg)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building the %s: %v\n%s", pkg, err, out)
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -115,6 +119,7 @@ func (p *proc) exitCode() int {
 type run struct {
 	t     *testing.T
 	srv   *redistest.Server
+	bin   string // the worker program
 	hist  string
 	name  string
 	size  int
@@ -128,7 +133,7 @@ type run struct {
 }
 
 func newRun(t *testing.T, srv *redistest.Server, size int, ttl, grace time.Duration, extra ...string) *run {
-	r := &run{t: t, srv: srv, hist: filepath.Join(t.TempDir(), "history.jsonl"), name: "faults-" + t.Name(),
+	r := &run{t: t, srv: srv, bin: workerBin, hist: filepath.Join(t.TempDir(), "history.jsonl"), name: "faults-" + t.Name(),
 		size: size, ttl: ttl, grace: grace}
 	r.base = append([]string{"-addr", srv.Addr, "-hist", r.hist, "-name", r.name, "-size", strconv.Itoa(size),
 		"-ttl", ttl.String(), "-grace", grace.String()}, extra...)
@@ -143,7 +148,7 @@ func (r *run) spawn(args ...string) *proc {
 	id := r.next
 	r.mu.Unlock()
 	all := append(append([]string{"-id", strconv.Itoa(id)}, r.base...), args...)
-	cmd := exec.Command(workerBin, all...)
+	cmd := exec.Command(r.bin, all...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
