@@ -119,7 +119,7 @@ func (p *proc) exitCode() int {
 type run struct {
 	t     *testing.T
 	srv   *redistest.Server
-	bin   string // the worker program
+	bin   string // the worker program; "" is workerBin
 	hist  string
 	name  string
 	size  int
@@ -133,7 +133,7 @@ type run struct {
 }
 
 func newRun(t *testing.T, srv *redistest.Server, size int, ttl, grace time.Duration, extra ...string) *run {
-	r := &run{t: t, srv: srv, bin: workerBin, hist: filepath.Join(t.TempDir(), "history.jsonl"), name: "faults-" + t.Name(),
+	r := &run{t: t, srv: srv, hist: filepath.Join(t.TempDir(), "history.jsonl"), name: "faults-" + t.Name(),
 		size: size, ttl: ttl, grace: grace}
 	r.base = append([]string{"-addr", srv.Addr, "-hist", r.hist, "-name", r.name, "-size", strconv.Itoa(size),
 		"-ttl", ttl.String(), "-grace", grace.String()}, extra...)
@@ -148,7 +148,11 @@ func (r *run) spawn(args ...string) *proc {
 	id := r.next
 	r.mu.Unlock()
 	all := append(append([]string{"-id", strconv.Itoa(id)}, r.base...), args...)
-	cmd := exec.Command(r.bin, all...)
+	bin := r.bin
+	if bin == "" {
+		bin = workerBin
+	}
+	cmd := exec.Command(bin, all...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
