@@ -16,7 +16,7 @@ var aclCommands = []string{
 	"hdel", "hget", "hgetall", "hincrby", "hkeys", "hmget", "hset", "hsetnx",
 	"lindex", "llen", "lpop", "lpush", "lrange", "lrem", "rpush",
 	"pexpire", "time", "type",
-	"zadd", "zmscore", "zrange", "zrangebyscore", "zrem", "zscore",
+	"zadd", "zincrby", "zmscore", "zrange", "zrangebyscore", "zrem", "zscore",
 }
 
 // ACLCommands returns the Redis commands redsem sends, lower case and

@@ -90,7 +90,8 @@
 // # Rate gates, Gate, Admin
 //
 // Package github.com/redsem/redsem/rate limits how often something starts
-// (at most n starts per interval, across processes) on the same machinery
+// (at most n units per interval, or several such limits at once, across
+// processes, with rate changes at run time) on the same machinery
 // and under the same prefix; Gate combines a Semaphore with a rate.Gate (a
 // slot, then a start). Admin reads and repairs a semaphore without knowing
 // its size (Status, Check, Repair, Resize, Reclaim, Delete); operators' tools
@@ -121,9 +122,9 @@
 // doorbell per waiter; see docs/rwmutex.md), in the same slot and never on a
 // semaphore's key.
 //
-// A rate gate (package rate) of the same name keeps the same layout under
-// <prefix>{<name>}:rate: (plus a queue list and one doorbell list per
-// waiter), in the same slot and never on a semaphore's key.
+// A rate gate (package rate) of the same name keeps its own keys under
+// <prefix>{<name>}:rate: (its package documentation lists them), in the
+// same slot and never on a semaphore's key.
 //
 // The prefix defaults to "redsem:". Names may hold any bytes: bytes other
 // than ASCII letters, digits and "-_.:/@+=," are written as %XX.

@@ -28,7 +28,8 @@ func TestScriptHeadersMatchDeclarations(t *testing.T) {
 		}
 	}
 	for _, f := range []string{"acquire.lua", "release.lua", "refresh.lua", "abort.lua", "acquire_n.lua",
-		"abort_n.lua", "resize.lua", "repair.lua", "check.lua", "status.lua", "rate_take.lua", "rate_abort.lua"} {
+		"abort_n.lua", "resize.lua", "repair.lua", "check.lua", "status.lua", "rate_take.lua", "rate_abort.lua",
+		"rate_set.lua", "rate_status.lua"} {
 		assert.True(t, entries[f], "%s is not declared: is the registry still complete?", f)
 	}
 	assert.Empty(t, headerMismatches(decls))

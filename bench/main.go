@@ -101,6 +101,14 @@ func scenarios(cfg config) []scenario {
 			ok: func(l *lib) bool { return l.name == "redsem" },
 		},
 		scenario{
+			name: fmt.Sprintf("rate-units/%dper%s/%dw", unitsN, unitsPer, rateWorkers),
+			run: func(e *env, l *lib) (metrics, []float64, error) {
+				m, err := e.rateUnits(4 * cfg.RateDur)
+				return m, nil, err
+			},
+			ok: func(l *lib) bool { return l.name == "redsem" },
+		},
+		scenario{
 			name: fmt.Sprintf("queue/%d/pool%d", cfg.Queue, queuePool),
 			run: func(e *env, l *lib) (metrics, []float64, error) {
 				m, err := e.queue(l, cfg.Queue, queuePool)

@@ -160,3 +160,115 @@ func worstWindow(starts []time.Duration, per time.Duration) int {
 	}
 	return worst
 }
+
+// The weighted rate scenario: 64 goroutines take starts of mixed sizes
+// (unitSizes, drawn at random) from a gate of unitsN units per unitsPer with
+// WaitN, for several windows. It reports the units per second achieved
+// against the configured rate, over the whole windows after the first (the
+// first is an empty window's burst), the most units in any window (unitsN is the
+// limit), and how long WaitN waited: overall and for the largest size,
+// which FIFO must not starve behind the small ones.
+const unitsN, unitsPer = 400, 250 * time.Millisecond
+
+var unitSizes = []int{1, 4, 16, 64}
+
+func (e *env) rateUnits(dur time.Duration) (metrics, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), dur+30*time.Second)
+	defer cancel()
+	pool := &redis.Pool{MaxIdle: rateWorkers + 4, DialContext: func(ctx context.Context) (redis.Conn, error) {
+		return redis.DialContext(ctx, "tcp", e.addr)
+	}}
+	defer pool.Close()
+	g, err := rate.New(pool, e.key("rate-units", strconv.Itoa(rand.IntN(1<<30))), unitsN, unitsPer)
+	if err != nil {
+		return nil, err
+	}
+	type grant struct {
+		at    time.Time // Redis TIME
+		units int
+		wait  time.Duration
+	}
+	var mu sync.Mutex
+	var grants []grant
+	var failed error
+	rctx, rcancel := context.WithTimeout(ctx, dur)
+	defer rcancel()
+	var wg sync.WaitGroup
+	for range rateWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				k := unitSizes[rand.IntN(len(unitSizes))]
+				t := time.Now()
+				st, err := g.WaitN(rctx, k)
+				if err != nil {
+					if rctx.Err() == nil {
+						mu.Lock()
+						failed = err
+						mu.Unlock()
+					}
+					return
+				}
+				mu.Lock()
+				grants = append(grants, grant{st.At, k, time.Since(t)})
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if failed != nil {
+		return nil, failed
+	}
+	if len(grants) == 0 {
+		return nil, fmt.Errorf("no starts")
+	}
+	sort.Slice(grants, func(i, j int) bool { return grants[i].at.Before(grants[j].at) })
+	// Steady state: the whole windows after the first, [per, (k+1)per),
+	// which can hold at most k*unitsN units.
+	first := grants[0].at
+	k := time.Duration(grants[len(grants)-1].at.Sub(first)/unitsPer) - 1
+	var steady int
+	var waits, largeWaits []float64
+	times := make([]time.Duration, 0, len(grants))
+	units := make([]int, 0, len(grants))
+	for _, gr := range grants {
+		since := gr.at.Sub(first)
+		times, units = append(times, since), append(units, gr.units)
+		if since >= unitsPer && since < (k+1)*unitsPer {
+			steady += gr.units
+		}
+		waits = append(waits, us(gr.wait))
+		if gr.units == unitSizes[len(unitSizes)-1] {
+			largeWaits = append(largeWaits, us(gr.wait))
+		}
+	}
+	m := metrics{
+		"configured_units_per_s": float64(unitsN) / unitsPer.Seconds(),
+		"worst_window_units":     float64(worstWindowUnits(times, units, unitsPer)),
+		"starts":                 float64(len(grants)),
+		"wait_p50_us":            percentile(slices.Clone(waits), 0.5),
+		"wait_p99_us":            percentile(slices.Clone(waits), 0.99),
+		"wait_p99_large_us":      percentile(largeWaits, 0.99),
+	}
+	if k > 0 {
+		m["achieved_units_per_s"] = float64(steady) / (k * unitsPer).Seconds()
+		m["achieved_ratio"] = m["achieved_units_per_s"] / m["configured_units_per_s"]
+	}
+	return m, nil
+}
+
+// worstWindowUnits is the most units granted in any window of length per
+// (times sorted).
+func worstWindowUnits(times []time.Duration, units []int, per time.Duration) int {
+	worst, sum, j := 0, 0, 0
+	for i := range times {
+		sum += units[i]
+		for times[i]-times[j] >= per {
+			sum -= units[j]
+			j++
+		}
+		worst = max(worst, sum)
+	}
+	return worst
+}

@@ -210,6 +210,11 @@ func columnsFor(sc string) (cols []column, ratio string) {
 			{"goroutines", "goroutines", 1, 0}, {"redis_cmds_per_s", "Redis cmds/s while waiting", 1, 0},
 			{"server_us_per_s", "Redis µs/s while waiting", 1, 0},
 			{"cpu_us_per_s", "Redis CPU µs/s while waiting", 1, 0}}, "connections"
+	case strings.HasPrefix(sc, "rate-units/"):
+		return []column{{"configured_units_per_s", "configured units/s", 1, 0}, {"achieved_units_per_s", "achieved units/s", 1, 0},
+			{"achieved_ratio", "achieved/configured", 1, 3}, {"worst_window_units", "most units in a window", 1, 0},
+			{"starts", "starts", 1, 0}, {"wait_p50_us", "wait p50 ms", 1000, 1}, {"wait_p99_us", "wait p99 ms", 1000, 0},
+			{"wait_p99_large_us", "wait p99 ms, 64 units", 1000, 0}}, ""
 	case strings.HasPrefix(sc, "rate/"):
 		return []column{{"configured_per_s", "configured/s", 1, 1}, {"achieved_per_s", "achieved/s", 1, 1},
 			{"worst_window", "most starts in a window", 1, 0}, {"gap_p50_us", "gap p50 ms", 1000, 2}, {"gap_p99_us", "gap p99 ms", 1000, 1},

@@ -3,6 +3,7 @@ package rate
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redsem/redsem/internal/engine"
@@ -17,17 +18,27 @@ var (
 	// error is a *LimitedError that says when to try again.
 	ErrRateLimited = engine.ErrRateLimited
 
-	// ErrRateMismatch is returned when the n or per a client asked for differ
-	// from those stored in Redis by the client that created the gate.
+	// ErrRateMismatch is returned when the limits a client was made with
+	// differ from those stored in Redis by the client that created the gate,
+	// and no SetRate or SetLimits has written them since (after one, every
+	// client follows the stored limits), or when they are not as many.
 	// Nothing was written. The error is a *MismatchError.
 	ErrRateMismatch = errors.New("redsem: rate mismatch")
+
+	// ErrTooLarge is returned by WaitN and AllowN when a start asks for more
+	// units of a limit than its n in force: no window could ever admit it.
+	// It is returned at once, without waiting, and to a waiter whose request
+	// a lowered rate (SetRate, SetLimits) made too large. Nothing is held.
+	// The error is a *TooLargeError.
+	ErrTooLarge = errors.New("redsem: more units than the rate admits")
 
 	// ErrInvalidInterval is returned by New when per is not between 1ms and
 	// MaxPer (per <= 0 included), before any I/O.
 	ErrInvalidInterval = errors.New("redsem: invalid interval")
 
-	// ErrInvalidName, ErrInvalidSize (n out of range) and ErrInvalidOption
-	// are returned by New for bad arguments, before any I/O.
+	// ErrInvalidName, ErrInvalidSize (n, a unit count or the number of
+	// limits out of range) and ErrInvalidOption are returned for bad
+	// arguments, before any I/O.
 	ErrInvalidName   = engine.ErrInvalidName
 	ErrInvalidSize   = engine.ErrInvalidSize
 	ErrInvalidOption = engine.ErrInvalidOption
@@ -60,20 +71,46 @@ func (e *LimitedError) Error() string {
 // Unwrap lets errors.Is(err, ErrRateLimited) hold.
 func (e *LimitedError) Unwrap() error { return ErrRateLimited }
 
-// MismatchError reports the rate a client asked for and the rate stored in
-// Redis. It matches ErrRateMismatch.
+// MismatchError reports the limits a client was made with and the limits
+// stored in Redis (one each for a Gate). It matches ErrRateMismatch.
 type MismatchError struct {
-	Name      string
-	N         int
-	Per       time.Duration
-	StoredN   int
-	StoredPer time.Duration
+	Name   string
+	Want   []Limit
+	Stored []Limit
 }
 
 func (e *MismatchError) Error() string {
-	return fmt.Sprintf("redsem: rate gate %q is %d per %v in Redis, this client asked for %d per %v",
-		e.Name, e.StoredN, e.StoredPer, e.N, e.Per)
+	return fmt.Sprintf("redsem: rate gate %q is %s in Redis, this client asked for %s",
+		e.Name, limitsString(e.Stored), limitsString(e.Want))
 }
 
 // Unwrap lets errors.Is(err, ErrRateMismatch) hold.
 func (e *MismatchError) Unwrap() error { return ErrRateMismatch }
+
+func limitsString(ls []Limit) string {
+	parts := make([]string, len(ls))
+	for i, l := range ls {
+		parts[i] = l.String()
+	}
+	return strings.Join(parts, " and ")
+}
+
+// TooLargeError reports a start that asked for more units of a limit than
+// its n in force. It matches ErrTooLarge.
+type TooLargeError struct {
+	Name string
+	// Index is the limit's position among the quota's limits (0 for a Gate).
+	Index int
+	// Units is what the start asked of that limit.
+	Units int
+	// Limit is that limit as stored in Redis.
+	Limit Limit
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("redsem: rate gate %q: a start of %d units can never pass limit %d, %v",
+		e.Name, e.Units, e.Index+1, e.Limit)
+}
+
+// Unwrap lets errors.Is(err, ErrTooLarge) hold.
+func (e *TooLargeError) Unwrap() error { return ErrTooLarge }

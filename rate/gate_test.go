@@ -33,7 +33,7 @@ func newGate(t testing.TB, b *backend, name string, n int, per time.Duration, op
 
 // rateKeysOf lists the keys of the gate in Redis.
 func rateKeysOf(t testing.TB, b *backend, g *Gate) []string {
-	ks, err := redis.Strings(b.do(t, "KEYS", g.k.base+"*"), nil)
+	ks, err := redis.Strings(b.do(t, "KEYS", g.q.k.base+"*"), nil)
 	require.NoError(t, err)
 	sort.Strings(ks)
 	return ks
@@ -84,20 +84,22 @@ func TestRateGateBadInput(t *testing.T) {
 		_, err = g.Allow(ctx)
 		require.NoError(t, err)
 		before := rateKeysOf(t, b, g)
-		meta := b.do(t, "HGETALL", g.k.meta)
+		meta := b.do(t, "HGETALL", g.q.k.meta)
 		for _, other := range []*Gate{newGate(t, b, "api", 4, time.Second), newGate(t, b, "api", 3, 2*time.Second)} {
 			_, err = other.Allow(ctx)
 			var me *MismatchError
 			require.ErrorAs(t, err, &me)
 			require.ErrorIs(t, err, ErrRateMismatch)
-			assert.Equal(t, 3, me.StoredN)
-			assert.Equal(t, time.Second, me.StoredPer)
+			assert.Equal(t, []Limit{{N: 3, Per: time.Second}}, me.Stored)
+			assert.Equal(t, other.q.Limits(), me.Want)
 			_, err = other.Wait(ctx)
 			require.ErrorIs(t, err, ErrRateMismatch)
 		}
 		assert.Equal(t, before, rateKeysOf(t, b, g))
-		assert.Equal(t, meta, b.do(t, "HGETALL", g.k.meta))
-		assert.Equal(t, 2, b.num(t, "LLEN", g.k.tokens))
+		assert.Equal(t, meta, b.do(t, "HGETALL", g.q.k.meta))
+		st, err := g.Status(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 2, st.Available)
 	})
 }
 
@@ -536,7 +538,7 @@ func TestRateGateCrashedClientLosesNothing(t *testing.T) {
 		var r rateReply
 		for tries := 0; ; tries++ {
 			require.Less(t, tries, 100, "the dead waiter never had to queue")
-			r, err = parseRateReply(takeScript.Do(conn, g.takeArgs(engine.NewAcqID(), (10*time.Second).Microseconds(), "fresh")...))
+			r, err = parseRateReply(takeScript.Do(conn, g.q.takeArgs(engine.NewAcqID(), (10*time.Second).Microseconds(), "fresh", []int{1})...))
 			require.NoError(t, err)
 			if r.code == 0 {
 				break
@@ -614,7 +616,7 @@ func TestRateGateCancelledWaitersLoseNothing(t *testing.T) {
 		assert.Equal(t, 0, st.Waiting, "%+v", st)
 		assert.Equal(t, 0, st.Stray, "%+v", st)
 		assert.Equal(t, n, freeNow(ctx, t, g, n), "all %d starts can be taken", n)
-		assert.Equal(t, 0, b.num(t, "LLEN", g.k.base+"queue"), "nobody left in the queue")
+		assert.Equal(t, 0, b.num(t, "LLEN", g.q.k.base+"queue"), "nobody left in the queue")
 		ks := rateKeysOf(t, b, g)
 		for _, k := range ks {
 			assert.NotContains(t, k, ":rate:in:", "no doorbell left")
@@ -627,6 +629,11 @@ func TestRateGateCancelledWaitersLoseNothing(t *testing.T) {
 func TestRateGateLostGrantOfCancelledWaiterIsGivenBack(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 5*time.Second)
+		// The hook loses the reply of EVALSHA: the script must be loaded, or
+		// EVALSHA fails with NOSCRIPT and nothing is granted to lose.
+		c := b.pool.Get()
+		require.NoError(t, takeScript.Load(c))
+		c.Close()
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		hp := &redistest.HookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
@@ -641,6 +648,9 @@ func TestRateGateLostGrantOfCancelledWaiterIsGivenBack(t *testing.T) {
 		_, err = g.Wait(wctx)
 		require.ErrorIs(t, err, context.Canceled)
 		plain := newGate(t, b, "lost", 1, time.Hour)
+		status, err := plain.Status(ctx)
+		require.NoError(t, err)
+		require.True(t, status.Exists, "the lost start ran")
 		// The give-back runs in the background (the Wait returns within the
 		// settle bound, maybe before it ran).
 		require.Eventually(t, func() bool {
@@ -691,7 +701,7 @@ func TestRateGateFIFO(t *testing.T) {
 			// next one queues): a waiter counts as arrived once it is queued
 			// or served. A grant leaves the queue before its Wait returns,
 			// so the sum can lag behind, never run ahead.
-			require.Eventually(t, func() bool { return b.num(t, "LLEN", g.k.base+"queue")+len(order) == i+1 }, 10*time.Second, time.Millisecond)
+			require.Eventually(t, func() bool { return b.num(t, "LLEN", g.q.k.base+"queue")+len(order) == i+1 }, 10*time.Second, time.Millisecond)
 		}
 		wg.Wait()
 		close(order)

@@ -1,46 +1,60 @@
 package rate
 
-import "github.com/redsem/redsem/internal/engine"
+import (
+	"strconv"
+
+	"github.com/redsem/redsem/internal/engine"
+)
 
 // keys are a gate's Redis keys, all under <prefix>{<encoded name>}:rate:
-// (see the package documentation). The layout is the semaphore's plus a
-// queue and one doorbell per waiter, so status.lua reads both.
+// (see the package documentation and internal/engine/lua/rate_common.lua).
 type keys struct {
 	base    string
 	meta    string
-	tokens  string
-	leases  string
 	holders string
 	queue   string
 	waits   string
+	logs    [MaxLimits]string
 }
 
 func newKeys(prefix, name string) keys {
 	base := engine.RateBase(prefix, name)
-	return keys{
+	k := keys{
 		base:    base,
 		meta:    base + "meta",
-		tokens:  base + "tokens",
-		leases:  base + "leases",
 		holders: base + "holders",
 		queue:   base + "queue",
 		waits:   base + "waits",
 	}
+	for i := range k.logs {
+		k.logs[i] = base + "log:" + strconv.Itoa(i+1)
+	}
+	return k
 }
 
-// keyCount is how many keys every rate script takes (see rate_common.lua).
-const keyCount = 7
+// keyCount is how many keys rate_take.lua and rate_abort.lua take; stateKeys
+// how many rate_set.lua and rate_status.lua take (all but the doorbell).
+// Every limit's log is passed, used or not, so that the count is fixed.
+const (
+	keyCount  = stateKeys + 1
+	stateKeys = 4 + MaxLimits
+)
 
-// args returns the keys the rate scripts take for acquisition acq: the
-// last one is acq's doorbell.
+// state returns the keys of the gate's state: meta, holders, queue, waits
+// and the logs.
+func (k keys) state() []interface{} {
+	out := []interface{}{k.meta, k.holders, k.queue, k.waits}
+	for _, l := range k.logs {
+		out = append(out, l)
+	}
+	return out
+}
+
+// args returns the keys rate_take.lua and rate_abort.lua take for
+// acquisition acq: the state, then acq's doorbell.
 func (k keys) args(acq string) []interface{} {
-	return []interface{}{k.meta, k.tokens, k.leases, k.holders, k.queue, k.waits, k.inbox(acq)}
+	return append(k.state(), k.inbox(acq))
 }
 
 // inbox is acquisition acq's doorbell: a waiter sleeps in BLPOP on it.
 func (k keys) inbox(acq string) string { return k.base + "in:" + acq }
-
-// statusArgs are status.lua's keys, the semaphore's five in the same order.
-func (k keys) statusArgs() []interface{} {
-	return []interface{}{k.meta, k.tokens, k.leases, k.holders, k.waits}
-}

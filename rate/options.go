@@ -17,8 +17,11 @@ const (
 	DefaultPrefix = engine.DefaultPrefix
 	// DefaultGrace is the waiter grace unless WithGrace says otherwise.
 	DefaultGrace = 5 * time.Second
-	// MaxN is the most starts per interval a gate may admit.
-	MaxN = engine.MaxSize
+	// MaxN is the most units per interval a limit may admit, and the most
+	// units one start may take of it.
+	MaxN = 1_000_000_000
+	// MaxLimits is the most limits a Quota may have.
+	MaxLimits = 4
 	// MaxPer is the longest interval.
 	MaxPer = engine.MaxTTL
 	// MaxNameLen is the longest name, in bytes, before encoding.
@@ -31,7 +34,7 @@ type Pool interface {
 	GetContext(ctx context.Context) (redis.Conn, error)
 }
 
-// Option configures a Gate. Only the functions of this file return one: the
+// Option configures a Gate or Quota. Only the functions of this file return one: the
 // semaphore's options (redsem.WithTTL, redsem.WithLabel...) are of another
 // type, redsem.Option, and passing one to New does not compile.
 type Option interface {

@@ -49,5 +49,5 @@ func TestRateGateCancelledWaitDoesNotOutliveContext(t *testing.T) {
 		st, err := g.Status(ctx)
 		return err == nil && st.Waiting == 0
 	}, 10*time.Second, 20*time.Millisecond, "the cancelled Wait left the queue once Redis answered")
-	assert.Equal(t, 0, b.num(t, "LLEN", g.k.base+"queue"), "nobody left in the queue")
+	assert.Equal(t, 0, b.num(t, "LLEN", g.q.k.base+"queue"), "nobody left in the queue")
 }

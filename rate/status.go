@@ -11,44 +11,60 @@ import (
 	"github.com/redsem/redsem/internal/engine"
 )
 
-// Status is a consistent snapshot of a rate gate, read in one script.
+// Status is a consistent snapshot of a gate or quota, read in one script.
 type Status struct {
 	Name   string
-	Exists bool // false until the first Wait or Allow creates the gate
-	// Limit and Per are the rate stored in Redis: at most Limit starts in
-	// any window of length Per. Both 0 when the gate does not exist.
-	Limit int
-	Per   time.Duration
-	// Started counts the starts granted in the last Per: the start tokens
-	// whose return time is still ahead. Started+Available+Due == Limit in a
-	// healthy gate.
-	Started int
-	// Due counts start tokens whose return time has passed but that no
-	// script has put back on the free list yet (the next Wait or Allow does).
-	Due int
-	// Available counts the valid start tokens free now.
+	Exists bool // false until the first start or SetRate creates the gate
+	// Limit, Per, Started, Due and Available are those of the first limit,
+	// Limits[0] (a Gate's only one); 0 when the gate does not exist.
+	Limit     int
+	Per       time.Duration
+	Started   int
+	Due       int
 	Available int
+	// Limits are every limit's, in order, as stored in Redis.
+	Limits []LimitStatus
+	// Set is true once SetRate or SetLimits wrote the rate: every client
+	// follows the stored limits then. Changed is the Redis time the last
+	// change took effect (zero before any).
+	Set     bool
+	Changed time.Time
 	// Waiting counts the waiters registered in the gate's queue, including
 	// those served whose reply is on its way.
 	Waiting int
-	// Stray counts list elements that are not valid free start tokens.
-	Stray int
-	// Rejected counts the stray tokens dropped so far.
+	// Stray counts entries of the grant logs with no grant record (written
+	// by someone else) among the oldest 1000 of each; the next start drops
+	// them. Rejected counts those dropped so far.
+	Stray    int
 	Rejected int64
 	// ServerTime is Redis TIME when the snapshot was taken.
 	ServerTime time.Time
 }
 
-// Status reads a snapshot of the gate. It reports the rate stored in Redis,
-// whatever rate this Gate was made with, and writes nothing. Errors:
-// ErrWrongType, or a connection error.
-func (g *Gate) Status(ctx context.Context) (Status, error) {
-	return readStatus(ctx, g.pool, g.k, g.name)
+// LimitStatus is one limit of a snapshot: the rate stored in Redis, at most
+// N units in any window of length Per, and its units now.
+type LimitStatus struct {
+	Limit
+	// Started counts the units granted in the last Per. Due counts units
+	// whose window has passed but that no script has let go yet (the next
+	// start does). Available is what a start may take now: N less Started
+	// and Due, or 0 when a lowered N is below them. Started + Due +
+	// Available == N unless SetRate lowered N below what the window holds.
+	Started   int
+	Due       int
+	Available int
 }
 
-// ReadStatus reads a snapshot of the gate called name under prefix without
-// knowing its rate, for tools that inspect gates they did not create
-// (redsem.ReadFleet, redsem top). It writes nothing. Errors:
+// Status reads a snapshot of the quota. It reports the limits stored in
+// Redis, whatever limits this Quota was made with, and writes nothing.
+// Errors: ErrWrongType, or a connection error.
+func (q *Quota) Status(ctx context.Context) (Status, error) {
+	return readStatus(ctx, q.pool, q.k, q.name)
+}
+
+// ReadStatus reads a snapshot of the gate or quota called name under prefix
+// without knowing its limits, for tools that inspect gates they did not
+// create (redsem.ReadFleet, redsem top). It writes nothing. Errors:
 // ErrInvalidName, ErrInvalidOption (a bad prefix), ErrWrongType, or a
 // connection error.
 func ReadStatus(ctx context.Context, pool Pool, prefix, name string) (Status, error) {
@@ -61,13 +77,8 @@ func ReadStatus(ctx context.Context, pool Pool, prefix, name string) (Status, er
 	return readStatus(ctx, pool, newKeys(prefix, name), name)
 }
 
-// statusScript is the semaphore's status.lua: the gate's keys have the
-// semaphore's layout. It is told that the gate keeps its waiters' deadlines
-// in µs.
-var statusScript = engine.NewScript(5, "status.lua")
-
 func readStatus(ctx context.Context, pool Pool, k keys, name string) (Status, error) {
-	v, _, err := engine.Call(ctx, pool, statusScript, append(k.statusArgs(), "us")...)
+	v, _, err := engine.Call(ctx, pool, statusScript, k.state()...)
 	vals, err := redis.Values(v, err)
 	if err != nil {
 		return Status{}, engine.ScriptError("status", "rate gate", name, err)
@@ -80,40 +91,61 @@ func readStatus(ctx context.Context, pool Pool, k keys, name string) (Status, er
 	return st, nil
 }
 
+// parseStatus reads rate_status.lua's reply: {nowUs, metaFlat, waiting,
+// {used, due, stray} per limit}.
 func parseStatus(vals []interface{}) (Status, error) {
-	r, err := engine.ParseStatus(vals)
+	if len(vals) < 3 {
+		return Status{}, fmt.Errorf("unexpected status reply %v", vals)
+	}
+	nowUs, err := redis.Int64(vals[0], nil)
 	if err != nil {
 		return Status{}, err
 	}
-	st := Status{ServerTime: time.UnixMicro(r.NowUs), Waiting: r.Waiting}
-	nowUs, toks, leases, m := r.NowUs, r.Tokens, r.Leases, r.Meta
-	var epoch string
-	if len(m) > 0 {
-		st.Exists = true
+	flat, err := redis.Strings(vals[1], nil)
+	if err != nil {
+		return Status{}, err
+	}
+	waiting, err := redis.Int(vals[2], nil)
+	if err != nil {
+		return Status{}, err
+	}
+	m := engine.Pairs(flat)
+	st := Status{ServerTime: time.UnixMicro(nowUs), Waiting: waiting, Exists: len(m) > 0}
+	st.Rejected, _ = strconv.ParseInt(m["rejected"], 10, 64)
+	st.Set = m["set"] == "1"
+	if us, err := strconv.ParseInt(m["changed"], 10, 64); err == nil {
+		st.Changed = time.UnixMicro(us)
+	}
+	for i, raw := range vals[3:] {
+		c, err := redis.Ints(raw, nil)
+		if err != nil || len(c) != 3 {
+			return Status{}, fmt.Errorf("unexpected status of limit %d: %v", i+1, raw)
+		}
+		sfx := ""
+		if i > 0 {
+			sfx = ":" + strconv.Itoa(i+1)
+		}
+		var ls LimitStatus
+		ls.N, _ = strconv.Atoi(m["size"+sfx])
+		perUs, _ := strconv.ParseInt(m["per"+sfx], 10, 64)
+		ls.Per = usDuration(perUs)
+		used, due := c[0], c[1]
+		ls.Due = due
+		ls.Started = used - due
+		ls.Available = max(ls.N-used, 0)
+		st.Stray += c[2]
+		st.Limits = append(st.Limits, ls)
+	}
+	if len(st.Limits) == 0 && st.Exists {
+		// A gate of the layout before weighted starts, not upgraded yet: the
+		// next start upgrades it.
 		st.Limit, _ = strconv.Atoi(m["size"])
 		perUs, _ := strconv.ParseInt(m["per"], 10, 64)
 		st.Per = usDuration(perUs)
-		epoch = m["epoch"]
-		st.Rejected, _ = strconv.ParseInt(m["rejected"], 10, 64)
 	}
-	leased := map[string]bool{}
-	for i := 0; i+1 < len(leases); i += 2 {
-		leased[leases[i]] = true
-		back, _ := strconv.ParseFloat(leases[i+1], 64)
-		if int64(back) > nowUs {
-			st.Started++
-		} else {
-			st.Due++
-		}
-	}
-	seen := map[string]bool{}
-	for _, tok := range toks {
-		if st.Exists && engine.ValidToken(tok, epoch, st.Limit) && !seen[tok] && !leased[tok] {
-			seen[tok] = true
-			st.Available++
-			continue
-		}
-		st.Stray++
+	if len(st.Limits) > 0 {
+		f := st.Limits[0]
+		st.Limit, st.Per, st.Started, st.Due, st.Available = f.N, f.Per, f.Started, f.Due, f.Available
 	}
 	return st, nil
 }

@@ -40,27 +40,33 @@ func gateOps() []gateOp {
 		{"Wait/blocked", func(t *testing.T, b *backend, ctx context.Context, g *Gate, acq string) func(ctx context.Context) error {
 			_, err := g.Allow(ctx)
 			require.NoError(t, err)
-			r, err := parseRateReply(takeScript.Do(b.pool.Get(), g.takeArgs(acq, 5e6, "fresh")...))
+			r, err := parseRateReply(takeScript.Do(b.pool.Get(), g.q.takeArgs(acq, 5e6, "fresh", []int{1})...))
 			require.NoError(t, err)
 			require.Equal(t, int64(0), r.code, "the gate is full: queued")
 			return func(ctx context.Context) error {
 				c := b.pool.Get()
 				defer c.Close()
-				_, err := parseRateReply(takeScript.Do(c, g.takeArgs(acq, 5e6, "wait")...))
+				_, err := parseRateReply(takeScript.Do(c, g.q.takeArgs(acq, 5e6, "wait", []int{1})...))
 				if err != nil {
-					return g.scriptError("wait", err)
+					return g.q.scriptError("wait", err)
 				}
 				return nil
 			}
 		}},
 		{"cancelled", func(t *testing.T, b *backend, ctx context.Context, g *Gate, acq string) func(ctx context.Context) error {
 			return func(ctx context.Context) error {
-				_, err := (&oneStart{g: g}).Abort(ctx, acq, "release")
+				_, err := (&takeUnits{q: g.q, units: []int{1}}).Abort(ctx, acq, "release")
 				if err != nil {
-					return g.scriptError("abort", err)
+					return g.q.scriptError("abort", err)
 				}
 				return nil
 			}
+		}},
+		{"AllowN", func(t *testing.T, b *backend, ctx context.Context, g *Gate, acq string) func(ctx context.Context) error {
+			return func(ctx context.Context) error { _, err := g.AllowN(ctx, 1); return err }
+		}},
+		{"SetRate", func(t *testing.T, b *backend, ctx context.Context, g *Gate, acq string) func(ctx context.Context) error {
+			return func(ctx context.Context) error { return g.SetRate(ctx, 2, time.Minute) }
 		}},
 		{"Status", func(t *testing.T, b *backend, ctx context.Context, g *Gate, acq string) func(ctx context.Context) error {
 			return func(ctx context.Context) error { _, err := g.Status(ctx); return err }
@@ -69,8 +75,8 @@ func gateOps() []gateOp {
 }
 
 func TestWrongTypeWritesNothing(t *testing.T) {
-	types := []string{"hash", "list", "zset", "hash", "list", "zset", "list"}
-	roles := []string{"meta", "tokens", "leases", "holders", "queue", "waits", "inbox"}
+	types := []string{"hash", "hash", "list", "zset", "zset", "zset", "zset", "zset", "list"}
+	roles := []string{"meta", "holders", "queue", "waits", "log1", "log2", "log3", "log4", "inbox"}
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, op := range gateOps() {
 			for i, role := range roles {
@@ -86,7 +92,7 @@ func TestWrongTypeWritesNothing(t *testing.T) {
 					require.NoError(t, err)
 					acq := engine.NewAcqID()
 					run := op.prepare(t, b, ctx, g, acq)
-					key := g.k.args(acq)[i].(string)
+					key := g.q.k.args(acq)[i].(string)
 					orig := redistest.Snapshot(t, b.addr)[key]
 					redistest.WriteStranger(t, b.addr, key, typ)
 					before := redistest.Snapshot(t, b.addr)

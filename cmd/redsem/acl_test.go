@@ -19,7 +19,7 @@ import (
 // Every command of redsem runs as a Redis user allowed only
 // redsem.ACLCommands() on ~redsem:*, with SELECT added for the database the
 // URL names: run (free, and blocked until a slot frees), --adopt-size,
-// status, check, repair, resize, reclaim, delete.
+// status, check, repair, resize, reclaim, delete, rate set.
 func TestCommandsAsACLUser(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -57,6 +57,7 @@ func TestCommandsAsACLUser(t *testing.T) {
 		{[]string{"reclaim", "acl"}, "reclaimed 0"},
 		{[]string{"delete", "--force", "acl"}, "deleted"},
 		{[]string{"delete", "--force", "one"}, "deleted"},
+		{[]string{"rate", "set", "acl-rate", "5/1s"}, "admits 5 per 1s"},
 	} {
 		r := e.run(t, tc.args...)
 		assert.Equal(t, 0, r.code, "%v: %s", tc.args, r.stderr)
@@ -66,6 +67,9 @@ func TestCommandsAsACLUser(t *testing.T) {
 	c, err := redis.Dial("tcp", srv.Addr, redis.DialDatabase(2))
 	require.NoError(t, err)
 	defer c.Close()
+	// A rate gate has no delete: rate set created its meta only.
+	_, err = c.Do("DEL", "redsem:{acl-rate}:rate:meta")
+	require.NoError(t, err)
 	keys, err := redis.Strings(c.Do("KEYS", "*"))
 	require.NoError(t, err)
 	assert.Empty(t, keys, "delete removed everything")

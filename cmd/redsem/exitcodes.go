@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/rate"
 )
 
 // Exit codes. The run command passes its command's own exit status through,
@@ -72,9 +73,10 @@ func codeFor(err error) int {
 	case errors.As(err, &ee):
 		return ee.code
 	case errors.Is(err, redsem.ErrInvalidName), errors.Is(err, redsem.ErrInvalidSize),
-		errors.Is(err, redsem.ErrInvalidTTL), errors.Is(err, redsem.ErrInvalidOption):
+		errors.Is(err, redsem.ErrInvalidTTL), errors.Is(err, redsem.ErrInvalidOption),
+		errors.Is(err, rate.ErrInvalidInterval):
 		return exitUsage
-	case errors.Is(err, redsem.ErrSizeMismatch), errors.Is(err, redsem.ErrWrongType),
+	case errors.Is(err, redsem.ErrSizeMismatch), errors.Is(err, rate.ErrRateMismatch), errors.Is(err, redsem.ErrWrongType),
 		errors.Is(err, redsem.ErrCorrupt):
 		return exitData
 	default: // connection errors, Redis errors, timeouts talking to Redis

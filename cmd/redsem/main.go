@@ -11,6 +11,7 @@
 //	redsem check [--json] NAME
 //	redsem repair NAME
 //	redsem delete --force NAME
+//	redsem rate set NAME N/PER [N/PER...]
 //	redsem demo [--workers W] [--size K] [--work D]
 //
 // Run "redsem help" or "redsem COMMAND --help" for details; README.md in
@@ -35,6 +36,7 @@ Usage:
   redsem check [--json] NAME                     where every slot is; exit 65 if unhealthy
   redsem repair NAME                             drop stray tokens, mint missing ones safely
   redsem delete --force NAME                     remove the semaphore's keys
+  redsem rate set NAME N/PER [N/PER...]          change a rate gate's limits for everyone
   redsem demo [--workers W] [--size K]           watch W workers share K slots (no Redis needed)
   redsem top [--prefix P]                        live view of every semaphore and rate gate
   redsem check --all [--prefix P]                every unhealthy semaphore; exit 65 if any
@@ -72,6 +74,7 @@ func init() {
 		"check":   {checkHelp, cmdCheck},
 		"repair":  {repairHelp, cmdRepair},
 		"delete":  {deleteHelp, cmdDelete},
+		"rate":    {rateHelp, cmdRate},
 		"demo":    {demoHelp, cmdDemo},
 		// The fleet view (top.go, exporter.go).
 		"top":      {topHelp, cmdTop},

@@ -77,6 +77,7 @@ func Run(t *testing.T, tg Target) {
 		{"Mutex", testMutex, false},
 		{"RateGateAllow", testRateGateAllow, false},
 		{"RateGateWait", testRateGateWait, false},
+		{"RateQuota", testRateQuota, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -95,3 +95,41 @@ func testRateGateWait(t *testing.T, e *env) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Less(t, time.Since(start), 30*time.Millisecond+2*CancelBound)
 }
+
+// testRateQuota: a quota of two limits takes each start from both or from
+// neither, waits FIFO in WaitN, refuses a start above a limit at once, and
+// follows SetLimits for every client; all of it in one script per start, on
+// the quota's one slot.
+func testRateQuota(t *testing.T, e *env) {
+	c := ctx(t, 30*time.Second)
+	limits := []rate.Limit{{N: 2, Per: 400 * time.Millisecond}, {N: 100, Per: 400 * time.Millisecond}}
+	q, err := rate.NewQuota(e.tg.Pool, e.name, limits)
+	require.NoError(t, err)
+	first, err := q.AllowN(c, 1, 70)
+	require.NoError(t, err)
+	_, err = q.AllowN(c, 1, 40)
+	require.ErrorIs(t, err, rate.ErrRateLimited, "tokens: 70+40 > 100")
+	_, err = q.AllowN(c, 1, 30)
+	require.NoError(t, err, "the refused start took no request")
+	_, err = q.AllowN(c, 1, 101)
+	require.ErrorIs(t, err, rate.ErrTooLarge)
+
+	// Both requests are used: WaitN waits for the first start to leave.
+	st, err := q.WaitN(c, 1, 50)
+	require.NoError(t, err)
+	assert.False(t, st.At.Before(first.At.Add(limits[0].Per)), "granted %v after the first start, before its window ended", st.At.Sub(first.At))
+
+	// Another client made with other limits follows them once they are set.
+	other, err := rate.NewQuota(e.tg.Pool, e.name, []rate.Limit{{N: 3, Per: time.Second}, {N: 10, Per: time.Second}})
+	require.NoError(t, err)
+	_, err = other.AllowN(c, 1, 1)
+	require.ErrorIs(t, err, rate.ErrRateMismatch)
+	require.NoError(t, q.SetLimits(c, rate.Limit{N: 5, Per: time.Minute}, rate.Limit{N: 1000, Per: time.Minute}))
+	_, err = other.AllowN(c, 1, 500)
+	require.NoError(t, err, "the stored limits are in force for every client")
+	s, err := other.Status(c)
+	require.NoError(t, err)
+	require.Len(t, s.Limits, 2)
+	assert.Equal(t, rate.Limit{N: 1000, Per: time.Minute}, s.Limits[1].Limit)
+	assert.True(t, s.Set)
+}

@@ -2,8 +2,8 @@ package engine
 
 import "github.com/gomodule/redigo/redis"
 
-// StatusReply is status.lua's reply, decoded: what a semaphore's and a rate
-// gate's Status are both read from.
+// StatusReply is status.lua's reply, decoded: what a semaphore's Status is
+// read from (a rate gate has rate_status.lua).
 type StatusReply struct {
 	NowUs   int64             // Redis TIME, µs
 	Meta    map[string]string // the meta hash; empty when the name does not exist

@@ -13,5 +13,11 @@
 // history records the k tokens of such a hold and the checker counts a
 // k-hold as k permits.
 //
+// Rate gates have a worker of their own (./rateworker): its goroutines
+// take starts of mixed sizes from a rate.Quota and record each grant's
+// Redis time and units; the tests change the limits meanwhile and hold the
+// history to the limits in force with redistest.CheckWindows, which they
+// also run against broken gates.
+//
 // Set REDSEM_SOAK=1 to run every fault for longer.
 package faults

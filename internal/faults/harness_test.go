@@ -23,8 +23,9 @@ import (
 	"github.com/redsem/redsem/internal/redistest"
 )
 
-// workerBin is the worker program, built once by TestMain.
-var workerBin string
+// workerBin and rateWorkerBin are the worker programs (semaphore and rate
+// gate), built once by TestMain.
+var workerBin, rateWorkerBin string
 
 func TestMain(m *testing.M) {
 	os.Unsetenv("REDIS_URL")
@@ -34,16 +35,19 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	workerBin = filepath.Join(dir, "worker")
+	rateWorkerBin = filepath.Join(dir, "rateworker")
 	// The go command that runs this test: on PATH, or under GOROOT.
 	goBin := "go"
 	if _, err := exec.LookPath(goBin); err != nil {
 		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	}
-	cmd := exec.Command(goBin, "build", "-o", workerBin, "github.com/redsem/redsem/internal/faults/worker")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the worker: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
+	for bin, pkg := range map[string]string{workerBin: "worker", rateWorkerBin: "rateworker"} {
+		cmd := exec.Command(goBin, "build", "-o", bin, "github.com/redsem/redsem/internal/faults/"+pkg)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building the %s: %v\n%s", pkg, err, out)
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -115,6 +119,7 @@ func (p *proc) exitCode() int {
 type run struct {
 	t     *testing.T
 	srv   *redistest.Server
+	bin   string // the worker program; "" is workerBin
 	hist  string
 	name  string
 	size  int
@@ -143,7 +148,11 @@ func (r *run) spawn(args ...string) *proc {
 	id := r.next
 	r.mu.Unlock()
 	all := append(append([]string{"-id", strconv.Itoa(id)}, r.base...), args...)
-	cmd := exec.Command(workerBin, all...)
+	bin := r.bin
+	if bin == "" {
+		bin = workerBin
+	}
+	cmd := exec.Command(bin, all...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

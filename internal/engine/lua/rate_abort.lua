@@ -1,20 +1,20 @@
--- rate_abort.lua: settle a RateGate acquisition whose reply the client could
--- not read (cancelled context, dropped connection, read timeout) or that it
--- gives up while queued.
--- KEYS: meta, tokens, leases, holders, queue, waits, inbox (see rate_common.lua)
+-- rate_abort.lua: settle an acquisition of a gate whose reply the client
+-- could not read (cancelled context, dropped connection, read timeout) or
+-- that it gives up while queued.
+-- KEYS: meta, holders, queue, waits, log1, log2, log3, log4, inbox (see rate_common.lua)
 -- ARGV: acqID, mode ("release" or "resolve"), tombUs
 -- If Redis granted the acquisition a start: mode "resolve" keeps it and
--- returns {1, token, grantUs, nextUs, nowUs} as rate_take.lua does; mode
--- "release" gives the token back at once (the client never learnt of the
--- start, so nothing started) and returns {3, 0, nowUs}. Otherwise the waiter
--- leaves the queue, a tombstone stops a late rate_take.lua of it from
--- queueing or taking anything, and it returns {0, 0, nowUs}.
+-- returns {1, grantUs, nextUs, nowUs} as rate_take.lua does; mode "release"
+-- takes its units out of the windows at once (the client never learnt of
+-- the start, so nothing started) and returns {3, 0, nowUs}. Otherwise the
+-- waiter leaves the queue, a tombstone stops a late rate_take.lua of it
+-- from queueing or taking anything, and it returns {0, 0, nowUs}.
 
 local acq, mode, tomb = ARGV[1], ARGV[2], int_arg(ARGV[3], 0, 1e12)
 if not tomb or (mode ~= 'release' and mode ~= 'resolve') then
   return redis.error_reply('REDSEM_ARG invalid arguments to rate_abort')
 end
-local err = check_rate_types()
+local err = check_rate_types(9)
 if err then return redis.error_reply(err) end
 local now = now_us()
 local st
@@ -23,29 +23,35 @@ if err then return redis.error_reply(err) end
 
 local released = false
 if st then
-  local r = granted_reply(st, acq, now)
-  if r and mode == 'resolve' then
-    redis.call('ZREM', KEYS[6], 'w:' .. acq)
-    redis.call('DEL', KEYS[7])
+  local g, w = grant_of(acq, st.L)
+  if g and mode == 'resolve' then
+    redis.call('ZREM', KEYS[4], 'w:' .. acq)
+    redis.call('DEL', KEYS[9])
+    local r = {GRANTED, g, wait_for(st, w, now), now}
+    forget(st, acq)
     return r
   end
-  if r then
+  if g then
     released = true
-    redis.call('ZREM', KEYS[3], r[2])
-    redis.call('HDEL', KEYS[4], 't:' .. r[2], 'a:' .. acq)
-    give_back(r[2], st.epoch, st.n)
+    local all = true
+    for i = 1, st.L do
+      if w[i] > 0 then all = refund(st, i, acq, w[i]) and all end
+    end
+    -- A grant still logged keeps its record until its window ends.
+    if all then redis.call('HDEL', KEYS[2], 'g:' .. acq) end
   end
 end
-redis.call('LREM', KEYS[5], 0, acq)
-redis.call('ZREM', KEYS[6], 'w:' .. acq)
-redis.call('ZADD', KEYS[6], fmt_int(now + tomb), 'x:' .. acq)
-redis.call('DEL', KEYS[7])
+redis.call('LREM', KEYS[3], 0, acq)
+redis.call('HDEL', KEYS[2], 'r:' .. acq)
+redis.call('ZREM', KEYS[4], 'w:' .. acq)
+redis.call('ZADD', KEYS[4], fmt_int(now + tomb), 'x:' .. acq)
+redis.call('DEL', KEYS[9])
 if redis.call('HGET', KEYS[1], 'timer') == acq then
   redis.call('HDEL', KEYS[1], 'timer')
 end
 if st then
-  -- Hand a given-back token to the next waiter, and wake a new head.
-  return_due(st, now)
+  -- Hand given-back units to the waiters, and wake a new head.
+  expire(st, now)
   serve(st, now)
   if released then return {RELEASED, 0, now} end
 end

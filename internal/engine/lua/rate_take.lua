@@ -1,108 +1,111 @@
--- rate_take.lua: RateGate.Wait and Allow on the server. Runs alone (phase
--- "fresh", a call's first script) or right behind the waiter's
+-- rate_take.lua: Wait, WaitN and Allow of a gate or quota on the server.
+-- Runs alone (phase "fresh", a call's first script) or right behind the
+-- waiter's
 --   BLPOP <inbox> <timeout>
--- in the same write (phase "wait"), or after the queue head slept until the
--- earliest token return.
+-- in the same write (phase "wait"), or after the queue head slept until
+-- its request fits.
 --
--- KEYS: meta, tokens, leases, holders, queue, waits, inbox (see rate_common.lua)
--- ARGV: n, perUs, acqID, blockUs (the longest the client lets one wait last;
---       0: never wait), graceUs, tombUs, phase ("fresh" or "wait")
+-- KEYS: meta, holders, queue, waits, log1, log2, log3, log4, inbox (see rate_common.lua)
+-- ARGV: acqID, blockUs (the longest the client lets one wait last; 0: never
+--       wait), graceUs, tombUs, phase ("fresh" or "wait"), limits (L), then
+--       for each limit: n, perUs, units (what this start takes of it; not all 0)
 -- Returns one of
---   {1, token, grantUs, nextUs, nowUs}  granted: a start at Redis time grantUs;
---                                       another may start in nextUs
---   {0, waitUs, nowUs, head}           none free: wait this long, then run
---                                       again (phase "wait"); head = 1 when this
---                                       waiter keeps time for the queue; for
---                                       blockUs 0, waitUs is the retry-after
---   {2, 0, nowUs}                       this acquisition was settled (aborted,
---                                       or dropped as dead): start over
--- Errors: REDSEM_ARG, REDSEM_WRONGTYPE, REDSEM_RATE <n> <perUs>, REDSEM_CORRUPT.
+--   {1, grantUs, nextUs, nowUs}  granted: a start at Redis time grantUs;
+--                                another as large may start in nextUs
+--   {0, waitUs, nowUs, head}     not granted: wait this long, then run again
+--                                (phase "wait"); head = 1 when this waiter
+--                                keeps time for the queue; for blockUs 0,
+--                                waitUs is the retry-after
+--   {2, 0, nowUs}                this acquisition was settled (aborted,
+--                                dropped as dead, or dropped from the queue
+--                                by a rate change): start over
+-- Errors: REDSEM_ARG, REDSEM_WRONGTYPE, REDSEM_CORRUPT,
+--   REDSEM_RATE <L> <n> <perUs>...      the stored limits differ and were
+--                                       not set by rate_set.lua
+--   REDSEM_TOOLARGE <i> <units> <n> <perUs>  limit i can never admit this
+-- The rate in force is the one stored; the client's creates the gate. Once
+-- rate_set.lua has written it (meta "set"), a client with other limits
+-- follows the stored ones; before, it gets REDSEM_RATE.
 
-local n = int_arg(ARGV[1], 1, 100000)
-local per = int_arg(ARGV[2], 1, 1e13)
-local acq = ARGV[3]
-local block = int_arg(ARGV[4], 0, 1e12)
-local grace = int_arg(ARGV[5], 0, 1e12)
-local tomb = int_arg(ARGV[6], 0, 1e12)
-local fresh = ARGV[7] == 'fresh'
-if not n or not per or #acq < 16 or string.find(acq, '[|:]') or not block
-  or not grace or not tomb or (ARGV[7] ~= 'fresh' and ARGV[7] ~= 'wait') then
+local acq = ARGV[1]
+local block = int_arg(ARGV[2], 0, 1e12)
+local grace = int_arg(ARGV[3], 0, 1e12)
+local tomb = int_arg(ARGV[4], 0, 1e12)
+local fresh = ARGV[5] == 'fresh'
+local L = int_arg(ARGV[6], 1, MAX_LIMITS)
+local want, w
+if L and #ARGV == 6 + 3 * L then want, w = read_limits(L, 7, true) end
+if not want or #acq < 16 or string.find(acq, '[|:]') or not block or not grace or not tomb
+  or (ARGV[5] ~= 'fresh' and ARGV[5] ~= 'wait') then
   return redis.error_reply('REDSEM_ARG invalid arguments to rate_take')
 end
-local err = check_rate_types()
+local err = check_rate_types(9)
 if err then return redis.error_reply(err) end
 local now = now_us()
 
 local st
 st, err = rate_state()
 if err then return redis.error_reply(err) end
-if st and (st.n ~= n or st.per ~= per) then
-  return redis.error_reply('REDSEM_RATE ' .. st.n .. ' ' .. fmt_int(st.per))
+if st and (st.L ~= L or (not st.set and differs(st, want))) then
+  return redis.error_reply(rate_err(st))
 end
+local big = too_large(st or want, w)
+if big then return redis.error_reply(too_large_err(st or want, w, big)) end
 if not st then
-  -- First use, or the data was lost: create the gate with n free tokens.
-  if redis.call('EXISTS', KEYS[2]) + redis.call('EXISTS', KEYS[3]) + redis.call('EXISTS', KEYS[4]) > 0 then
-    return redis.error_reply('REDSEM_CORRUPT ' .. KEYS[1] .. ' is missing but tokens or leases exist')
-  end
-  st = {n = n, per = per, epoch = string.sub(acq, 1, 12), fence = now}
-  redis.call('HSET', KEYS[1], 'size', n, 'per', fmt_int(per), 'epoch', st.epoch,
-    'fence', fmt_int(now), 'rejected', 0, 'created', math.floor(now / 1000))
-  local batch = {}
-  for i = 1, n do
-    batch[#batch + 1] = st.epoch .. ':' .. i
-    if #batch == 1000 or i == n then
-      redis.call('RPUSH', KEYS[2], unpack(batch))
-      batch = {}
-    end
-  end
+  -- First use, or the data was lost: create the gate.
+  st, err = create(want, now, false)
+  if err then return redis.error_reply(err) end
 end
 
-sweep(now)
-return_due(st, now)
-if redis.call('ZSCORE', KEYS[6], 'x:' .. acq) then
-  redis.call('DEL', KEYS[7])
+sweep(st, now)
+expire(st, now)
+if redis.call('ZSCORE', KEYS[4], 'x:' .. acq) then
+  redis.call('DEL', KEYS[9])
   return {SETTLED, 0, now}
 end
 serve(st, now)
 
 if fresh then
-  -- Take a free token only when nobody queues: waiters go first.
-  if redis.call('LLEN', KEYS[5]) == 0 then
-    local tok = pop_token(st)
-    if tok then
-      local g = grant(st, acq, tok, now)
-      return {GRANTED, tok, g, next_in(st, now), now}
-    end
+  -- Take from the window only when nobody queues: waiters go first.
+  if redis.call('LLEN', KEYS[3]) == 0 and fits(st, w) then
+    local g = grant(st, acq, w, now)
+    return {GRANTED, g, wait_for(st, w, now), now}
   end
-  if block == 0 then return {WAITING, next_in(st, now), now, 0} end
-  redis.call('RPUSH', KEYS[5], acq)
+  if block == 0 then return {WAITING, wait_for(st, w, now), now, 0} end
+  redis.call('RPUSH', KEYS[3], acq)
+  local req = {}
+  for i = 1, L do req[i] = fmt_int(w[i]) end
+  redis.call('HSET', KEYS[2], 'r:' .. acq, table.concat(req, ' '))
 else
   local r = granted_reply(st, acq, now)
-  redis.call('DEL', KEYS[7])
+  redis.call('DEL', KEYS[9])
   if r then
-    redis.call('ZREM', KEYS[6], 'w:' .. acq)
+    redis.call('ZREM', KEYS[4], 'w:' .. acq)
+    forget(st, acq)
     return r
   end
-  if not redis.call('ZSCORE', KEYS[6], 'w:' .. acq) then
-    -- Dropped from the queue as dead (its liveness passed): start over.
+  if not redis.call('ZSCORE', KEYS[4], 'w:' .. acq) or not redis.call('HGET', KEYS[2], 'r:' .. acq) then
+    -- Dropped from the queue (dead, or unable to fit a lowered rate).
+    redis.call('ZREM', KEYS[4], 'w:' .. acq)
     return {SETTLED, 0, now}
   end
 end
 
--- Still waiting. The head of the queue keeps time: it wakes at the earliest
--- token return and takes that token itself (see serve). The others sleep in
--- BLPOP until served or rung, waking at least every max(per, 1s) to notice a
+-- Still waiting. The head of the queue keeps time: it wakes when its
+-- request fits and takes it itself (see serve). The others sleep in BLPOP
+-- until served or rung, waking at least every max(per, 1s) to notice a
 -- head that died.
 local wait = block
 local head = 0
-if redis.call('LINDEX', KEYS[5], 0) == acq then
+if redis.call('LINDEX', KEYS[3], 0) == acq then
   head = 1
   redis.call('HSET', KEYS[1], 'timer', acq)
-  local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-  if first[2] then wait = math.min(wait, math.max(tonumber(first[2]) - now, 0)) end
+  wait = math.min(wait, math.max(ready_at(st, w, now) - now, 0))
 else
-  wait = math.min(wait, math.max(per, 1000000))
+  local longest = 1000000
+  for i = 1, st.L do longest = math.max(longest, st.per[i]) end
+  wait = math.min(wait, longest)
 end
 wait = math.max(wait, 1000)
-redis.call('ZADD', KEYS[6], fmt_int(now + wait + grace), 'w:' .. acq)
+redis.call('ZADD', KEYS[4], fmt_int(now + wait + grace), 'w:' .. acq)
 return {WAITING, wait, now, head}

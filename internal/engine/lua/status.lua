@@ -1,7 +1,5 @@
 -- status.lua: a consistent, read-only snapshot of the semaphore.
 -- KEYS: meta, tokens, leases, holders, waits
--- ARGV[1]: optional; 'us' when the scores of waits are µs (a RateGate's keys),
---          else they are ms (a Semaphore's).
 -- Returns {nowUs, metaFlat, tokens, leasesWithScores, holdersFlat, waiting},
 -- where waiting counts the acquisitions registered as blocked right now.
 
@@ -24,9 +22,7 @@ local waiting = 0
 local ty = redis.call('TYPE', KEYS[5])
 if type(ty) == 'table' then ty = ty['ok'] end
 if ty == 'zset' then
-  local from = math.floor(now / 1000)
-  if ARGV[1] == 'us' then from = now end
-  from = string.format('%.0f', from)
+  local from = string.format('%.0f', math.floor(now / 1000))
   for _, w in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], from, '+inf')) do
     if string.sub(w, 1, 2) == 'w:' then waiting = waiting + 1 end
   end

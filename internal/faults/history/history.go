@@ -1,7 +1,7 @@
 // Package history is the shared record of a fault run: the events client
-// processes append to one file, how they write them, and how the keys of a
-// semaphore are named (so that raw commands of tests and broken clients hit
-// the same keys as the library).
+// processes (of a semaphore, or of a rate gate) append to one file, how
+// they write them, and how the keys of a semaphore are named (so that raw
+// commands of tests and broken clients hit the same keys as the library).
 package history
 
 import (
@@ -27,6 +27,9 @@ const (
 	KFPKill   = "fpkill"   // the worker kills itself at a failpoint
 	KFatal    = "fatal"    // the worker stops on an error it must not retry
 	KExit     = "exit"     // the worker finished normally
+	// KStart is a start granted by a rate gate (rateworker): T is its grant
+	// time (Redis TIME, µs), Units what it took of each limit.
+	KStart = "start"
 )
 
 // Event is one line of the history file.
@@ -42,6 +45,7 @@ type Event struct {
 	// in grant order; empty for a lease of one (Tok).
 	Toks  []string `json:"toks,omitempty"`
 	Fence int64    `json:"fence,omitempty"` // one fence for all the tokens of a lease
+	Units []int    `json:"units,omitempty"` // a rate gate start's units, one count per limit
 	T0    int64    `json:"t0,omitempty"`    // Redis TIME (µs) before Acquire
 	T     int64    `json:"t,omitempty"`     // Redis TIME (µs)
 	DL    int64    `json:"dl,omitempty"`    // lease deadline recorded in Redis (ms of Redis TIME), 0 unknown
