@@ -1,6 +1,7 @@
 package redsem
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -41,6 +42,10 @@ func TestScriptHeadersMatchDeclarations(t *testing.T) {
 		assert.True(t, entries[f] != helpers[f], "%s: entry %v, helper %v: it must be exactly one", f, entries[f], helpers[f])
 	}
 
+	for _, d := range decls {
+		assert.GreaterOrEqual(t, d.MinArgs, 0, "%s: its \"-- ARGV:\" header cannot be read", d.File)
+	}
+
 	// The check fails for a declaration that passes one key too few.
 	wrong := append(decls, engine.Declaration{File: "acquire.lua", Keys: 5})
 	assert.Len(t, headerMismatches(wrong), 1)
@@ -75,4 +80,30 @@ func TestReplyCodesMatch(t *testing.T) {
 		}
 	}
 	assert.Equal(t, want, got)
+}
+
+// A call whose argument count differs from the script's "-- ARGV:" header
+// is refused before anything is sent (engine.ErrArity); every call the
+// suite makes passes through the same check, so a header and its call
+// site cannot drift apart unnoticed.
+func TestScriptCallsMatchArgvHeaders(t *testing.T) {
+	ctx := context.Background()
+	s, err := NewSemaphore(newPool(t, miniredisT(t).Addr()), "arity", 2)
+	require.NoError(t, err)
+	args := s.acquireArgs(newAcqID(), 0, "fresh")
+	for _, bad := range [][]interface{}{args[:len(args)-2], append(args, "extra")} {
+		_, err := runScript(ctx, nil, acquireScript, bad...) // a nil conn: nothing may be sent
+		require.ErrorIs(t, err, engine.ErrArity)
+	}
+	lo, hi, err := engine.HeaderArgs("acquire.lua")
+	require.NoError(t, err)
+	assert.Equal(t, [2]int{8, 9}, [2]int{lo, hi}, "acquire.lua: 8 arguments and an optional size mode")
+	lo, hi, err = engine.HeaderArgs("release.lua")
+	require.NoError(t, err)
+	assert.Equal(t, [2]int{2, engine.Variadic}, [2]int{lo, hi}, "release.lua: token, acqID, then more tokens")
+	lo, hi, err = engine.HeaderArgs("status.lua")
+	require.NoError(t, err)
+	assert.Equal(t, [2]int{0, 0}, [2]int{lo, hi})
+	_, _, err = engine.HeaderArgs("common.lua")
+	assert.Error(t, err, "a helper has no ARGV header")
 }

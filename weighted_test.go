@@ -886,7 +886,7 @@ func TestAcquireNDeadCollectorHandsOn(t *testing.T) {
 	require.NoError(t, err)
 	took := time.Since(died)
 	t.Logf("the next weighted request was granted %v after the collector died", took.Round(time.Millisecond))
-	assert.Less(t, took, 2*time.Second)
+	assert.Less(t, took, 3*time.Second, "about a second (6s before), with room for a loaded machine")
 	require.NoError(t, l.Release(ctx))
 	require.NoError(t, hs[1].Release(ctx))
 	requireInventory(t, s, 4, 0)
@@ -901,7 +901,7 @@ func TestAcquireNDeadCollectorHandsOn(t *testing.T) {
 	}
 	took = time.Since(died)
 	t.Logf("Acquire callers got the dead collector's tokens %v after it died", took.Round(time.Millisecond))
-	assert.Less(t, took, 2*time.Second)
+	assert.Less(t, took, 3*time.Second, "about a second (6s before), with room for a loaded machine")
 	for _, h := range hs {
 		require.NoError(t, h.Release(ctx))
 	}

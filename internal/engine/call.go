@@ -19,6 +19,9 @@ type Pool interface {
 // RunScript runs script on conn under ctx. A context that can never end
 // needs no watcher goroutine, so the plain call is used then.
 func RunScript(ctx context.Context, conn redis.Conn, script *redis.Script, keysAndArgs ...interface{}) (interface{}, error) {
+	if err := checkArity(script, keysAndArgs); err != nil {
+		return nil, err
+	}
 	if ctx.Done() == nil {
 		return script.Do(conn, keysAndArgs...)
 	}
@@ -40,7 +43,7 @@ func Call(ctx context.Context, pool Pool, script *redis.Script, keysAndArgs ...i
 		}
 		v, err = RunScript(ctx, conn, script, keysAndArgs...)
 		conn.Close()
-		if err == nil || IsRedisError(err) || CtxErr(ctx) != nil || attempt == 1 {
+		if err == nil || IsRedisError(err) || errors.Is(err, ErrArity) || CtxErr(ctx) != nil || attempt == 1 {
 			return v, retried, err
 		}
 		retried = true

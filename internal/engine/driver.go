@@ -325,6 +325,10 @@ func driveOn[R any](ctx context.Context, d *Driver, p Protocol[R], conn redis.Co
 // list, or a weighted collector hold tokens: then it settles too.
 func failed[R any](ctx context.Context, d *Driver, p Protocol[R], acq string, err error, blockLeft time.Duration, waited bool) (R, error) {
 	var zero R
+	if errors.Is(err, ErrArity) {
+		// Nothing was sent: a bug to report, not a wait to settle.
+		return zero, p.Wrap(err)
+	}
 	if IsRedisError(err) {
 		if waited {
 			Settle(ctx, d, p, acq)
@@ -407,6 +411,9 @@ func BLPOP(key string) Blocking { return Blocking{src: key} }
 // (NOSCRIPT) is run again with its source.
 func BlockThenRun(ctx context.Context, conn redis.Conn, block time.Duration, wait Blocking,
 	script *redis.Script, scriptArgs []interface{}, mapErr func(error) error) (interface{}, error) {
+	if err := checkArity(script, scriptArgs); err != nil {
+		return nil, err
+	}
 	// Round up: never a wait of 0, which would block forever.
 	ms := (block + time.Millisecond - 1).Milliseconds()
 	secs := strconv.FormatFloat(float64(ms)/1000, 'f', 3, 64)

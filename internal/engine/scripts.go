@@ -2,6 +2,7 @@ package engine
 
 import (
 	"embed"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -20,17 +21,120 @@ var luaFS embed.FS
 // NOSCRIPT.
 //
 // Each call is recorded (Declarations), so that a test can hold what Go
-// declares against each script's own "-- KEYS:" header (HeaderKeys).
+// declares against each script's own "-- KEYS:" header (HeaderKeys). The
+// script's "-- ARGV:" header (HeaderArgs) sets how many arguments it takes:
+// RunScript, Call and BlockThenRun refuse a call of it with any other count
+// before anything is sent (ErrArity), so an argument added on one side only
+// fails the first test that runs the call instead of shifting every
+// argument after it.
 func NewScript(keys int, file string, helpers ...string) *redis.Script {
 	helpers = append([]string{"codes.lua"}, helpers...)
-	declMu.Lock()
-	declared = append(declared, Declaration{File: file, Keys: keys, Helpers: helpers})
-	declMu.Unlock()
+	d := Declaration{File: file, Keys: keys, Helpers: helpers, MinArgs: -1}
+	if lo, hi, err := HeaderArgs(file); err == nil {
+		d.MinArgs, d.MaxArgs = lo, hi
+	}
 	var src string
 	for _, h := range helpers {
 		src += MustRead(h) + "\n"
 	}
-	return redis.NewScript(keys, src+MustRead(file))
+	script := redis.NewScript(keys, src+MustRead(file))
+	declMu.Lock()
+	declared = append(declared, d)
+	arity[script] = d
+	declMu.Unlock()
+	return script
+}
+
+// Variadic is Declaration.MaxArgs for a script whose arguments end in a
+// list of any length.
+const Variadic = 1 << 20
+
+// ErrArity is a call of a script with more or fewer arguments than its
+// "-- ARGV:" header lists: a bug in redsem, never sent to Redis.
+var ErrArity = errors.New("redsem: internal error: script called with the wrong number of arguments")
+
+// checkArity returns ErrArity, wrapped with the script and the counts, when
+// keysAndArgs does not fit script's declaration.
+func checkArity(script *redis.Script, keysAndArgs []interface{}) error {
+	declMu.Lock()
+	d, ok := arity[script]
+	declMu.Unlock()
+	if !ok || d.MinArgs < 0 {
+		return nil
+	}
+	if n := len(keysAndArgs) - d.Keys; n < d.MinArgs || n > d.MaxArgs {
+		return fmt.Errorf("%w: %s takes %d keys and %s arguments, called with %d values",
+			ErrArity, d.File, d.Keys, d.argRange(), len(keysAndArgs))
+	}
+	return nil
+}
+
+func (d Declaration) argRange() string {
+	switch {
+	case d.MaxArgs == Variadic:
+		return fmt.Sprintf("%d or more", d.MinArgs)
+	case d.MaxArgs != d.MinArgs:
+		return fmt.Sprintf("%d to %d", d.MinArgs, d.MaxArgs)
+	}
+	return fmt.Sprint(d.MinArgs)
+}
+
+// HeaderArgs returns how many arguments lua/<file> takes by its "-- ARGV:"
+// header: the names listed, separated by commas (notes in parentheses
+// dropped), over the header line and the indented comment lines that
+// continue it. "none" is no argument; a name after "and optionally" may be
+// left out (max is one more than min); from a name starting with "then"
+// on, any number may follow (max is Variadic).
+func HeaderArgs(file string) (min, max int, err error) {
+	var text string
+	in := false
+	for _, line := range strings.Split(MustRead(file), "\n") {
+		if rest, ok := strings.CutPrefix(line, "-- ARGV:"); ok {
+			text, in = rest, true
+			continue
+		}
+		if !in {
+			continue
+		}
+		rest, ok := strings.CutPrefix(line, "--   ")
+		if !ok {
+			break
+		}
+		text += " " + rest
+	}
+	if !in {
+		return 0, 0, fmt.Errorf("%s has no \"-- ARGV:\" header", file)
+	}
+	if strings.TrimSpace(text) == "none" {
+		return 0, 0, nil
+	}
+	depth, cur := 0, ""
+	var items []string
+	for _, r := range text + "," {
+		switch {
+		case r == '(':
+			depth++
+		case r == ')':
+			depth--
+		case r == ',' && depth == 0:
+			items = append(items, strings.TrimSpace(cur))
+			cur = ""
+		case depth == 0:
+			cur += string(r)
+		}
+	}
+	for _, it := range items {
+		switch {
+		case it == "":
+			return 0, 0, fmt.Errorf("%s: an empty name in its \"-- ARGV:\" header", file)
+		case strings.HasPrefix(it, "then "):
+			return min, Variadic, nil
+		case strings.HasPrefix(it, "and optionally "):
+			return min, min + 1, nil
+		}
+		min++
+	}
+	return min, min, nil
 }
 
 // MustRead returns the source of lua/<file>; it panics when there is no
@@ -44,16 +148,20 @@ func MustRead(file string) string {
 }
 
 // Declaration is a script as Go declares it: its file, how many of its
-// arguments are keys, and the helper files it runs after.
+// arguments are keys, and the helper files it runs after; and how many
+// other arguments it takes by its header (MinArgs -1: the header could not
+// be read, which TestScriptHeadersMatchDeclarations reports).
 type Declaration struct {
-	File    string
-	Keys    int
-	Helpers []string
+	File             string
+	Keys             int
+	Helpers          []string
+	MinArgs, MaxArgs int
 }
 
 var (
 	declMu   sync.Mutex
 	declared []Declaration
+	arity    = map[*redis.Script]Declaration{}
 )
 
 // Declarations returns every script NewScript has made so far, in order.

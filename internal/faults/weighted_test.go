@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"sort"
 	"testing"
 	"time"
 
@@ -251,8 +252,17 @@ func TestWeightedCollectorKilled(t *testing.T) {
 	t.Logf("weighted collector killed -9: AcquireN(%d) in %d processes on N=%d, grace 5s; kills of a collector=%d; next grant of %d permits after each kill: %v; holds by k=%v %s; tokens lost=%d",
 		k, procs, n, len(kills), k, gaps, holdsByK(evs), rep.Summary(), lost)
 	assert.Positive(t, len(kills), "no collector was caught collecting")
+	// About a second (a check-in every 500ms, dead 500ms after a missed
+	// one): the median must show it; a single kill may take longer on a
+	// loaded machine (one took 2.01s with other test suites beside it), but
+	// never the block plus the grace (6s and more) it took before.
+	sorted := append([]time.Duration(nil), gaps...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+	if len(sorted) > 0 {
+		assert.Less(t, sorted[len(sorted)/2], 1500*time.Millisecond, "median hand-on after a collector died: %v", gaps)
+	}
 	for _, g := range gaps {
-		assert.Less(t, g, 2*time.Second, "the next weighted request waited %v after the collector died", g)
+		assert.Less(t, g, 3500*time.Millisecond, "the next weighted request waited %v after the collector died", g)
 	}
 	assert.Zero(t, lost, "tokens lost")
 }

@@ -1,6 +1,7 @@
 -- check.lua: the token inventory, read in one script (Semaphore.Check). It
 -- writes nothing.
 -- KEYS: meta, tokens, leases, holders, waits
+-- ARGV: none
 -- Returns {exists, size, epoch, nowUs, leased, pending, free, retired, dups,
 -- strangers, missing, held}; see inventory.lua for what each list holds.
 

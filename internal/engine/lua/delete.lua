@@ -4,6 +4,7 @@
 -- Acquire creates the semaphore afresh with a new epoch, so no token of the
 -- old one is ever accepted again.
 -- KEYS: meta, tokens, leases, holders, waits
+-- ARGV: none
 -- Returns the number of keys removed.
 
 -- The keys of acquisitions in flight (pending lists, weighted doorbells and

@@ -1,5 +1,6 @@
 -- rate_status.lua: a consistent, read-only snapshot of a gate.
 -- KEYS: meta, holders, queue, waits, log1, log2, log3, log4 (see rate_common.lua)
+-- ARGV: none
 -- Returns {nowUs, metaFlat, waiting, limit1, ..., limitL}, where waiting
 -- counts the waiters registered right now and limit i is {used, due, stray}:
 -- the units in its window, of those the units whose window has passed but

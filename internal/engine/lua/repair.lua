@@ -1,5 +1,6 @@
 -- repair.lua: restore the token inventory (Semaphore.Repair).
 -- KEYS: meta, tokens, leases, holders, waits
+-- ARGV: none
 -- Returns {reclaimed, dropped, minted, missing, leases, records, pendLists}:
 --   reclaimed  tokens of expired leases and stale pending lists put back
 --              first, as reclaim.lua does

@@ -1,5 +1,6 @@
 -- status.lua: a consistent, read-only snapshot of the semaphore.
 -- KEYS: meta, tokens, leases, holders, waits
+-- ARGV: none
 -- Returns {nowUs, metaFlat, tokens, leasesWithScores, holdersFlat, waiting},
 -- where waiting counts the acquisitions registered as blocked right now.
 
