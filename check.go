@@ -10,11 +10,6 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
-var (
-	checkScript  = newScript(5, "check.lua", "common.lua", "inventory.lua")
-	repairScript = newScript(5, "repair.lua", "common.lua", "inventory.lua")
-)
-
 // ErrRepairUnsafe is returned by Repair when tokens are missing but minting
 // them again could hand out an extra permit: something is held or in flight.
 // The error says what; everything else Repair does was done.

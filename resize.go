@@ -5,8 +5,6 @@ import (
 	"fmt"
 )
 
-var resizeScript = newScript(5, "resize.lua", "common.lua")
-
 // Resize sets the size of the semaphore in Redis to n, atomically, for every
 // client at once: the size stored in Redis is the only one in force. n must
 // be between 1 and MaxSize (ErrInvalidSize, before any I/O). A semaphore

@@ -140,15 +140,6 @@ func (m *RWMutex) drive(ctx context.Context, mode string, wait bool) (*Lease, er
 		"r": "write-locked or has waiters", "w": "locked or has waiters"}[mode])
 }
 
-// The RWMutex's scripts, after the helpers they share with the semaphore's
-// (common.lua) and with each other (rw_common.lua).
-var (
-	rwAcquireScript = newScript(6, "rw_acquire.lua", "common.lua", "rw_common.lua")
-	rwAbortScript   = newScript(6, "rw_abort.lua", "common.lua", "rw_common.lua")
-	rwReleaseScript = newScript(5, "rw_release.lua", "common.lua", "rw_common.lua")
-	rwRefreshScript = newScript(5, "rw_refresh.lua", "common.lua", "rw_common.lua")
-)
-
 // rwLeases release and refresh an RWMutex's leases.
 var rwLeases = &leaseKind{what: "rwmutex", release: &rwReleaseScript, refresh: &rwRefreshScript,
 	keys: func(k keys) []interface{} { return k.rw() }}

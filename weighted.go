@@ -33,11 +33,6 @@ import (
 // script hands the ticket on. A collector whose context ends gives them back
 // at once (abort_n.lua).
 
-var (
-	acquireNScript = newScript(8, "acquire_n.lua", "common.lua", "weighted.lua")
-	abortNScript   = newScript(8, "abort_n.lua", "common.lua", "weighted.lua")
-)
-
 // collectPoll caps how long a weighted acquisition, collecting or queued
 // for the ticket, sleeps between runs of its script: how often it checks in.
 // Released tokens wake a collector at once; this bounds how late it notices

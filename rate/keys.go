@@ -36,8 +36,8 @@ func newKeys(prefix, name string) keys {
 // how many rate_set.lua and rate_status.lua take (all but the doorbell).
 // Every limit's log is passed, used or not, so that the count is fixed.
 const (
-	keyCount  = stateKeys + 1
-	stateKeys = 4 + MaxLimits
+	keyCount  = engine.RateKeys
+	stateKeys = engine.RateStateKeys
 )
 
 // state returns the keys of the gate's state: meta, holders, queue, waits

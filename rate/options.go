@@ -21,7 +21,7 @@ const (
 	// units one start may take of it.
 	MaxN = 1_000_000_000
 	// MaxLimits is the most limits a Quota may have.
-	MaxLimits = 4
+	MaxLimits = engine.MaxLimits
 	// MaxPer is the longest interval.
 	MaxPer = engine.MaxTTL
 	// MaxNameLen is the longest name, in bytes, before encoding.

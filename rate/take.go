@@ -13,13 +13,12 @@ import (
 	"github.com/redsem/redsem/internal/engine"
 )
 
-// The rate gate's scripts, after the helpers they share with the
-// semaphore's (common.lua) and with each other (rate_common.lua).
+// The rate gate's scripts (declared in the engine's registry).
 var (
-	takeScript   = engine.NewScript(keyCount, "rate_take.lua", "common.lua", "rate_common.lua")
-	abortScript  = engine.NewScript(keyCount, "rate_abort.lua", "common.lua", "rate_common.lua")
-	setScript    = engine.NewScript(stateKeys, "rate_set.lua", "common.lua", "rate_common.lua")
-	statusScript = engine.NewScript(stateKeys, "rate_status.lua", "common.lua", "rate_common.lua")
+	takeScript   = engine.RateTake
+	abortScript  = engine.RateAbort
+	setScript    = engine.RateSet
+	statusScript = engine.RateStatus
 )
 
 // localWake is how close to its wake-up time the queue's head stops sleeping

@@ -33,4 +33,11 @@ const (
 	// AcquireN, a rate gate's Wait) waits for that settling before it
 	// returns; the settling goes on in the background, within SettleTimeout.
 	SettleWait = 250 * time.Millisecond
+	// MaxLimits is the most limits a rate quota may have.
+	MaxLimits = 4
+	// RateStateKeys is how many keys a rate quota's state takes (meta,
+	// holders, queue, waits, and a log per limit); RateKeys adds a waiter's
+	// doorbell.
+	RateStateKeys = 4 + MaxLimits
+	RateKeys      = RateStateKeys + 1
 )

@@ -3,12 +3,12 @@ package faults
 import (
 	"math/rand/v2"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"sort"
 	"testing"
 	"time"
 
