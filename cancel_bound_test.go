@@ -16,7 +16,8 @@ import (
 )
 
 // Every kind of blocking wait (Acquire on a connection of its own, Acquire
-// with shared waiting, AcquireN, a rate gate's Wait) runs the one driver,
+// with shared waiting, AcquireN, a rate gate's Wait, an RWMutex's Lock)
+// runs the one driver,
 // and so keeps one bound: when its context ends while Redis does not answer
 // at all (the server is stopped with SIGSTOP), it returns within
 // engine.SettleWait of that end, plus scheduling. Once Redis answers again,
@@ -40,6 +41,8 @@ func TestCancelledWaitsShareOneBound(t *testing.T) {
 	weighted := newS("bound-n", 3, WithFixedTTL())
 	gate, err := rate.New(pool, "bound-rate", 1, time.Minute)
 	require.NoError(t, err)
+	rw, err := NewRWMutex(pool, "bound-rw", WithFixedTTL())
+	require.NoError(t, err)
 
 	// Take everything, so that every wait below blocks in Redis.
 	for _, s := range []*Semaphore{own, shared} {
@@ -50,12 +53,15 @@ func TestCancelledWaitsShareOneBound(t *testing.T) {
 	require.NoError(t, err)
 	_, err = gate.Allow(ctx)
 	require.NoError(t, err)
+	_, err = rw.TryRLock(ctx)
+	require.NoError(t, err)
 
 	waits := map[string]func(context.Context) error{
 		"Acquire":        func(c context.Context) error { _, err := own.Acquire(c); return err },
 		"Acquire/shared": func(c context.Context) error { _, err := shared.Acquire(c); return err },
 		"AcquireN":       func(c context.Context) error { _, err := weighted.AcquireN(c, 2); return err },
 		"rate.Wait":      func(c context.Context) error { _, err := gate.Wait(c); return err },
+		"RWMutex.Lock":   func(c context.Context) error { _, err := rw.Lock(c); return err },
 	}
 	// Should a wait hang, resume the server eventually so the test ends.
 	watchdog := time.AfterFunc(20*time.Second, func() { _ = srv.Signal(syscall.SIGCONT) })
@@ -94,6 +100,9 @@ func TestCancelledWaitsShareOneBound(t *testing.T) {
 			if st, err := s.Status(ctx); err != nil || st.Waiting != 0 {
 				return false
 			}
+		}
+		if st, err := rw.Status(ctx); err != nil || len(st.Queue) != 0 {
+			return false
 		}
 		st, err := gate.Status(ctx)
 		return err == nil && st.Waiting == 0 && blockedClients(t, b) == 0

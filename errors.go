@@ -14,7 +14,10 @@ import (
 // Sentinel errors. Test for them with errors.Is; the errors returned carry
 // more detail (the semaphore's name, the key, the stored size).
 var (
-	// ErrNoToken is returned by TryAcquire and TryLock when no token is free.
+	// ErrNoToken is returned when a try finds nothing free: by TryAcquire and
+	// TryAcquireN (no token, or not k of them), Mutex.TryLock (the mutex is
+	// held), and RWMutex.TryRLock and TryLock (the lock is held on the other
+	// side, or by a writer, or others queue before this caller).
 	ErrNoToken = errors.New("redsem: no token free")
 
 	// ErrLeaseLost is returned by Release and Refresh when Redis no longer

@@ -13,6 +13,21 @@
 // A Gate takes only this package's options (Option): a semaphore's, such as
 // redsem.WithTTL, has no meaning here and does not compile.
 //
+// # Several quotas in one call
+//
+// Limits that one call must respect together (an API's requests per minute
+// and tokens per minute) are one Quota, named once, with up to MaxLimits
+// limits identified by position:
+//
+//	q, _ := rate.NewQuota(pool, "llm", []rate.Limit{{N: 500, Per: time.Minute}, {N: 200_000, Per: time.Minute}})
+//	st, err := q.WaitN(ctx, 1, 1200) // 1 request and 1,200 tokens, from both or neither
+//
+// All its limits live under the one hash tag {llm}, so the call is one
+// script on one Redis Cluster slot and takes from every limit atomically,
+// or from none. A Gate is a Quota of one limit; a Gate and a Quota of the
+// same name are the same state, and must agree on the number of limits
+// (ErrRateMismatch otherwise).
+//
 // # Keys
 //
 // All under the name's hash tag, so a gate or quota lives in one Redis
