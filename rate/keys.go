@@ -32,13 +32,9 @@ func newKeys(prefix, name string) keys {
 	return k
 }
 
-// keyCount is how many keys rate_take.lua and rate_abort.lua take; stateKeys
-// how many rate_set.lua and rate_status.lua take (all but the doorbell).
-// Every limit's log is passed, used or not, so that the count is fixed.
-const (
-	keyCount  = engine.RateKeys
-	stateKeys = engine.RateStateKeys
-)
+// The scripts take engine.RateKeys keys for a start (RateStateKeys and the
+// doorbell) and engine.RateStateKeys for the others: every limit's log is
+// passed, used or not, so that the count is fixed.
 
 // state returns the keys of the gate's state: meta, holders, queue, waits
 // and the logs.
