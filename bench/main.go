@@ -43,6 +43,7 @@ type scenario struct {
 
 func scenarios(cfg config) []scenario {
 	notPing := func(l *lib) bool { return l.only == "" }
+	rwRuns := 0
 	list := []scenario{{
 		name: "uncontended",
 		all: func(e *env, ls []*lib) (map[string]metrics, error) {
@@ -104,6 +105,23 @@ func scenarios(cfg config) []scenario {
 			name: fmt.Sprintf("rate-units/%dper%s/%dw", unitsN, unitsPer, rateWorkers),
 			run: func(e *env, l *lib) (metrics, []float64, error) {
 				m, err := e.rateUnits(4 * cfg.RateDur)
+				return m, nil, err
+			},
+			ok: func(l *lib) bool { return l.name == "redsem" },
+		},
+		scenario{
+			name: fmt.Sprintf("rwlock/readers/%dr/%s", rwReaders, fmtHold(rwHold)),
+			run: func(e *env, l *lib) (metrics, []float64, error) {
+				rwRuns++ // the RWMutex and the semaphore take turns going first
+				m, err := e.rwReadersVsSemaphore(l, cfg.Dur, rwRuns)
+				return m, nil, err
+			},
+			ok: func(l *lib) bool { return l.name == "redsem" },
+		},
+		scenario{
+			name: fmt.Sprintf("rwlock/writer/%dr%s/w%s", rwLoadReaders, fmtHold(rwReadHold), fmtHold(rwWritePeriod)),
+			run: func(e *env, l *lib) (metrics, []float64, error) {
+				m, err := e.rwWriter(rwWriterWindow * cfg.Dur)
 				return m, nil, err
 			},
 			ok: func(l *lib) bool { return l.name == "redsem" },

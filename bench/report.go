@@ -210,6 +210,21 @@ func columnsFor(sc string) (cols []column, ratio string) {
 			{"goroutines", "goroutines", 1, 0}, {"redis_cmds_per_s", "Redis cmds/s while waiting", 1, 0},
 			{"server_us_per_s", "Redis µs/s while waiting", 1, 0},
 			{"cpu_us_per_s", "Redis CPU µs/s while waiting", 1, 0}}, "connections"
+	case strings.HasPrefix(sc, "rwlock/readers/"):
+		return []column{{"acq_per_s", "RLock acq/s", 1, 0}, {"sem_acq_per_s", "semaphore acq/s", 1, 0},
+			{"ratio_acq_per_s", "RLock/semaphore", 1, 3}, {"wait_p50_us", "RLock wait p50 ms", 1000, 2},
+			{"wait_p99_us", "RLock wait p99 ms", 1000, 2}, {"sem_wait_p50_us", "sem wait p50 ms", 1000, 2},
+			{"sem_wait_p99_us", "sem wait p99 ms", 1000, 2}, {"max_holders", "RLock max holders", 1, 0},
+			{"roundtrips", "RLock RTs/pair", 1, 2}, {"sem_roundtrips", "sem RTs/pair", 1, 2},
+			{"redis_cmds", "RLock Redis cmds/pair", 1, 1}, {"sem_redis_cmds", "sem Redis cmds/pair", 1, 1},
+			{"server_us", "RLock Redis µs/pair", 1, 1}, {"sem_server_us", "sem Redis µs/pair", 1, 1},
+			{"cpu_us", "RLock Redis CPU µs/pair", 1, 1}, {"sem_cpu_us", "sem Redis CPU µs/pair", 1, 1}}, ""
+	case strings.HasPrefix(sc, "rwlock/writer/"):
+		return []column{{"writes", "writes", 1, 0}, {"write_wait_p50_us", "write wait p50 ms", 1000, 2},
+			{"write_wait_p99_us", "write wait p99 ms", 1000, 2}, {"write_wait_max_us", "write wait max ms", 1000, 2},
+			{"reads_per_s", "reads/s", 1, 0}, {"read_wait_p50_us", "read wait p50 ms", 1000, 2},
+			{"read_wait_p99_us", "read wait p99 ms", 1000, 2}, {"roundtrips", "RTs/pair", 1, 2},
+			{"redis_cmds", "Redis cmds/pair", 1, 1}, {"server_us", "Redis µs/pair", 1, 1}, {"cpu_us", "Redis CPU µs/pair", 1, 1}}, ""
 	case strings.HasPrefix(sc, "rate-units/"):
 		return []column{{"configured_units_per_s", "configured units/s", 1, 0}, {"achieved_units_per_s", "achieved units/s", 1, 0},
 			{"achieved_ratio", "achieved/configured", 1, 3}, {"worst_window_units", "most units in a window", 1, 0},
