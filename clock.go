@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/redsem/redsem/internal/engine"
 )
 
 // Leases are timed by Redis TIME, never by a client's wall clock (FM-17).
@@ -96,20 +98,7 @@ type stopper interface {
 
 var clk timeSource = realTime{}
 
-type realTime struct{}
-
-func (realTime) Now() time.Time { return time.Now() }
+// realTime is the engine's RealClock, with timers.
+type realTime struct{ engine.RealClock }
 
 func (realTime) AfterFunc(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }
-
-func (realTime) WaitOrDone(ctx context.Context, done <-chan struct{}, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
-func (realTime) Go(f func()) { go f() }
