@@ -201,13 +201,13 @@ func (q *Quota) checkUnits(units []int) error {
 // A start is held to the limits in force at its grant time t, over the
 // window (t-per, t] of the new per, which counts the units granted before
 // the change too. So lowering n admits nothing more until the window holds
-// less than the new n, and raising it admits the difference at once. The
-// one exception: a grant leaves the gate's memory when it leaves the window
-// of the per in force, and a longer per cannot bring it back. After per
-// grows from p to p' at time T, the windows of the starts until T+p'-p
-// count only the grants after T-p. Repeated changes compose: the window of
-// a start at t reaches back to the latest T-p over the changes at T <= t,
-// p the per that each replaced, when that is later than t-per.
+// less than the new n, and raising it admits the difference at once. A
+// shorter per lets the grants it no longer covers out at once. A longer per
+// reaches grants the gate no longer remembers (it drops a grant when it
+// leaves the window of the per in force) and counts them as full: after per
+// grows from p to p' at Redis time T, no start that takes units of that
+// limit is admitted before T+p'-p. This may admit less than the rule
+// allows, never more (docs/rate-gate.md, "Changing the rate").
 //
 // SetLimits with the limits in force changes nothing but the "follow the
 // stored limits" rule. Calling it again after a connection error is safe.

@@ -300,3 +300,70 @@ func TestSetRateRuleHoldsAcrossChanges(t *testing.T) {
 		t.Logf("%s: %d starts across %d rate changes, no window over the rate in force", b.name, len(grants), len(changes))
 	})
 }
+
+// Lengthening per counts the grants that had already left the old window:
+// a gate run at its full 10 per 100ms for 0.5s, quiet for 150ms and then
+// lengthened to 10 per second holds about 50 units in the new window, so it
+// admits nothing until the grants before the change are a second old.
+func TestSetRateLongerPerCountsForgottenGrants(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 30*time.Second)
+		old := Limit{N: 10, Per: 100 * time.Millisecond}
+		g := newGate(t, b, "longer", old.N, old.Per)
+		var grants []redistest.Grant
+		begin := time.Now()
+		for time.Since(begin) < 500*time.Millisecond {
+			st, err := g.Wait(ctx)
+			require.NoError(t, err)
+			grants = append(grants, redistest.Grant{At: st.At, Units: 1})
+		}
+		require.Greater(t, len(grants), 20)
+		time.Sleep(150 * time.Millisecond) // the old window is empty
+		long := Limit{N: 10, Per: time.Second}
+		at, err := g.q.setLimits(ctx, []Limit{long})
+		require.NoError(t, err)
+
+		st, err := g.Allow(ctx)
+		require.ErrorIs(t, err, ErrRateLimited, "the new window already holds more than 10")
+		assert.True(t, st.RetryAfter > 0 && st.RetryAfter <= long.Per-old.Per,
+			"retry after %v: no later than per'-per after the change", st.RetryAfter)
+		s, err := g.Status(ctx)
+		require.NoError(t, err)
+		assert.Zero(t, s.Available)
+
+		// Starts resume once the change is per'-per old, and hold the plain
+		// rule (CheckWindows) throughout.
+		for len(grants) < 60 {
+			st, err := g.Wait(ctx)
+			require.NoError(t, err)
+			grants = append(grants, redistest.Grant{At: st.At, Units: 1})
+			if st.At.After(at) {
+				assert.False(t, st.At.Before(at.Add(long.Per-old.Per-time.Millisecond)),
+					"a start %v after the change", st.At.Sub(at))
+				if st.At.After(at.Add(long.Per)) {
+					break
+				}
+			}
+		}
+		rates := []redistest.Rate{{N: old.N, Per: old.Per}, {At: at, N: long.N, Per: long.Per}}
+		for _, v := range redistest.CheckWindows(grants, rates) {
+			t.Errorf("window over the rate in force: %s", v)
+		}
+	})
+}
+
+// A gate younger than the old per has forgotten nothing: lengthening per
+// keeps admitting what the new window has room for.
+func TestSetRateLongerPerOnYoungGate(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		g := newGate(t, b, "young", 10, time.Minute)
+		_, err := g.AllowN(ctx, 3)
+		require.NoError(t, err)
+		require.NoError(t, g.SetRate(ctx, 10, time.Hour))
+		_, err = g.AllowN(ctx, 7)
+		require.NoError(t, err, "7 more fit in the hour")
+		_, err = g.Allow(ctx)
+		require.ErrorIs(t, err, ErrRateLimited)
+	})
+}

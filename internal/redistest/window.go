@@ -7,13 +7,13 @@ import (
 )
 
 // The sliding-window checker of rate gates. A gate promises, for every start
-// at grant time t (Redis TIME) and with (n, per) the rate in force at t,
-// that the units granted in the window (t-per, t], this start included, are
-// at most n. With one rate that is "no window of length per holds more than
-// n units"; across a change the window of a start reaches back no further
-// than the latest c.At-p over the changes c before t, p the per c replaced
-// (a gate cannot recall grants that left the shorter window before a
-// longer per came in force).
+// at grant time t (Redis TIME) that takes units of the limit and with
+// (n, per) the rate in force at t, that the units granted in the window
+// (t-per, t], this start included, are at most n. The window counts every
+// grant in it, those before a change of the rate too, however the change
+// moved n or per: with one rate that is "no window of length per holds more
+// than n units". A start that takes none of the limit's units is not held
+// to it (a quota's start may take units of another limit only).
 
 // Grant is one start as the checker sees it: its grant time and how many
 // units of the limit under check it took (1 for a plain start).
@@ -62,18 +62,15 @@ func CheckWindows(grants []Grant, rates []Rate) []WindowViolation {
 		sums[i+1] = sums[i] + g.Units
 	}
 	var out []WindowViolation
-	r, horizon := 0, time.Time{}
+	r := 0
 	for i, g := range gs {
 		for r+1 < len(rates) && rates[r+1].At.Before(g.At) {
 			r++
-			if h := rates[r].At.Add(-rates[r-1].Per); h.After(horizon) {
-				horizon = h
-			}
+		}
+		if g.Units == 0 {
+			continue
 		}
 		from := g.At.Add(-rates[r].Per)
-		if horizon.After(from) {
-			from = horizon
-		}
 		// The first grant after from.
 		first := sort.Search(i+1, func(j int) bool { return gs[j].At.After(from) })
 		if units := sums[i+1] - sums[first]; units > rates[r].N {

@@ -69,6 +69,8 @@ func TestCheckWindowsCatchesBrokenHistories(t *testing.T) {
 		}
 		// A gate that keeps the old n after the change.
 		assert.Len(t, CheckWindows([]Grant{{ms(0), 2}, {ms(60), 3}}, rates), 1)
+		// A start that takes none of the limit's units is not held to it.
+		assert.Empty(t, CheckWindows([]Grant{{ms(0), 8}, {ms(60), 0}}, rates))
 	})
 
 	t.Run("raised n", func(t *testing.T) {
@@ -86,17 +88,21 @@ func TestCheckWindowsCatchesBrokenHistories(t *testing.T) {
 		assert.Empty(t, CheckWindows([]Grant{{ms(0), 10}, {ms(61), 10}}, short))
 		assert.Len(t, CheckWindows([]Grant{{ms(0), 10}, {ms(61), 10}, {ms(70), 1}}, short), 1)
 
-		// Lengthened to 1s at 150ms: the grants at or before 150-100 = 50ms
-		// had left the old window and are not counted again; those after are.
+		// Lengthened to 1s at 150ms: the window of a start after the change
+		// is the whole second before it, grants that had left the old window
+		// included. 5 more fit in (1ms, 1001ms].
 		long := []Rate{made, {At: ms(150), N: 10, Per: time.Second}}
-		assert.Empty(t, CheckWindows([]Grant{{ms(0), 10}, {ms(110), 5}, {ms(160), 5}}, long))
-		v := CheckWindows([]Grant{{ms(0), 10}, {ms(110), 5}, {ms(160), 6}}, long)
+		assert.Empty(t, CheckWindows([]Grant{{ms(0), 10}, {ms(110), 5}, {ms(1001), 5}}, long))
+		// A gate that counts only what the old window held at the change
+		// (the grants after 150-100 = 50ms) admits more at once.
+		v := CheckWindows([]Grant{{ms(0), 10}, {ms(110), 5}, {ms(160), 5}}, long)
 		if assert.Len(t, v, 1) {
-			assert.Equal(t, ms(50), v[0].From, "the window reaches back to the change less the old per")
-			assert.Equal(t, 11, v[0].Units)
+			assert.Equal(t, ms(160).Add(-time.Second), v[0].From, "the window is the new per long")
+			assert.Equal(t, 20, v[0].Units)
 		}
-		// A second change later does not undo the first one's horizon.
-		twice := append(long, Rate{At: ms(170), N: 12, Per: time.Second})
-		assert.Len(t, CheckWindows([]Grant{{ms(0), 10}, {ms(110), 5}, {ms(160), 5}, {ms(180), 3}}, twice), 1)
+		// A second change keeps counting the grants before the first one.
+		twice := append(long, Rate{At: ms(170), N: 16, Per: time.Second})
+		assert.Len(t, CheckWindows([]Grant{{ms(0), 10}, {ms(110), 5}, {ms(180), 2}}, twice), 1)
+		assert.Empty(t, CheckWindows([]Grant{{ms(0), 10}, {ms(110), 5}, {ms(180), 1}}, twice))
 	})
 }

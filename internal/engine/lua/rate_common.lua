@@ -33,6 +33,11 @@
 -- Allow's retry-after is exact for any w. Grant times strictly increase, so
 -- grants leave in log order.
 --
+-- A change to a longer per (rate_set.lua) puts a made-up grant FORGOTTEN..i,
+-- dated when the grants the gate forgot end, before the first entry of
+-- log i: it stands for them until it leaves the window, and back then may
+-- be below 0.
+--
 -- common.lua's helpers used here: now_us, int_arg, fmt_int, type_err, base.
 
 local MAX_LIMITS = 4
@@ -40,6 +45,8 @@ local MAX_UNITS = 1000000000
 -- Log scores are doubles, exact up to 2^53; a limit whose sum passes REBASE
 -- has every score of its log moved down by back (see grant).
 local REBASE = 2 ^ 50
+-- The acqID of limit i's made-up grant is FORGOTTEN..i; a client's is hex.
+local FORGOTTEN = 'forgotten:'
 
 local function sfx(i)
   if i == 1 then return '' end

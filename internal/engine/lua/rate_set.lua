@@ -10,11 +10,12 @@
 --   REDSEM_RATE <L> <n> <perUs>...  the gate has another number of limits
 --
 -- The grants a shorter per no longer covers leave the window at once. A
--- longer per cannot recall the grants that left the old, shorter window
--- before the change: they are gone (see docs/rate-gate.md, "Changing the
--- rate"). Waiters are served under the new rate at once, the head is rung
--- to re-time its wake-up, and waiters asking for more than a lowered n
--- leave the queue and are rung (they fail with REDSEM_TOOLARGE).
+-- longer per would reach grants that left the old, shorter window before
+-- the change and are gone: a made-up grant stands for them (count_forgotten),
+-- so no window holds more than the new rate (see docs/rate-gate.md,
+-- "Changing the rate"). Waiters are served under the new rate at once, the
+-- head is rung to re-time its wake-up, and waiters asking for more than a
+-- lowered n leave the queue and are rung (they fail with REDSEM_TOOLARGE).
 
 local L = int_arg(ARGV[1], 1, MAX_LIMITS)
 local want
@@ -22,6 +23,42 @@ if L and #ARGV == 1 + 2 * L then want = read_limits(L, 2, false) end
 if not want then
   return redis.error_reply('REDSEM_ARG invalid arguments to rate_set')
 end
+-- count_forgotten keeps limit i's log counting, for every window of the new
+-- per, at least what the grants in it took, as far as the new n goes.
+-- The log holds every grant after a horizon h and none before: h is the
+-- time of the made-up grant FORGOTTEN..i at the front of the log, which a
+-- change before this one put there, or else now - was (was the old per:
+-- expire let the grants at or before it go), which only a longer per
+-- reaches, and only on a gate created (meta "created", ms) by then. The
+-- made-up grant, dated h, takes max(0, n - used) more units,
+-- so that every window reaching back to h holds at least n units: nothing
+-- more is admitted until h + per, and from then on the log holds every
+-- grant of the window again. It is put before the log's first entry (its
+-- running sum is back, and back goes down by its units) and leaves the
+-- window as a grant does.
+local function count_forgotten(st, i, was, now)
+  local id = FORGOTTEN .. i
+  local front = redis.call('ZRANGE', log_key(i), 0, 0)[1]
+  local h, w
+  if front == id then h, w = grant_of(id, st.L) end
+  if not h then
+    if st.per[i] <= was then return end
+    local born = tonumber(redis.call('HGET', KEYS[1], 'created'))
+    if born and born * 1000 > now - was then return end
+    front, h, w = nil, now - was, {}
+    for j = 1, st.L do w[j] = 0 end
+  end
+  local add = math.max(0, st.n[i] - used(st, i))
+  if front and add == 0 then return end
+  if not front then redis.call('ZADD', log_key(i), fmt_int(st.back[i]), id) end
+  st.back[i] = st.back[i] - add
+  save_limit(st, i)
+  w[i] = w[i] + add
+  local rec = {fmt_int(h)}
+  for j = 1, st.L do rec[j + 1] = fmt_int(w[j]) end
+  redis.call('HSET', KEYS[2], 'g:' .. id, table.concat(rec, ' '))
+end
+
 local err = check_rate_types(8)
 if err then return redis.error_reply(err) end
 local now = now_us()
@@ -40,7 +77,9 @@ expire(st, now) -- under the old rate: what it has let go stays gone
 local at = math.max(st.fence + 1, now)
 st.fence = at
 local f = {'fence', fmt_int(at), 'set', 1, 'changed', fmt_int(at)}
+local was = {}
 for i = 1, L do
+  was[i] = st.per[i]
   st.n[i], st.per[i] = want.n[i], want.per[i]
   f[#f + 1] = 'size' .. sfx(i)
   f[#f + 1] = fmt_int(want.n[i])
@@ -50,6 +89,7 @@ end
 redis.call('HSET', KEYS[1], unpack(f))
 redis.call('HDEL', KEYS[1], 'timer') -- serve rings the head: its wake-up moved
 expire(st, now)
+for i = 1, L do count_forgotten(st, i, was[i], now) end
 
 for _, acq in ipairs(redis.call('LRANGE', KEYS[3], 0, 999)) do
   local w = request_of(acq, L)
