@@ -39,14 +39,22 @@ do
       return redis.error_reply('TRYAGAIN redsem: ' .. e['err'])
     end
     -- x: a tombstone, see acquire.lua.
-    local m = redis.pcall('HMGET', KEYS[1], 'size', 'epoch', 'fence', 'due', 'over', 'x:' .. acq)
+    local m = redis.pcall('HMGET', KEYS[1], 'size', 'epoch', 'fence', 'due', 'over', 'x:' .. acq, 'idle', 'exp')
     if m['err'] then return fail(m, KEYS[1]) end
     local msize, epoch, fence, due = tonumber(m[1]), m[2], tonumber(m[3]), tonumber(m[4])
     if msize and msize ~= size and ARGV[9] == 'adopt' then size = msize end
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
     local now_ms = math.floor(now / 1000)
-    if not m[6] and msize == size and epoch and fence and fence < 9e15 and due and now_ms < due and not m[5] then
+    if not m[6] and msize == size and epoch and fence and fence < 9e15 and due and now_ms < due and not m[5]
+      and (m[7] or '0') == (ARGV[10] or '0') then
+      -- wake removes the idle expiry (see common.lua) before a grant or a
+      -- registration is returned: no key of a semaphore in use expires.
+      local function wake()
+        if not m[8] then return end
+        for i = 1, 5 do redis.call('PERSIST', KEYS[i]) end
+        redis.call('HDEL', KEYS[1], 'exp')
+      end
       -- The fence of a grant: Redis TIME in µs, or one more than the last.
       local f, fs = now, nil
       if now > fence then
@@ -96,6 +104,7 @@ do
           local r = redis.pcall('ZADD', KEYS[5], sweep, 'w:' .. acq)
           if type(r) == 'table' then return undo(r, KEYS[5]) end
           if sweep < due then redis.call('HSET', KEYS[1], 'due', sweep) end
+          wake()
           return {WAITING, block, now}
         end
         if valid(tok) then
@@ -103,7 +112,10 @@ do
           local r = redis.pcall('ZADD', KEYS[3], 'NX', deadline, tok)
           if r == 1 then
             local e = record(tok)
-            if not e then return {GRANTED, tok, f, deadline, now} end
+            if not e then
+              wake()
+              return {GRANTED, tok, f, deadline, now}
+            end
             redis.call('ZREM', KEYS[3], tok)
             redis.call('LPUSH', KEYS[2], tok)
             return undo(e, KEYS[4])
@@ -149,6 +161,7 @@ do
               else
                 redis.call('HSET', KEYS[1], 'fence', fs)
               end
+              wake()
               return {GRANTED, tok, f, deadline, now}
             end
             if type(r) == 'table' then
