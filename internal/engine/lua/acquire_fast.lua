@@ -52,7 +52,7 @@ do
       -- registration is returned: no key of a semaphore in use expires.
       local function wake()
         if not m[8] then return end
-        for i = 1, 5 do redis.call('PERSIST', KEYS[i]) end
+        for _, i in ipairs({1, 2, 4, 5}) do redis.call('PERSIST', KEYS[i]) end
         redis.call('HDEL', KEYS[1], 'exp')
       end
       -- The fence of a grant: Redis TIME in µs, or one more than the last.

@@ -225,9 +225,10 @@ local function idle_setting(idle)
   end
 end
 
--- idle_keys are the keys that may exist while the semaphore is idle.
+-- idle_keys are the keys that may exist while the semaphore is idle (not
+-- leases: settle_idle sets nothing while it exists).
 local function idle_keys()
-  return {KEYS[1], KEYS[2], KEYS[3], KEYS[4], base() .. 'waits'}
+  return {KEYS[1], KEYS[2], KEYS[4], base() .. 'waits'}
 end
 
 -- wake removes the idle expiry, if set: the semaphore is in use again.

@@ -103,7 +103,7 @@ do
           and redis.call('EXISTS', KEYS[3], base .. 'waits', base .. 'wqueue') == 0 then
           local t = redis.call('TIME')
           local at = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + idle)
-          for _, key in ipairs({KEYS[1], KEYS[2], KEYS[3], KEYS[4]}) do redis.call('PEXPIREAT', key, at) end
+          for _, key in ipairs({KEYS[1], KEYS[2], KEYS[4]}) do redis.call('PEXPIREAT', key, at) end
           redis.call('HSET', KEYS[1], 'exp', at)
         end
       end
