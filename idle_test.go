@@ -195,3 +195,30 @@ func TestWithIdleExpiryValidates(t *testing.T) {
 		assert.NoError(t, err, "%v", d)
 	}
 }
+
+// A resize or a repair of an idle semaphore rebuilds its token list: the
+// expiry is set again on every key (found by the explorer: the new list
+// outlived meta). A resize that creates the semaphore leaves it idle.
+func TestIdleExpiryAfterResizeAndRepair(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "idle-resize", 2, WithIdleExpiry(idleTime), WithAdoptSize())
+		l, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		require.NoError(t, s.Resize(ctx, 1))
+		b.pass(idleTime + 50*time.Millisecond)
+		require.Empty(t, tagKeys(t, b, s), "after a shrink")
+
+		require.NoError(t, s.Resize(ctx, 3))
+		st, err := s.Status(ctx)
+		require.NoError(t, err)
+		require.True(t, st.Exists)
+		assert.Greater(t, st.IdleExpiresIn, time.Duration(0))
+		b.do(t, "RPUSH", s.k.tokens, "forged:1")
+		_, err = s.Repair(ctx)
+		require.NoError(t, err)
+		b.pass(idleTime + 50*time.Millisecond)
+		require.Empty(t, tagKeys(t, b, s), "after a repair")
+	})
+}

@@ -239,21 +239,22 @@ local function wake()
 end
 
 -- settle_idle sets the idle expiry when the semaphore is idle and meta asks
--- for one: at now_ms plus the idle time, or at the last tombstone's expiry
--- if that is later. It writes nothing otherwise (a semaphore left without
--- an expiry only stays in memory until its next idle moment).
+-- for one, on every key it has now (a script that rebuilt the token list,
+-- resize.lua or repair.lua, calls it too): at now_ms plus the idle time, or
+-- at the last tombstone's expiry if that is later. Otherwise it removes any
+-- expiry (wake).
 local function settle_idle(now_ms)
   local m = redis.call('HMGET', KEYS[1], 'size', 'idle', 'coll', 'over', 'held')
   local size, idle = tonumber(m[1]), tonumber(m[2])
-  if not size or not idle or idle <= 0 or m[3] or m[4] or m[5] then return end
+  if not size or not idle or idle <= 0 or m[3] or m[4] or m[5] then return wake() end
   local n = redis.pcall('LLEN', KEYS[2])
-  if n ~= size or redis.call('EXISTS', KEYS[3], base() .. 'wqueue') > 0 then return end
+  if n ~= size or redis.call('EXISTS', KEYS[3], base() .. 'wqueue') > 0 then return wake() end
   local at = now_ms + idle
   local waits = base() .. 'waits'
-  if type_err(waits, 'zset') then return end
+  if type_err(waits, 'zset') then return wake() end
   local w = redis.call('ZRANGE', waits, 0, -1, 'WITHSCORES')
   for i = 1, #w, 2 do
-    if string.sub(w[i], 1, 2) ~= 'x:' then return end
+    if string.sub(w[i], 1, 2) ~= 'x:' then return wake() end
     at = math.max(at, tonumber(w[i + 1]))
   end
   for _, key in ipairs(idle_keys()) do redis.call('PEXPIREAT', key, fmt_int(at)) end
