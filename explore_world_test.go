@@ -120,6 +120,9 @@ type scenario struct {
 	// their tries, Release, Refresh, crash); setup is then empty, and the
 	// checks are explore_rw_test.go's.
 	rw bool
+	// idle is the clients' WithIdleExpiry (0: off). The keys' expiry is
+	// then one of the timed events time passes to.
+	idle time.Duration
 }
 
 // vclient is a virtual client: one Semaphore of its own, a program.
@@ -193,7 +196,7 @@ func newRun(env *exploreEnv, sc scenario) (*run, error) {
 	})
 	for i := 0; i < nclients; i++ {
 		sem, err := NewSemaphore(w.pools[i], exploreName, sc.size, WithTTL(sc.ttl), WithGrace(sc.grace), WithFixedTTL(),
-			WithWaitConnections(0), WithAdoptSize(), WithLabel(fmt.Sprintf("c%d", i)))
+			WithWaitConnections(0), WithAdoptSize(), WithLabel(fmt.Sprintf("c%d", i)), WithIdleExpiry(sc.idle))
 		if err != nil {
 			return nil, err
 		}
@@ -219,7 +222,7 @@ func newRun(env *exploreEnv, sc scenario) (*run, error) {
 		}
 		r.chk.rwAdmin = rwAdmin
 	}
-	admin, err := NewSemaphore(env.direct, exploreName, 1, WithAdoptSize())
+	admin, err := NewSemaphore(env.direct, exploreName, 1, WithAdoptSize(), WithIdleExpiry(sc.idle))
 	if err != nil {
 		return nil, err
 	}
@@ -569,9 +572,13 @@ func (r *run) enabled(faults bool) []step {
 }
 
 // serverDeadlines are the lease and waits deadlines in Redis, as times just
-// after they pass: moments at which the server's view changes.
+// after they pass, and the moment an idle semaphore's keys expire: moments
+// at which the server's view changes.
 func (r *run) serverDeadlines() []time.Time {
 	var out []time.Time
+	if ttl := r.m.TTL(r.k.meta); ttl > 0 {
+		out = append(out, r.w.now.Add(ttl))
+	}
 	for _, key := range []string{r.k.leases, r.k.waits} {
 		if r.m.Type(key) != "zset" {
 			continue
