@@ -84,10 +84,10 @@ func TestExplorerCatchesMissingPersist(t *testing.T) {
 	for _, f := range []string{"codes.lua", "acquire_fast.lua", "common.lua", "acquire.lua"} {
 		src += mustRead(f) + "\n"
 	}
-	for _, cut := range []string{"        if not m[8] then return end\n", "idle_setting(idle)\nwake()\n"} {
+	for _, cut := range []string{"      if m[8] then\n", "idle_setting(idle)\nwake()\n"} {
 		require.Contains(t, src, cut)
 	}
-	src = strings.Replace(src, "        if not m[8] then return end\n", "        do return end\n", 1)
+	src = strings.Replace(src, "      if m[8] then\n", "      if false then\n", 1)
 	src = strings.Replace(src, "idle_setting(idle)\nwake()\n", "idle_setting(idle)\n", 1)
 	saved := acquireScript
 	acquireScript = redis.NewScript(6, src)

@@ -48,10 +48,10 @@ do
     local now_ms = math.floor(now / 1000)
     if not m[6] and msize == size and epoch and fence and fence < 9e15 and due and now_ms < due and not m[5]
       and (m[7] or '0') == (ARGV[10] or '0') then
-      -- wake removes the idle expiry (see common.lua) before a grant or a
-      -- registration is returned: no key of a semaphore in use expires.
-      local function wake()
-        if not m[8] then return end
+      -- The idle expiry goes (see wake in common.lua) before anything is
+      -- written: no key of a semaphore in use expires, and none that an
+      -- undo below writes again comes back without the others' TTL.
+      if m[8] then
         for _, i in ipairs({1, 2, 4, 5}) do redis.call('PERSIST', KEYS[i]) end
         redis.call('HDEL', KEYS[1], 'exp')
       end
@@ -104,7 +104,6 @@ do
           local r = redis.pcall('ZADD', KEYS[5], sweep, 'w:' .. acq)
           if type(r) == 'table' then return undo(r, KEYS[5]) end
           if sweep < due then redis.call('HSET', KEYS[1], 'due', sweep) end
-          wake()
           return {WAITING, block, now}
         end
         if valid(tok) then
@@ -112,10 +111,7 @@ do
           local r = redis.pcall('ZADD', KEYS[3], 'NX', deadline, tok)
           if r == 1 then
             local e = record(tok)
-            if not e then
-              wake()
-              return {GRANTED, tok, f, deadline, now}
-            end
+            if not e then return {GRANTED, tok, f, deadline, now} end
             redis.call('ZREM', KEYS[3], tok)
             redis.call('LPUSH', KEYS[2], tok)
             return undo(e, KEYS[4])
@@ -161,7 +157,6 @@ do
               else
                 redis.call('HSET', KEYS[1], 'fence', fs)
               end
-              wake()
               return {GRANTED, tok, f, deadline, now}
             end
             if type(r) == 'table' then
