@@ -3,6 +3,7 @@
 --
 -- Key layout (all keys share one hash tag, so one cluster slot):
 --   KEYS[1] meta     hash  size, epoch, fence, due, rejected, created,
+--                          idle and exp (see Idle expiry below),
 --                          "x:"..acqID -> tombstone expiry (see waits),
 --                          while a shrink drains over, held and "h:"..i
 --                          (see returned)
