@@ -168,12 +168,13 @@ type run struct {
 	faults      int
 	strangerI   int // strangers applied so far
 	saved       map[string]string
-	loss        bool           // the server lost its data during the run
-	draining    bool           // no more faults; replies are read at once
-	corrupted   bool           // a stranger wrote a corrupt meta field
-	pendKey     string         // the pending list a stranger overwrote
-	forged      map[string]int // copies of valid tokens a stranger pushed
-	repairAtEnd bool           // a stranger pushed tokens: Repair before the final Check
+	savedTTL    map[string]bool // a saved key had an (idle) expiry
+	loss        bool            // the server lost its data during the run
+	draining    bool            // no more faults; replies are read at once
+	corrupted   bool            // a stranger wrote a corrupt meta field
+	pendKey     string          // the pending list a stranger overwrote
+	forged      map[string]int  // copies of valid tokens a stranger pushed
+	repairAtEnd bool            // a stranger pushed tokens: Repair before the final Check
 	chk         checker
 	trace       []string
 }
@@ -186,7 +187,7 @@ func newRun(env *exploreEnv, sc scenario) (*run, error) {
 	m.FlushAll()
 	nclients := len(sc.progs)
 	w := newSimWorld(m, exec, nclients, scriptNames())
-	r := &run{sc: sc, w: w, m: m, saved: map[string]string{}, forged: map[string]int{}}
+	r := &run{sc: sc, w: w, m: m, saved: map[string]string{}, savedTTL: map[string]bool{}, forged: map[string]int{}}
 	clk = w
 	failpoint.Set(func(p string) bool {
 		if pointsScheduled[p] {
@@ -738,6 +739,18 @@ func (r *run) applyStranger(i int) {
 			_, _ = r.w.exec.Do("DEL", key)
 			if side != "" {
 				_, _ = r.w.exec.Do("RENAME", side, key)
+				// With idle expiry, the key comes back as it would be had
+				// it stayed: with the expiry the semaphore has now, none if
+				// a use removed it meanwhile, or gone if it was to expire
+				// and its semaphore did.
+				switch exp := r.m.HGet(r.k.meta, "exp"); {
+				case exp != "":
+					_, _ = r.w.exec.Do("PEXPIREAT", key, exp)
+				case r.savedTTL[key] && !r.m.Exists(r.k.meta):
+					_, _ = r.w.exec.Do("DEL", key)
+				default:
+					_, _ = r.w.exec.Do("PERSIST", key)
+				}
 			}
 			delete(r.saved, key)
 		} else {
@@ -745,7 +758,9 @@ func (r *run) applyStranger(i int) {
 			if n, _ := redis.Int(r.w.exec.Do("EXISTS", key)); n == 0 {
 				side = ""
 			} else {
+				r.savedTTL[key] = r.m.TTL(key) > 0
 				_, _ = r.w.exec.Do("RENAME", key, side)
+				_, _ = r.w.exec.Do("PERSIST", side) // kept aside, not expired
 			}
 			r.saved[key] = side
 			_, _ = r.w.exec.Do("SET", key, "stranger")
