@@ -15,7 +15,7 @@ var aclCommands = []string{
 	"del", "exists",
 	"hdel", "hget", "hgetall", "hincrby", "hkeys", "hmget", "hset", "hsetnx",
 	"lindex", "llen", "lpop", "lpush", "lrange", "lrem", "rpush",
-	"pexpire", "time", "type",
+	"persist", "pexpire", "pexpireat", "time", "type",
 	"zadd", "zincrby", "zmscore", "zrange", "zrangebyscore", "zrem", "zscore",
 }
 

@@ -52,6 +52,11 @@
 //     the list are dropped when popped and never make an extra holder.
 //   - Fences (Lease.Fence) strictly increase across the acquisitions of a
 //     semaphore.
+//   - With WithIdleExpiry(d), only an idle semaphore (no lease, no waiter,
+//     no weighted request, no shrink draining) has keys that expire, d after
+//     it became idle; any use before then removes the expiry in the same
+//     script, and a use after creates it again, fences above every earlier
+//     one. For a name in use nothing changes.
 //
 // Leases give efficiency-grade mutual exclusion: a holder that stalls past
 // its lease (GC pause, SIGSTOP) can still act after its successor started.
@@ -103,7 +108,8 @@
 // Every key of a semaphore shares the hash tag {<encoded name>}, so it works
 // on Redis Cluster (one slot per semaphore):
 //
-//	<prefix>{<name>}:meta      hash: size, epoch, fence, due, rejected, created; while a shrink
+//	<prefix>{<name>}:meta      hash: size, epoch, fence, due, rejected, created; idle (the idle
+//	                           expiry, WithIdleExpiry) and, while the keys expire, exp; while a shrink
 //	                           drains over, held and h:1..h:<held>, the withheld tokens
 //	                           (Resize); while a weighted acquisition collects, coll and seal
 //	                           (AcquireN)

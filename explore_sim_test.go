@@ -545,6 +545,10 @@ func (w *simWorld) cmdLabel(cmd simCmd) string {
 // advanceTo moves the virtual clock to t (mu held): blocked commands whose
 // timeout passed get a nil reply, lease timers and WaitOrDone fire.
 func (w *simWorld) advanceTo(t time.Time) (fire []func()) {
+	// Keys with a TTL (an idle semaphore's, doorbells) expire as time passes.
+	if d := t.Sub(w.now); d > 0 {
+		w.m.FastForward(d)
+	}
 	w.now = t
 	w.m.SetTime(t)
 	for _, c := range w.conns {

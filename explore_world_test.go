@@ -120,6 +120,9 @@ type scenario struct {
 	// their tries, Release, Refresh, crash); setup is then empty, and the
 	// checks are explore_rw_test.go's.
 	rw bool
+	// idle is the clients' WithIdleExpiry (0: off). The keys' expiry is
+	// then one of the timed events time passes to.
+	idle time.Duration
 }
 
 // vclient is a virtual client: one Semaphore of its own, a program.
@@ -165,12 +168,13 @@ type run struct {
 	faults      int
 	strangerI   int // strangers applied so far
 	saved       map[string]string
-	loss        bool           // the server lost its data during the run
-	draining    bool           // no more faults; replies are read at once
-	corrupted   bool           // a stranger wrote a corrupt meta field
-	pendKey     string         // the pending list a stranger overwrote
-	forged      map[string]int // copies of valid tokens a stranger pushed
-	repairAtEnd bool           // a stranger pushed tokens: Repair before the final Check
+	savedTTL    map[string]bool // a saved key had an (idle) expiry
+	loss        bool            // the server lost its data during the run
+	draining    bool            // no more faults; replies are read at once
+	corrupted   bool            // a stranger wrote a corrupt meta field
+	pendKey     string          // the pending list a stranger overwrote
+	forged      map[string]int  // copies of valid tokens a stranger pushed
+	repairAtEnd bool            // a stranger pushed tokens: Repair before the final Check
 	chk         checker
 	trace       []string
 }
@@ -183,7 +187,7 @@ func newRun(env *exploreEnv, sc scenario) (*run, error) {
 	m.FlushAll()
 	nclients := len(sc.progs)
 	w := newSimWorld(m, exec, nclients, scriptNames())
-	r := &run{sc: sc, w: w, m: m, saved: map[string]string{}, forged: map[string]int{}}
+	r := &run{sc: sc, w: w, m: m, saved: map[string]string{}, savedTTL: map[string]bool{}, forged: map[string]int{}}
 	clk = w
 	failpoint.Set(func(p string) bool {
 		if pointsScheduled[p] {
@@ -193,7 +197,7 @@ func newRun(env *exploreEnv, sc scenario) (*run, error) {
 	})
 	for i := 0; i < nclients; i++ {
 		sem, err := NewSemaphore(w.pools[i], exploreName, sc.size, WithTTL(sc.ttl), WithGrace(sc.grace), WithFixedTTL(),
-			WithWaitConnections(0), WithAdoptSize(), WithLabel(fmt.Sprintf("c%d", i)))
+			WithWaitConnections(0), WithAdoptSize(), WithLabel(fmt.Sprintf("c%d", i)), WithIdleExpiry(sc.idle))
 		if err != nil {
 			return nil, err
 		}
@@ -219,7 +223,7 @@ func newRun(env *exploreEnv, sc scenario) (*run, error) {
 		}
 		r.chk.rwAdmin = rwAdmin
 	}
-	admin, err := NewSemaphore(env.direct, exploreName, 1, WithAdoptSize())
+	admin, err := NewSemaphore(env.direct, exploreName, 1, WithAdoptSize(), WithIdleExpiry(sc.idle))
 	if err != nil {
 		return nil, err
 	}
@@ -569,9 +573,13 @@ func (r *run) enabled(faults bool) []step {
 }
 
 // serverDeadlines are the lease and waits deadlines in Redis, as times just
-// after they pass: moments at which the server's view changes.
+// after they pass, and the moment an idle semaphore's keys expire: moments
+// at which the server's view changes.
 func (r *run) serverDeadlines() []time.Time {
 	var out []time.Time
+	if ttl := r.m.TTL(r.k.meta); ttl > 0 {
+		out = append(out, r.w.now.Add(ttl))
+	}
 	for _, key := range []string{r.k.leases, r.k.waits} {
 		if r.m.Type(key) != "zset" {
 			continue
@@ -731,6 +739,18 @@ func (r *run) applyStranger(i int) {
 			_, _ = r.w.exec.Do("DEL", key)
 			if side != "" {
 				_, _ = r.w.exec.Do("RENAME", side, key)
+				// With idle expiry, the key comes back as it would be had
+				// it stayed: with the expiry the semaphore has now, none if
+				// a use removed it meanwhile, or gone if it was to expire
+				// and its semaphore did.
+				switch exp := r.m.HGet(r.k.meta, "exp"); {
+				case exp != "":
+					_, _ = r.w.exec.Do("PEXPIREAT", key, exp)
+				case r.savedTTL[key] && !r.m.Exists(r.k.meta):
+					_, _ = r.w.exec.Do("DEL", key)
+				default:
+					_, _ = r.w.exec.Do("PERSIST", key)
+				}
 			}
 			delete(r.saved, key)
 		} else {
@@ -738,7 +758,9 @@ func (r *run) applyStranger(i int) {
 			if n, _ := redis.Int(r.w.exec.Do("EXISTS", key)); n == 0 {
 				side = ""
 			} else {
+				r.savedTTL[key] = r.m.TTL(key) > 0
 				_, _ = r.w.exec.Do("RENAME", key, side)
+				_, _ = r.w.exec.Do("PERSIST", side) // kept aside, not expired
 			}
 			r.saved[key] = side
 			_, _ = r.w.exec.Do("SET", key, "stranger")

@@ -34,6 +34,12 @@ const (
 	// few milliseconds the margin is the whole TTL and no grant could ever
 	// be used.
 	MinTTL = 20 * time.Millisecond
+	// MinIdleExpiry is the shortest idle time WithIdleExpiry takes. A
+	// semaphore created again after it expired hands out fences from Redis
+	// TIME in µs, which has then moved on by at least the idle time: far
+	// more than the fences an earlier epoch can have run ahead of TIME (one
+	// per grant, and a grant costs Redis more than a µs).
+	MinIdleExpiry = 100 * time.Millisecond
 
 	// maxBlock caps one blocking wait; a wait that long starts over with a
 	// new BLMOVE. The connection's read timeout should be 0 or above
@@ -67,6 +73,7 @@ type config struct {
 	waitSet    bool // WithWaitConnections was given
 	adoptSize  bool
 	observer   Observer
+	idle       time.Duration // WithIdleExpiry; 0: off
 }
 
 // WithPrefix sets the prefix of every key of the semaphore. Default
@@ -191,6 +198,29 @@ func WithWaitConnections(n int) Option {
 			return fmt.Errorf("%w: %d wait connections is not between 0 and 1024", ErrInvalidOption, n)
 		}
 		c.waitConns, c.waitSet = n, true
+		return nil
+	})
+}
+
+// WithIdleExpiry makes the keys of a semaphore (or a mutex; not an RWMutex) expire once it has been idle
+// for d: every token free, no lease, no waiter, no weighted request and no
+// shrink draining. Any use before then keeps it, in the same script that
+// takes the token or registers the waiter; a use after then creates it
+// afresh, with a new epoch and fences above every earlier one, as the first
+// use did. A semaphore in use never expires, whatever d. It suits one
+// semaphore per tenant or per key, where most names are used now and then
+// and would otherwise stay in Redis forever.
+//
+// The setting is stored with the semaphore by every acquisition (the last
+// one's applies) and read by the release that leaves it idle. Default 0:
+// off, keys stay until Delete. d must be 0 or between MinIdleExpiry (100ms)
+// and MaxTTL, or the constructor returns ErrInvalidOption.
+func WithIdleExpiry(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if d != 0 && (d < MinIdleExpiry || d > MaxTTL) {
+			return fmt.Errorf("%w: idle expiry %v is not 0 or between %v and %v", ErrInvalidOption, d, MinIdleExpiry, MaxTTL)
+		}
+		c.idle = d
 		return nil
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 
@@ -19,6 +20,10 @@ import (
 //
 //	go test -run '^$' -bench RedisTime -benchtime 20000x -count 5 .
 //
+// idle=off is the default; idle=on is WithIdleExpiry, where every pair
+// leaves the semaphore idle (its release sets the expiry, the next acquire
+// removes it).
+//
 // evalsha-us/call is Redis's usec_per_call of EVALSHA (acquire.lua and
 // release.lua averaged); redis-us/op is the EVALSHA time of one pair;
 // script-cmds/op counts the commands the two scripts ran (commandstats
@@ -27,7 +32,19 @@ import (
 func BenchmarkRedisTime(b *testing.B) {
 	srv := redistest.Start(b)
 	pool := newPool(b, srv.Addr)
-	s, err := NewSemaphore(pool, "redistime", 4)
+	for _, bc := range []struct {
+		name string
+		opts []Option
+	}{
+		{"idle=off", nil},
+		{"idle=on", []Option{WithIdleExpiry(time.Minute)}},
+	} {
+		b.Run(bc.name, func(b *testing.B) { benchRedisTime(b, srv.Addr, pool, bc.opts) })
+	}
+}
+
+func benchRedisTime(b *testing.B, addr string, pool Pool, opts []Option) {
+	s, err := NewSemaphore(pool, "redistime", 4, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -41,7 +58,7 @@ func BenchmarkRedisTime(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	admin, err := redis.Dial("tcp", srv.Addr)
+	admin, err := redis.Dial("tcp", addr)
 	if err != nil {
 		b.Fatal(err)
 	}

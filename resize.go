@@ -35,7 +35,7 @@ func (s *Semaphore) Resize(ctx context.Context, n int) error {
 	if n < 1 || n > MaxSize {
 		return fmt.Errorf("%w: %d is not between 1 and %d", ErrInvalidSize, n, MaxSize)
 	}
-	if _, _, err := s.call(ctx, resizeScript, append(s.k.all(5), n, newAcqID())...); err != nil {
+	if _, _, err := s.call(ctx, resizeScript, append(s.k.all(5), n, newAcqID(), s.cfg.idle.Milliseconds())...); err != nil {
 		return s.scriptError("resize", err)
 	}
 	return nil

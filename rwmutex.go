@@ -61,7 +61,8 @@ type RWMutex struct {
 // only checks its arguments; the first RLock or Lock creates the lock in
 // Redis. It takes this package's options but WithAdoptSize and
 // WithWaitConnections, which concern a semaphore's size and its shared wait
-// (every waiting RLock or Lock blocks on a connection of its own): they are
+// (every waiting RLock or Lock blocks on a connection of its own), and
+// WithIdleExpiry (a read-write lock's keys do not expire yet): they are
 // refused with ErrInvalidOption.
 func NewRWMutex(pool Pool, name string, opts ...Option) (*RWMutex, error) {
 	if err := engine.CheckPool(pool, "pool"); err != nil {
@@ -74,8 +75,8 @@ func NewRWMutex(pool Pool, name string, opts ...Option) (*RWMutex, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.adoptSize || cfg.waitSet {
-		return nil, fmt.Errorf("%w: WithAdoptSize and WithWaitConnections do not apply to an RWMutex", ErrInvalidOption)
+	if cfg.adoptSize || cfg.waitSet || cfg.idle != 0 {
+		return nil, fmt.Errorf("%w: WithAdoptSize, WithWaitConnections and WithIdleExpiry do not apply to an RWMutex", ErrInvalidOption)
 	}
 	cfg.waitConns = 0
 	s := &Semaphore{pool: pool, block: pool, name: name, size: 1, cfg: cfg,

@@ -149,7 +149,7 @@ func parseAcquireReply(v interface{}, err error) (acquireReply, error) {
 func (s *Semaphore) acquireArgs(acq string, blockMs int64, phase string) []interface{} {
 	return append(s.k.all(5), s.k.pend(acq),
 		s.size, acq, s.cfg.ttl.Milliseconds(), s.cfg.label, blockMs,
-		s.cfg.grace.Milliseconds(), s.tombMs(), phase, s.sizeMode())
+		s.cfg.grace.Milliseconds(), s.tombMs(), phase, s.sizeMode(), s.cfg.idle.Milliseconds())
 }
 
 // tombMs is how long an aborted acquisition's tombstone lives: longer than

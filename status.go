@@ -34,6 +34,13 @@ type Status struct {
 	Stray int
 	// Rejected counts the stray tokens dropped so far.
 	Rejected int64
+	// IdleExpiry is the idle time stored with the semaphore
+	// (WithIdleExpiry); 0: its keys never expire.
+	IdleExpiry time.Duration
+	// IdleExpiresIn is how long until the keys of an idle semaphore expire
+	// (then the next use creates it afresh); 0 while it is in use, or
+	// when IdleExpiry is 0.
+	IdleExpiresIn time.Duration
 	// ServerTime is Redis TIME when the snapshot was taken.
 	ServerTime time.Time
 }
@@ -86,6 +93,11 @@ func parseStatus(vals []interface{}) (Status, error) {
 		st.Epoch = m["epoch"]
 		st.Rejected, _ = strconv.ParseInt(m["rejected"], 10, 64)
 		st.Withheld, _ = strconv.Atoi(m["held"])
+		idle, _ := strconv.ParseInt(m["idle"], 10, 64)
+		st.IdleExpiry = time.Duration(idle) * time.Millisecond
+		if exp, err := strconv.ParseInt(m["exp"], 10, 64); err == nil && exp*1000 > nowUs {
+			st.IdleExpiresIn = time.Duration(exp*1000-nowUs) * time.Microsecond
+		}
 	}
 	deadlines := map[string]int64{}
 	for i := 0; i+1 < len(leases); i += 2 {

@@ -194,7 +194,7 @@ func parseAcquireNReply(v interface{}, err error) (acquireNReply, error) {
 func (s *Semaphore) acquireNArgs(acq string, k int, blockMs int64, phase string) []interface{} {
 	return append(s.k.all(5), s.k.pend(acq), s.k.bell(acq), s.k.wqueue(),
 		s.size, acq, k, s.cfg.ttl.Milliseconds(), s.cfg.label, blockMs,
-		min(s.cfg.grace, collectGrace).Milliseconds(), s.tombMs(), collectPoll.Milliseconds(), phase, s.sizeMode())
+		min(s.cfg.grace, collectGrace).Milliseconds(), s.tombMs(), collectPoll.Milliseconds(), phase, s.sizeMode(), s.cfg.idle.Milliseconds())
 }
 
 func (s *Semaphore) acquireN(ctx context.Context, k int, wait bool) (*Lease, error) {

@@ -726,10 +726,10 @@ func TestWeightedScriptsRejectBadArgs(t *testing.T) {
 		defer c.Close()
 		acq := newAcqID()
 		good := s.acquireNArgs(acq, 2, 100, "fresh")
-		nk := len(good) - 11
-		for i, bad := range []interface{}{"x", "short", 0, "-1", nil, "nan", "-5", "inf", 0, "later"} {
+		nk := len(good) - 12
+		for i, bad := range []interface{}{"x", "short", 0, "-1", nil, "nan", "-5", "inf", 0, "later", nil, "-3"} {
 			if bad == nil {
-				continue // the label is free text
+				continue // the label and the size mode are free text
 			}
 			args := append([]interface{}{}, good...)
 			args[nk+i] = bad

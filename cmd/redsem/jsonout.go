@@ -18,17 +18,21 @@ import (
 
 // statusJSON is status --json.
 type statusJSON struct {
-	Name       string       `json:"name"`
-	Exists     bool         `json:"exists"`
-	Size       int          `json:"size"`
-	Available  int          `json:"available"`
-	Held       int          `json:"held"`
-	Waiting    int          `json:"waiting"`
-	Stray      int          `json:"stray"`
-	Rejected   int64        `json:"rejected"`
-	Epoch      string       `json:"epoch"`
-	ServerTime time.Time    `json:"server_time"`
-	Holders    []holderJSON `json:"holders"`
+	Name      string `json:"name"`
+	Exists    bool   `json:"exists"`
+	Size      int    `json:"size"`
+	Available int    `json:"available"`
+	Held      int    `json:"held"`
+	Waiting   int    `json:"waiting"`
+	Stray     int    `json:"stray"`
+	Rejected  int64  `json:"rejected"`
+	// IdleExpiryMs and IdleExpiresInMs: WithIdleExpiry's idle time, and
+	// how long until an idle semaphore's keys expire (0 while in use).
+	IdleExpiryMs    int64        `json:"idle_expiry_ms,omitempty"`
+	IdleExpiresInMs int64        `json:"idle_expires_in_ms,omitempty"`
+	Epoch           string       `json:"epoch"`
+	ServerTime      time.Time    `json:"server_time"`
+	Holders         []holderJSON `json:"holders"`
 }
 
 type holderJSON struct {
@@ -85,6 +89,7 @@ func toStatusJSON(st redsem.Status) statusJSON {
 		Name: st.Name, Exists: st.Exists, Size: st.Size, Available: st.Available,
 		Held: len(st.Holders), Waiting: st.Waiting, Stray: st.Stray, Rejected: st.Rejected,
 		Epoch: st.Epoch, ServerTime: st.ServerTime, Holders: []holderJSON{},
+		IdleExpiryMs: st.IdleExpiry.Milliseconds(), IdleExpiresInMs: st.IdleExpiresIn.Milliseconds(),
 	}
 	for _, h := range st.Holders {
 		out.Holders = append(out.Holders, holderJSON{

@@ -55,6 +55,11 @@ Semaphore:
                         refreshed every TTL/3; if redsem dies, its slot frees
                         itself within the TTL
   --label TEXT          holder label shown by status (default "host:pid command")
+  --idle-expiry DURATION
+                        let the semaphore's keys expire once it has been idle
+                        (no holder, no waiter) this long; the next use creates
+                        it again (default: never; at least 100ms; not for the
+                        lock: needs --size or --adopt-size)
 
 Losing the lease:
   --kill-after DURATION time between TERM and KILL once the lease is lost
@@ -102,6 +107,7 @@ type runOptions struct {
 	size      int
 	adoptSize bool
 	ttl       durationValue
+	idle      durationValue // --idle-expiry
 	killAfter durationValue
 	label     string
 	verbose   bool
@@ -145,6 +151,7 @@ func parseRunArgs(args []string) (*runOptions, error) {
 		fs.BoolVar(&o.shared, n, false, "")
 	}
 	fs.Var(&o.ttl, "ttl", "")
+	fs.Var(&o.idle, "idle-expiry", "")
 	fs.Var(&o.killAfter, "kill-after", "")
 	fs.IntVar(&o.lostCode, "lost-exit-code", exitLost, "")
 	fs.StringVar(&o.label, "label", "", "")
@@ -186,6 +193,8 @@ func parseRunArgs(args []string) (*runOptions, error) {
 		return nil, usagef("run: -s (shared) and -x (exclusive) exclude each other")
 	case o.shared && !o.locked():
 		return nil, usagef("run: -s takes the read side of the lock NAME, which has no --size or --adopt-size")
+	case o.idle.set && o.locked():
+		return nil, usagef("run: --idle-expiry applies to a semaphore (--size or --adopt-size), not to the lock NAME")
 	}
 	if !o.killAfter.set {
 		o.killAfter.d = 5 * time.Second
@@ -226,6 +235,9 @@ func cmdRun(args []string, _, stderr io.Writer) error {
 	}
 	if o.adoptSize {
 		opts = append(opts, redsem.WithAdoptSize())
+	}
+	if o.idle.set {
+		opts = append(opts, redsem.WithIdleExpiry(o.idle.d))
 	}
 	var lk locker
 	if o.locked() {

@@ -275,3 +275,26 @@ func TestStatusShowsTheLockRunHolds(t *testing.T) {
 	_ = syscall.Kill(-holder.cmd.Process.Pid, syscall.SIGTERM)
 	holder.wait(t, 15*time.Second)
 }
+
+// --idle-expiry: status shows how long the idle semaphore has left, and
+// then it is gone; the lock refuses the flag.
+func TestRunIdleExpiry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.run(t, "run", "--size", "2", "--idle-expiry", "300ms", "tenant-7", "--", "true")
+	require.Equal(t, 0, r.code, r.stderr)
+	r = e.run(t, "status", "tenant-7")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "expires    in ")
+	r = e.run(t, "status", "--json", "tenant-7")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, `"idle_expiry_ms": 300`)
+	time.Sleep(400 * time.Millisecond)
+	r = e.run(t, "status", "tenant-7")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "does not exist yet")
+
+	r = e.run(t, "run", "--idle-expiry", "1s", "lock-7", "--", "true")
+	assert.Equal(t, exitUsage, r.code)
+	assert.Contains(t, r.stderr, "--idle-expiry")
+}

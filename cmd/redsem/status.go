@@ -103,6 +103,11 @@ func printStatus(w io.Writer, st redsem.Status) {
 	if st.Stray > 0 || st.Rejected > 0 {
 		fmt.Fprintf(w, "stray      %d (rejected so far: %d)\n", st.Stray, st.Rejected)
 	}
+	if st.IdleExpiresIn > 0 {
+		fmt.Fprintf(w, "expires    in %v (idle; the next use keeps it)\n", st.IdleExpiresIn.Round(time.Millisecond))
+	} else if st.IdleExpiry > 0 {
+		fmt.Fprintf(w, "expires    %v after it is left idle\n", st.IdleExpiry)
+	}
 	if len(st.Holders) == 0 {
 		return
 	}

@@ -13,6 +13,10 @@
 // history records the k tokens of such a hold and the checker counts a
 // k-hold as k permits.
 //
+// With -names K a worker spreads its holds over K semaphores (-idle sets
+// WithIdleExpiry); its events carry the name, and TestIdleExpiryChurn checks
+// each name's history across the epochs its expiries make.
+//
 // Rate gates have a worker of their own (./rateworker): its goroutines
 // take starts of mixed sizes from a rate.Quota and record each grant's
 // Redis time and units; the tests change the limits meanwhile and hold the

@@ -41,6 +41,7 @@ if tok then
   redis.call('ZREM', KEYS[3], tok)
   redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. acq)
   give_back(tok, epoch, size, true)
+  settle_idle(now_ms)
   return {RELEASED, 0, now}
 end
 local toks = redis.call('LRANGE', KEYS[6], 0, 9)
@@ -55,4 +56,5 @@ if due and now_ms + tomb < due then redis.call('HSET', KEYS[1], 'due', now_ms + 
 -- moves it to meta).
 redis.call('HSET', size and KEYS[1] or KEYS[4], 'x:' .. acq, now_ms + tomb)
 for _, t in ipairs(toks) do give_back(t, epoch, size) end
+settle_idle(now_ms)
 return {WAITING, 0, now}

@@ -65,5 +65,6 @@ end
 drop_partial(acq, epoch, size)
 for _, tok in ipairs(toks) do give_back(tok, epoch, size, true) end
 for _, tok in ipairs(pend) do give_back(tok, epoch, size) end
+settle_idle(now_ms)
 if granted then return {RELEASED, 0, now} end
 return {WAITING, 0, now}

@@ -8,7 +8,8 @@
 -- ARGV: size, acqID, ttlMs, label, blockMs (0: never wait), graceMs, tombMs,
 --       phase ("fresh" for an acquisition's first call, when nothing of it can
 --       be pending yet; "wait" behind a BLMOVE), and optionally "adopt" (use
---       the size stored in meta instead of failing on a mismatch)
+--       the size stored in meta instead of failing on a mismatch; anything
+--       else: fail), idleMs (WithIdleExpiry; 0: off)
 -- Returns one of
 --   {1, token, fence, deadlineMs, nowUs}  granted
 --   {0, blockMs, nowUs}                   none free: block this long, then call again
@@ -26,7 +27,8 @@ local block = int_arg(ARGV[5], 0, 1e9)
 local grace = int_arg(ARGV[6], 0, 1e9)
 local tomb = int_arg(ARGV[7], 0, 1e9)
 local fresh = ARGV[8] == 'fresh'
-if not size or #acq < 16 or string.find(acq, '[|:]')
+local idle = int_arg(ARGV[10] or '0', 0, 1e12)
+if not idle or not size or #acq < 16 or string.find(acq, '[|:]')
   or not ttl or not block or not grace or not tomb
   or (ARGV[8] ~= 'fresh' and ARGV[8] ~= 'wait') then
   return redis.error_reply('REDSEM_ARG invalid arguments to acquire')
@@ -78,6 +80,9 @@ if fresh and msize then
   redis.call('HSET', KEYS[1], 'fence', fmt_int(f))
   fenced = true
 end
+-- In use from here on: no idle expiry (see common.lua).
+idle_setting(idle)
+wake()
 
 -- dropped are the strangers this call popped and dropped (fast path);
 -- had_rejected, whether meta had a rejected field before the first drop.
@@ -114,6 +119,7 @@ if aborted then
     redis.call('DEL', KEYS[6])
     for _, tok in ipairs(toks) do give_back(tok, epoch, size) end
   end
+  settle_idle(now_ms)
   return {SETTLED, 0, now}
 end
 

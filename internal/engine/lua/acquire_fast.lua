@@ -39,14 +39,22 @@ do
       return redis.error_reply('TRYAGAIN redsem: ' .. e['err'])
     end
     -- x: a tombstone, see acquire.lua.
-    local m = redis.pcall('HMGET', KEYS[1], 'size', 'epoch', 'fence', 'due', 'over', 'x:' .. acq)
+    local m = redis.pcall('HMGET', KEYS[1], 'size', 'epoch', 'fence', 'due', 'over', 'x:' .. acq, 'idle', 'exp')
     if m['err'] then return fail(m, KEYS[1]) end
     local msize, epoch, fence, due = tonumber(m[1]), m[2], tonumber(m[3]), tonumber(m[4])
     if msize and msize ~= size and ARGV[9] == 'adopt' then size = msize end
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
     local now_ms = math.floor(now / 1000)
-    if not m[6] and msize == size and epoch and fence and fence < 9e15 and due and now_ms < due and not m[5] then
+    if not m[6] and msize == size and epoch and fence and fence < 9e15 and due and now_ms < due and not m[5]
+      and (m[7] or '0') == (ARGV[10] or '0') then
+      -- The idle expiry goes (see wake in common.lua) before anything is
+      -- written: no key of a semaphore in use expires, and none that an
+      -- undo below writes again comes back without the others' TTL.
+      if m[8] then
+        for _, i in ipairs({1, 2, 4, 5}) do redis.call('PERSIST', KEYS[i]) end
+        redis.call('HDEL', KEYS[1], 'exp')
+      end
       -- The fence of a grant: Redis TIME in µs, or one more than the last.
       local f, fs = now, nil
       if now > fence then

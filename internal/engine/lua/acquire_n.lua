@@ -12,7 +12,8 @@
 --       registration, and the collector ticket, outlive it), tombMs,
 --       pollMs (longest sleep of a collector: how often it checks in),
 --       phase ("fresh" or "wait"), size mode ("adopt": use the size stored
---       in meta, as acquire.lua does; anything else: fail on a mismatch)
+--       in meta, as acquire.lua does; anything else: fail on a mismatch),
+--       idleMs (WithIdleExpiry; 0: off)
 -- Returns one of
 --   {1, fence, deadlineMs, nowUs, token1, ..., tokenK}  granted
 --   {0, blockMs, nowUs, mode, have}  not yet: block this long, then run again
@@ -42,7 +43,8 @@ local grace = int_arg(ARGV[7], 0, 1e9)
 local tomb = int_arg(ARGV[8], 0, 1e9)
 local poll = int_arg(ARGV[9], 1, 1e9)
 local phase = ARGV[10]
-if not size or not k or #acq < 16 or string.find(acq, '[|:]')
+local idle = int_arg(ARGV[12] or '0', 0, 1e12)
+if not idle or not size or not k or #acq < 16 or string.find(acq, '[|:]')
   or not ttl or not block or not grace or not tomb or not poll
   or (phase ~= 'fresh' and phase ~= 'wait') or (block == 0 and phase ~= 'fresh') then
   return redis.error_reply('REDSEM_ARG invalid arguments to acquire_n')
@@ -102,6 +104,9 @@ if fresh and msize then
   redis.call('HSET', KEYS[1], 'fence', fmt_int(f))
   fenced = true
 end
+-- In use from here on: no idle expiry (see common.lua).
+idle_setting(idle)
+wake()
 if not fresh then redis.call('DEL', KEYS[7]) end
 
 if due_now then

@@ -3,6 +3,7 @@
 --
 -- Key layout (all keys share one hash tag, so one cluster slot):
 --   KEYS[1] meta     hash  size, epoch, fence, due, rejected, created,
+--                          idle and exp (see Idle expiry below),
 --                          "x:"..acqID -> tombstone expiry (see waits),
 --                          while a shrink drains over, held and "h:"..i
 --                          (see returned)
@@ -195,6 +196,70 @@ end
 -- base is the common prefix of this semaphore's keys, e.g. "redsem:{name}:".
 local function base()
   return string.sub(KEYS[1], 1, #KEYS[1] - 4)
+end
+
+-- Idle expiry (WithIdleExpiry). Meta "idle" is the idle time in ms the
+-- acquisitions ask for (absent: off); meta "exp" is set, to a time in ms of
+-- Redis TIME, while every key of the semaphore expires then (PEXPIREAT, one
+-- time for all, so no script sees some keys gone and others not). Only an
+-- idle semaphore carries it: every token on the list, no lease, no waiter
+-- registered in waits (tombstones only), no weighted queue or collector and
+-- no shrink draining (settle_idle). Every script that takes a token, records
+-- a lease, registers a waiter or starts a collection calls wake first, in
+-- the same script (acquire_fast.lua does the same inline). A waiter blocks
+-- only after its registration (a "w:" entry in waits), which keeps the
+-- semaphore from being idle until the waiter's script removes it, an abort
+-- makes it a tombstone, or a sweep does; and the expiry is never before the
+-- last tombstone's, so a late BLMOVE finds either the tombstone or no
+-- semaphore at all (then it blocks on a key that does not exist, and what a
+-- new epoch hands it is leased by its script like any grant).
+
+-- idle_setting writes the idle time an acquisition asks for into meta when
+-- it differs from the stored one (0: off).
+local function idle_setting(idle)
+  local cur = tonumber(redis.call('HGET', KEYS[1], 'idle')) or 0
+  if cur == idle then return end
+  if idle > 0 then
+    redis.call('HSET', KEYS[1], 'idle', fmt_int(idle))
+  else
+    redis.call('HDEL', KEYS[1], 'idle')
+  end
+end
+
+-- idle_keys are the keys that may exist while the semaphore is idle (not
+-- leases: settle_idle sets nothing while it exists).
+local function idle_keys()
+  return {KEYS[1], KEYS[2], KEYS[4], base() .. 'waits'}
+end
+
+-- wake removes the idle expiry, if set: the semaphore is in use again.
+local function wake()
+  if not redis.call('HGET', KEYS[1], 'exp') then return end
+  for _, key in ipairs(idle_keys()) do redis.call('PERSIST', key) end
+  redis.call('HDEL', KEYS[1], 'exp')
+end
+
+-- settle_idle sets the idle expiry when the semaphore is idle and meta asks
+-- for one, on every key it has now (a script that rebuilt the token list,
+-- resize.lua or repair.lua, calls it too): at now_ms plus the idle time, or
+-- at the last tombstone's expiry if that is later. Otherwise it removes any
+-- expiry (wake).
+local function settle_idle(now_ms)
+  local m = redis.call('HMGET', KEYS[1], 'size', 'idle', 'coll', 'over', 'held')
+  local size, idle = tonumber(m[1]), tonumber(m[2])
+  if not size or not idle or idle <= 0 or m[3] or m[4] or m[5] then return wake() end
+  local n = redis.pcall('LLEN', KEYS[2])
+  if n ~= size or redis.call('EXISTS', KEYS[3], base() .. 'wqueue') > 0 then return wake() end
+  local at = now_ms + idle
+  local waits = base() .. 'waits'
+  if type_err(waits, 'zset') then return wake() end
+  local w = redis.call('ZRANGE', waits, 0, -1, 'WITHSCORES')
+  for i = 1, #w, 2 do
+    if string.sub(w[i], 1, 2) ~= 'x:' then return wake() end
+    at = math.max(at, tonumber(w[i + 1]))
+  end
+  for _, key in ipairs(idle_keys()) do redis.call('PEXPIREAT', key, fmt_int(at)) end
+  redis.call('HSET', KEYS[1], 'exp', fmt_int(at))
 end
 
 -- is_retired reports whether tok is a token of this epoch above the size:

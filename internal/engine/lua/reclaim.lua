@@ -17,5 +17,8 @@ local due_now
 due_now, err = overdue(now_ms, limit)
 if err then return redis.error_reply(err) end
 local n = reclaim(due_now, epoch, size)
-if epoch then redis.call('HSET', KEYS[1], 'due', fmt_int(next_due())) end
+if epoch then
+  redis.call('HSET', KEYS[1], 'due', fmt_int(next_due()))
+  settle_idle(now_ms)
+end
 return n

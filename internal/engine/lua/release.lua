@@ -107,4 +107,5 @@ if not coll and over == 0 and held == 0 then gone[#gone + 1] = 'slow' end
 for i = 1, #gone, 1000 do
   redis.call('HDEL', KEYS[4], unpack(gone, i, math.min(i + 999, #gone)))
 end
+if epoch then settle_idle(math.floor(now_us() / 1000)) end
 return #owned

@@ -77,17 +77,36 @@ do
         redis.call('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok)
         return fail(e, key)
       end
+      local len = 0
       if push then
         local r = redis.pcall('LPUSH', KEYS[2], push)
         if type(r) == 'table' then
           push = nil
           return undo(r, KEYS[2])
         end
+        len = r
       end
       local r = redis.pcall('ZREM', KEYS[3], tok)
       if type(r) == 'table' then return undo(r, KEYS[3]) end
       if gone and #gone > 0 then redis.call('HDEL', KEYS[1], unpack(gone)) end
       if set and #set > 0 then redis.call('HSET', KEYS[1], unpack(set)) end
+      -- The release that puts the last token back sets the idle expiry when
+      -- meta asks for one (settle_idle in common.lua, for this case: no
+      -- shrink or collector, as holders has no "slow"; no lease, no waits
+      -- entry at all, no weighted queue).
+      if len > 0 and not h[2] then
+        -- A meta of the wrong type (a stranger's) sets nothing.
+        local i = redis.pcall('HMGET', KEYS[1], 'size', 'idle')
+        local idle = not i['err'] and tonumber(i[2])
+        local base = string.sub(KEYS[1], 1, #KEYS[1] - 4)
+        if idle and idle > 0 and tonumber(i[1]) == len
+          and redis.call('EXISTS', KEYS[3], base .. 'waits', base .. 'wqueue') == 0 then
+          local t = redis.call('TIME')
+          local at = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + idle)
+          for _, key in ipairs({KEYS[1], KEYS[2], KEYS[4]}) do redis.call('PEXPIREAT', key, at) end
+          redis.call('HSET', KEYS[1], 'exp', at)
+        end
+      end
       return 1
     end
   end

@@ -60,4 +60,6 @@ if #missing > 0 and leases == 0 and records == 0 and inv.pend_lists == 0 then
   end
   missing = {}
 end
+-- The token list may be a new key now: the idle expiry is set afresh.
+settle_idle(math.floor(now_us() / 1000))
 return {reclaimed, inv.drop, minted, missing, leases, records, inv.pend_lists}

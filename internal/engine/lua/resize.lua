@@ -1,7 +1,8 @@
 -- resize.lua: set the semaphore's size, atomically (Semaphore.Resize).
 -- KEYS: meta, tokens, leases, holders, waits
 -- ARGV: n (the new size), seed (random hex: the epoch if this creates the
---       semaphore)
+--       semaphore), and optionally idleMs (WithIdleExpiry of the client,
+--       stored if this creates the semaphore, which is then idle)
 -- Returns {old, n, minted, removed}; old is 0 when this created the semaphore.
 --
 -- meta.size is the only record of the size, and is_valid reads it, so the
@@ -20,7 +21,8 @@
 
 local n = int_arg(ARGV[1], 1, 100000)
 local seed = ARGV[2]
-if not n or not seed or #seed < 12 or string.find(seed, '[|:]') then
+local idle = int_arg(ARGV[3] or '0', 0, 1e12)
+if not idle or not n or not seed or #seed < 12 or string.find(seed, '[|:]') then
   return redis.error_reply('REDSEM_ARG invalid arguments to resize')
 end
 local err = check_types(5)
@@ -76,8 +78,11 @@ end
 
 if not size then
   -- Not created yet: create it with size n, as acquire.lua would.
-  _, err = create(n, seed, now_us())
+  local now = now_us()
+  _, err = create(n, seed, now)
   if err then return redis.error_reply(err) end
+  idle_setting(idle)
+  settle_idle(math.floor(now / 1000))
   return {0, n, n, 0}
 end
 if n == size then return {size, n, 0, 0} end
@@ -101,6 +106,7 @@ if n > size then
   redis.call('HSET', KEYS[1], 'size', n)
   push(mint)
   rebalance(epoch, n)
+  settle_idle(math.floor(now_us() / 1000))
   return {size, n, #mint, 0}
 end
 
@@ -118,4 +124,6 @@ if removed > 0 then
   push(keep)
 end
 rebalance(epoch, n)
+-- The token list may be a new key now: the idle expiry is set afresh.
+settle_idle(math.floor(now_us() / 1000))
 return {size, n, 0, removed}

@@ -34,13 +34,16 @@ const (
 
 // Event is one line of the history file.
 type Event struct {
-	K   string `json:"k"`
-	W   int    `json:"w"`             // worker id given by the test
-	Pid int    `json:"pid"`           // process id
-	G   int    `json:"g,omitempty"`   // goroutine index in the process: a holder is (Pid, G)
-	S   int    `json:"s,omitempty"`   // per-holder acquisition number, joins acq and rel
-	N   int    `json:"n,omitempty"`   // permits asked for (AcquireN), 0 or 1 for Acquire
-	Tok string `json:"tok,omitempty"` // token (the first of Toks)
+	K string `json:"k"`
+	W int    `json:"w"` // worker id given by the test
+	// Name is the semaphore of the event when a worker uses several
+	// (-names); "" for the one of the run.
+	Name string `json:"name,omitempty"`
+	Pid  int    `json:"pid"`           // process id
+	G    int    `json:"g,omitempty"`   // goroutine index in the process: a holder is (Pid, G)
+	S    int    `json:"s,omitempty"`   // per-holder acquisition number, joins acq and rel
+	N    int    `json:"n,omitempty"`   // permits asked for (AcquireN), 0 or 1 for Acquire
+	Tok  string `json:"tok,omitempty"` // token (the first of Toks)
 	// Toks are all the tokens of a lease of several (AcquireN with k > 1),
 	// in grant order; empty for a lease of one (Tok).
 	Toks  []string `json:"toks,omitempty"`

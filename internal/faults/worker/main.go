@@ -75,6 +75,8 @@ var (
 	steady    = flag.Int("steady", 0, "with -storm: the first this many goroutines never cancel on purpose")
 	waitConns = flag.Int("waitconns", -1, "WithWaitConnections (-1: the library's default)")
 	weighted  = flag.String("weighted", "", "comma-separated permit counts, e.g. \"1,3\": each hold takes k of them with AcquireN, k drawn at random")
+	nNames    = flag.Int("names", 0, "with n > 0: each hold takes a slot of one of n semaphores, <name>-0 .. <name>-(n-1), half the time one of the first 4 (contended), else any (mostly idle); events carry the name")
+	idleExp   = flag.Duration("idle", 0, "WithIdleExpiry (0: off)")
 	leakAfter = flag.Float64("leakafter", 0.3, "mut-wleak: fraction of the hold after which one token of a k-hold is freed raw")
 )
 
@@ -105,6 +107,31 @@ type actor struct {
 	g    int
 	book redis.Conn // bookkeeping connection: TIME and lease lookups
 	seq  int
+	// With -names: the semaphore of the current hold, its name and keys.
+	name string
+	keys *history.Keys
+}
+
+// names are the semaphores of -names, made in main.
+var names []namedSem
+
+type namedSem struct {
+	name string
+	sem  *redsem.Semaphore
+	keys history.Keys
+}
+
+// pick chooses the semaphore of a's next hold (-names), or returns sem.
+func (a *actor) pick(sem *redsem.Semaphore) *redsem.Semaphore {
+	if len(names) == 0 {
+		return sem
+	}
+	i := rand.IntN(len(names))
+	if rand.IntN(2) == 0 {
+		i = rand.IntN(min(4, len(names)))
+	}
+	a.name, a.keys = names[i].name, &names[i].keys
+	return names[i].sem
 }
 
 func main() {
@@ -169,6 +196,18 @@ func main() {
 	semOpts := append([]redsem.Option(nil), lockOpts...)
 	if *waitConns >= 0 {
 		semOpts = append(semOpts, redsem.WithWaitConnections(*waitConns))
+	}
+	if *idleExp > 0 {
+		semOpts = append(semOpts, redsem.WithIdleExpiry(*idleExp))
+	}
+	for i := 0; i < *nNames; i++ {
+		n := fmt.Sprintf("%s-%d", semName, i)
+		s, err := redsem.NewSemaphore(pool, n, *size, semOpts...)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(2)
+		}
+		names = append(names, namedSem{name: n, sem: s, keys: history.KeysFor(*prefix, n)})
 	}
 	sem, err := redsem.NewSemaphore(pool, semName, *size, semOpts...)
 	if err != nil {
@@ -302,7 +341,7 @@ func emit(e history.Event) { main0.emit(e) }
 
 // emit records an event of this actor.
 func (a *actor) emit(e history.Event) {
-	e.W, e.Pid, e.G = *id, pid, a.g
+	e.W, e.Pid, e.G, e.Name = *id, pid, a.g, a.name
 	e.Mono = time.Since(mono).Microseconds()
 	if err := hw.Write(e); err != nil {
 		fmt.Fprintln(os.Stderr, "worker: history:", err)
@@ -397,6 +436,10 @@ return out`)
 // this fence on toks (the earliest of their deadlines: the tokens of one
 // lease share one), or 0 when Redis records no such lease on one of them.
 func (a *actor) leaseInfo(toks []string, fence int64) (int64, int64) {
+	keys := keys
+	if a.keys != nil {
+		keys = *a.keys
+	}
 	args := []interface{}{keys.Leases, keys.Holders}
 	for _, t := range toks {
 		args = append(args, t)
@@ -605,7 +648,7 @@ func (a *actor) loop(sem *redsem.Semaphore) int {
 		if rwm != nil && rand.Float64() >= *writeP {
 			k = 0 // a read
 		}
-		l, t0, ok := a.acquire(sem, k)
+		l, t0, ok := a.acquire(a.pick(sem), k)
 		if !ok {
 			continue
 		}

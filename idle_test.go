@@ -1,0 +1,252 @@
+package redsem
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// idleTime is the idle expiry of these tests: short, so that real Redis
+// expires the keys within the test.
+const idleTime = 200 * time.Millisecond
+
+// pass lets d go by: miniredis moves its TTLs, a real Redis is waited for.
+func (b *backend) pass(d time.Duration) {
+	if b.mini != nil {
+		b.mini.FastForward(d)
+		return
+	}
+	time.Sleep(d)
+}
+
+// tagKeys lists the keys under the semaphore's tag.
+func tagKeys(t *testing.T, b *backend, s *Semaphore) []string {
+	t.Helper()
+	keys, err := redis.Strings(b.do(t, "KEYS", DefaultPrefix+"{"+s.name+"}*"), nil)
+	require.NoError(t, err)
+	return keys
+}
+
+// A semaphore used once and left idle leaves no key behind after the idle
+// time, and Check then reports it as not existing; until then Status shows
+// how long it has left.
+func TestIdleExpiryLeavesNoKeys(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "idle-once", 3, WithIdleExpiry(idleTime))
+		l, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		st, err := s.Status(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, idleTime, st.IdleExpiry)
+		assert.Zero(t, st.IdleExpiresIn, "in use")
+		require.NoError(t, l.Release(ctx))
+
+		st, err = s.Status(ctx)
+		require.NoError(t, err)
+		assert.Greater(t, st.IdleExpiresIn, time.Duration(0))
+		assert.LessOrEqual(t, st.IdleExpiresIn, idleTime)
+		require.NotEmpty(t, tagKeys(t, b, s))
+
+		b.pass(idleTime + 50*time.Millisecond)
+		assert.Empty(t, tagKeys(t, b, s))
+		inv, err := s.Check(ctx)
+		require.NoError(t, err)
+		assert.False(t, inv.Exists)
+		assert.Empty(t, inv.Missing, "%+v", inv)
+	})
+}
+
+// A semaphore in use keeps its keys however long the idle time has passed:
+// held, waited on, collected for by a weighted request, or draining after a
+// shrink. Once it is idle again, its keys expire.
+func TestIdleExpiryNeverWhileInUse(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 20*time.Second)
+		s := newSem(t, b, "idle-busy", 3, WithIdleExpiry(idleTime), WithTTL(10*time.Second))
+		requireKept := func(what string) {
+			t.Helper()
+			b.pass(2 * idleTime)
+			st, err := s.Status(ctx)
+			require.NoError(t, err)
+			require.True(t, st.Exists, what)
+			require.Zero(t, st.IdleExpiresIn, what)
+		}
+
+		// Used, idle for a moment, used again: the second use keeps it.
+		l, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		l, err = s.Acquire(ctx)
+		require.NoError(t, err)
+		requireKept("held after an idle moment")
+
+		// Held, while another lease comes and goes.
+		l2, err := s.TryAcquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l2.Release(ctx))
+		requireKept("one of two released")
+
+		// A weighted request collecting: it holds a partial lease of the
+		// free tokens and waits for the held one.
+		wctx, cancel := context.WithCancel(ctx)
+		got := acquireAsync(wctx, func(ctx context.Context) (*Lease, error) { return s.AcquireN(ctx, 3) })
+		require.Eventually(t, func() bool {
+			st, err := s.Status(ctx)
+			return err == nil && st.Available == 0
+		}, 5*time.Second, 5*time.Millisecond)
+		requireKept("weighted collecting")
+		cancel()
+		<-got
+
+		// A waiter registered for the only token.
+		m := newSem(t, b, "idle-busy", 3, WithIdleExpiry(idleTime))
+		ls := holdN(t, ctx, m.TryAcquire, 2)
+		wctx, cancel = context.WithCancel(ctx)
+		got = acquireAsync(wctx, m.Acquire)
+		require.Eventually(t, func() bool {
+			st, err := s.Status(ctx)
+			return err == nil && st.Waiting == 1
+		}, 5*time.Second, 5*time.Millisecond)
+		requireKept("waited on")
+		cancel()
+		<-got
+
+		// A shrink draining: size 1 while three are held.
+		require.NoError(t, s.Resize(ctx, 1))
+		for _, x := range ls {
+			require.NoError(t, x.Release(ctx))
+		}
+		requireKept("draining")
+		require.NoError(t, l.Release(ctx))
+
+		// Idle now, with the tombstone of the cancelled waiter: the keys
+		// expire when it does, not before.
+		st, err := s.Status(ctx)
+		require.NoError(t, err)
+		assert.Greater(t, st.IdleExpiresIn, idleTime, "a tombstone outlives the idle time")
+		assert.LessOrEqual(t, st.IdleExpiresIn, time.Duration(s.tombMs())*time.Millisecond)
+	})
+}
+
+// Fences keep increasing across an expiry: the semaphore created again
+// takes them from Redis TIME in µs, past every fence of the old epoch.
+func TestIdleExpiryFencesIncrease(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "idle-fence", 2, WithIdleExpiry(idleTime))
+		var last int64
+		var epochs []string
+		for round := 0; round < 3; round++ {
+			for i := 0; i < 3; i++ {
+				l, err := s.Acquire(ctx)
+				require.NoError(t, err)
+				require.Greater(t, l.Fence(), last, "round %d", round)
+				last = l.Fence()
+				require.NoError(t, l.Release(ctx))
+			}
+			st, err := s.Status(ctx)
+			require.NoError(t, err)
+			epochs = append(epochs, st.Epoch)
+			b.pass(idleTime + 50*time.Millisecond)
+			require.Empty(t, tagKeys(t, b, s), "round %d", round)
+		}
+		assert.NotEqual(t, epochs[0], epochs[1])
+		assert.NotEqual(t, epochs[1], epochs[2])
+	})
+}
+
+// A weighted lease and an aborted acquisition leave the semaphore idle too.
+func TestIdleExpiryAfterWeightedAndAbort(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "idle-n", 3, WithIdleExpiry(idleTime))
+		l, err := s.AcquireN(ctx, 2)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		b.pass(idleTime + 50*time.Millisecond)
+		require.Empty(t, tagKeys(t, b, s))
+
+		// An acquisition granted whose reply was lost: abort gives it back.
+		l, err = s.TryAcquire(ctx)
+		require.NoError(t, err)
+		r, err := s.abort(ctx, l.acqID, "release")
+		require.NoError(t, err)
+		require.Equal(t, int64(3), r.code)
+		b.pass(idleTime + 50*time.Millisecond)
+		require.Empty(t, tagKeys(t, b, s))
+		assert.ErrorIs(t, l.Release(ctx), ErrLeaseLost)
+	})
+}
+
+func TestWithIdleExpiryValidates(t *testing.T) {
+	m := miniredisT(t)
+	p := newPool(t, m.Addr())
+	for _, d := range []time.Duration{-time.Second, time.Millisecond, MinIdleExpiry - 1, MaxTTL + 1} {
+		_, err := NewSemaphore(p, "x", 1, WithIdleExpiry(d))
+		assert.ErrorIs(t, err, ErrInvalidOption, "%v", d)
+	}
+	for _, d := range []time.Duration{0, MinIdleExpiry, time.Hour} {
+		_, err := NewSemaphore(p, "x", 1, WithIdleExpiry(d))
+		assert.NoError(t, err, "%v", d)
+	}
+}
+
+// A resize or a repair of an idle semaphore rebuilds its token list: the
+// expiry is set again on every key (found by the explorer: the new list
+// outlived meta). A resize that creates the semaphore leaves it idle.
+func TestIdleExpiryAfterResizeAndRepair(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "idle-resize", 2, WithIdleExpiry(idleTime), WithAdoptSize())
+		l, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		require.NoError(t, s.Resize(ctx, 1))
+		b.pass(idleTime + 50*time.Millisecond)
+		require.Empty(t, tagKeys(t, b, s), "after a shrink")
+
+		require.NoError(t, s.Resize(ctx, 3))
+		st, err := s.Status(ctx)
+		require.NoError(t, err)
+		require.True(t, st.Exists)
+		assert.Greater(t, st.IdleExpiresIn, time.Duration(0))
+		b.do(t, "RPUSH", s.k.tokens, "forged:1")
+		_, err = s.Repair(ctx)
+		require.NoError(t, err)
+		b.pass(idleTime + 50*time.Millisecond)
+		require.Empty(t, tagKeys(t, b, s), "after a repair")
+	})
+}
+
+// An acquisition that fails on a key of the wrong type puts back what it
+// took; on an idle semaphore it removes the expiry first, so no key it
+// writes again outlives the others (found by the explorer: the token list,
+// pushed back without a TTL, outlived meta).
+func TestIdleExpiryWrongTypeLeavesKeysTogether(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "idle-wt", 1, WithIdleExpiry(idleTime))
+		l, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		b.do(t, "SET", s.k.leases, "stranger")
+		_, err = s.TryAcquire(ctx)
+		require.ErrorIs(t, err, ErrWrongType)
+		b.do(t, "DEL", s.k.leases)
+		b.pass(idleTime + 50*time.Millisecond)
+		st, err := s.Status(ctx)
+		require.NoError(t, err)
+		require.True(t, st.Exists, "in use since the failed acquisition: kept")
+		assert.Equal(t, 1, st.Available)
+		l, err = s.Acquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		b.pass(idleTime + 50*time.Millisecond)
+		require.Empty(t, tagKeys(t, b, s))
+	})
+}

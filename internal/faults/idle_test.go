@@ -1,0 +1,115 @@
+package faults
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/internal/faults/history"
+	"github.com/redsem/redsem/internal/redistest"
+)
+
+// A thousand names with the shortest idle expiry, while holders and
+// waiters come and go (a few hot names contended, the rest used now and
+// then, so that they expire between uses), workers killed -9 and Acquires
+// cancelled: for every name, the history shows at most size holders at any
+// instant across its epochs (an expiry under a holder would show as a
+// holder of an old epoch beside size of the new one), and at the end every
+// name left in Redis is on its way out (its keys carry the expiry).
+func TestIdleExpiryChurn(t *testing.T) {
+	t.Parallel()
+	const size, nNames = 2, 1000
+	srv := redistest.Start(t)
+	r := newRun(t, srv, size, 800*time.Millisecond, 300*time.Millisecond)
+	runFor := scaled(6*time.Second, 10)
+	end := time.Now().Add(runFor)
+	spawn := func(i int) *proc {
+		args := []string{"-dur", time.Until(end).Round(time.Millisecond).String(), "-names", fmt.Sprint(nNames),
+			"-idle", redsem.MinIdleExpiry.String(), "-goroutines", "4", "-holdmin", "2ms", "-holdmax", "30ms", "-gapmax", "5ms"}
+		if i%2 == 0 {
+			args = append(args, "-storm", "-steady", "2")
+		}
+		return r.spawn(args...)
+	}
+	live := map[*proc]bool{}
+	for i := 0; i < 4; i++ {
+		live[spawn(i)] = true
+	}
+	kills := 0
+	for time.Now().Before(end.Add(-time.Second)) {
+		time.Sleep(time.Duration(300+rand.IntN(500)) * time.Millisecond)
+		for p := range live {
+			p.kill9()
+			kills++
+			delete(live, p)
+			live[spawn(kills)] = true
+			break
+		}
+	}
+	r.waitAll(40 * time.Second)
+
+	byName := map[string][]history.Event{}
+	var shared []history.Event
+	for _, e := range r.events() {
+		if e.Name == "" {
+			shared = append(shared, e)
+			continue
+		}
+		byName[e.Name] = append(byName[e.Name], e)
+	}
+	holds, epochs, contended := 0, 0, 0
+	for name, evs := range byName {
+		rep := history.Check(append(evs, shared...), history.Options{N: size})
+		for _, v := range rep.Violations {
+			t.Errorf("history of %s: %s", name, v)
+		}
+		holds += rep.Holds
+		seen := map[string]bool{}
+		for _, e := range evs {
+			if ep, _, ok := strings.Cut(e.Tok, ":"); e.K == history.KAcq && ok && !seen[ep] {
+				seen[ep] = true
+				epochs++
+			}
+		}
+		if rep.MaxOverlap == size {
+			contended++
+		}
+	}
+	t.Logf("idle churn: %d names used, %d holds, %d epochs (each expiry and reuse is one more), %d names held by %d at once, %d kills",
+		len(byName), holds, epochs, contended, size, kills)
+	assert.Greater(t, len(byName), nNames/2, "names used")
+	assert.Greater(t, epochs, len(byName), "no name expired and was used again")
+	assert.Positive(t, contended, "no name was contended")
+
+	// Leases of killed holders lapse within the TTL; a Reclaim then leaves
+	// each such name idle. Every name left must be on its way out.
+	time.Sleep(r.ttl + 200*time.Millisecond)
+	ctx := ctxT(t, 60*time.Second)
+	c := adminConn(t, srv)
+	metas, err := redis.Strings(c.Do("KEYS", redsem.DefaultPrefix+"*:meta"))
+	require.NoError(t, err)
+	forever := 0
+	for _, key := range metas {
+		name := key[len(redsem.DefaultPrefix)+1 : len(key)-len("}:meta")]
+		s, err := redsem.NewSemaphore(r.pool(), name, size, redsem.WithIdleExpiry(redsem.MinIdleExpiry))
+		require.NoError(t, err)
+		_, err = s.Reclaim(ctx)
+		require.NoError(t, err)
+		ttl, err := redis.Int64(c.Do("PTTL", key))
+		require.NoError(t, err)
+		if ttl < 0 {
+			st, _ := s.Status(ctx)
+			t.Logf("%s keeps its keys: %+v", name, st)
+			forever++
+		}
+	}
+	t.Logf("%d names left in Redis right after the run, %d without an expiry", len(metas), forever)
+	assert.Zero(t, forever, "names that would stay forever")
+}
