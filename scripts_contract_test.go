@@ -97,7 +97,7 @@ func TestScriptCallsMatchArgvHeaders(t *testing.T) {
 	}
 	lo, hi, err := engine.HeaderArgs("acquire.lua")
 	require.NoError(t, err)
-	assert.Equal(t, [2]int{8, 9}, [2]int{lo, hi}, "acquire.lua: 8 arguments and an optional size mode")
+	assert.Equal(t, [2]int{10, 10}, [2]int{lo, hi}, "acquire.lua: 8 arguments, the size mode and the idle time")
 	lo, hi, err = engine.HeaderArgs("release.lua")
 	require.NoError(t, err)
 	assert.Equal(t, [2]int{2, engine.Variadic}, [2]int{lo, hi}, "release.lua: token, acqID, then more tokens")
