@@ -124,12 +124,15 @@ func testRateQuota(t *testing.T, e *env) {
 	require.NoError(t, err)
 	_, err = other.AllowN(c, 1, 1)
 	require.ErrorIs(t, err, rate.ErrRateMismatch)
-	require.NoError(t, q.SetLimits(c, rate.Limit{N: 5, Per: time.Minute}, rate.Limit{N: 1000, Per: time.Minute}))
+	// The same per, so that no grant the gate forgot counts (a longer per
+	// admits nothing until the old window's grants could have left the new
+	// one: docs/rate-gate.md).
+	require.NoError(t, q.SetLimits(c, rate.Limit{N: 5, Per: 400 * time.Millisecond}, rate.Limit{N: 1000, Per: 400 * time.Millisecond}))
 	_, err = other.AllowN(c, 1, 500)
 	require.NoError(t, err, "the stored limits are in force for every client")
 	s, err := other.Status(c)
 	require.NoError(t, err)
 	require.Len(t, s.Limits, 2)
-	assert.Equal(t, rate.Limit{N: 1000, Per: time.Minute}, s.Limits[1].Limit)
+	assert.Equal(t, rate.Limit{N: 1000, Per: 400 * time.Millisecond}, s.Limits[1].Limit)
 	assert.True(t, s.Set)
 }
