@@ -154,8 +154,13 @@ func TestWrongTypeUnderClients(t *testing.T) {
 			key := map[string]string{"tokens": k.Tokens, "leases": k.Leases, "meta": k.Meta}[kind]
 			srv.Do(t, "SET", key, "foreign")
 			set := time.Now()
+			// A waiter wakes at its block's end at the latest (engine.MaxBlock,
+			// 30s, plus slack), when its script meets the foreign key. Most
+			// runs stop within a second; two whole-suite runs under load saw
+			// one worker still waiting at 15s (not reproduced alone; under
+			// investigation), so the bound is the longest wait, not a second.
 			for _, p := range ps {
-				assert.True(t, p.wait(15*time.Second), "worker %d hung after the %s key became a string", p.id, kind)
+				assert.True(t, p.wait(40*time.Second), "worker %d hung after the %s key became a string", p.id, kind)
 			}
 			took := time.Since(set)
 			classes := map[string]int{}
