@@ -15,13 +15,10 @@ local tomb, ttl = int_arg(ARGV[3], 0, 1e9), int_arg(ARGV[4], 1, 1e12)
 if not tomb or not ttl or (mode ~= 'release' and mode ~= 'resolve') then
   return redis.error_reply('REDSEM_ARG invalid arguments to rw_abort')
 end
-local err = check_rw_types(6)
+local st, err = rw_open(6)
 if err then return redis.error_reply(err) end
 local now = now_us()
 local now_ms = math.floor(now / 1000)
-local st
-st, err = rw_state()
-if err then return redis.error_reply(err) end
 
 local released = false
 if st then

@@ -26,14 +26,10 @@ if #acq < 16 or string.find(acq, '[|:]') or (mode ~= 'r' and mode ~= 'w') or not
   or not block or not grace or (phase ~= 'fresh' and phase ~= 'wait') then
   return redis.error_reply('REDSEM_ARG invalid arguments to rw_acquire')
 end
-local err = check_rw_types(6)
+local st, err = rw_open(6)
 if err then return redis.error_reply(err) end
 local now = now_us()
 local now_ms = math.floor(now / 1000)
-
-local st
-st, err = rw_state()
-if err then return redis.error_reply(err) end
 if not st then
   -- First use, or the data was lost: create the lock, free.
   if redis.call('EXISTS', KEYS[2]) + redis.call('EXISTS', KEYS[3]) + redis.call('EXISTS', KEYS[4]) > 0 then

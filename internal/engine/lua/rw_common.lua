@@ -62,6 +62,14 @@ local function rw_state()
   return {epoch = m[1], fence = fence, writer = writer}, nil
 end
 
+-- rw_open checks the types of the first n keys (check_rw_types), then reads
+-- meta (rw_state): the prologue of every script that reads the lock.
+local function rw_open(n)
+  local err = check_rw_types(n)
+  if err then return nil, err end
+  return rw_state()
+end
+
 -- parse_lease splits a holder record "mode|fence|grantedMs|state|label".
 local function parse_lease(rec)
   if not rec then return nil end

@@ -7,10 +7,7 @@
 -- expired but was not reclaimed yet is released normally.
 
 local acq = ARGV[2]
-local err = check_rw_types(5)
-if err then return redis.error_reply(err) end
-local st
-st, err = rw_state()
+local st, err = rw_open(5)
 if err then return redis.error_reply(err) end
 if not st then return 0 end
 local l = lease_of(acq)
