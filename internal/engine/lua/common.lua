@@ -215,14 +215,22 @@ end
 -- new epoch hands it is leased by its script like any grant).
 
 -- idle_setting writes the idle time an acquisition asks for into meta when
--- it differs from the stored one (0: off).
+-- it differs from the stored one (0: off), and keeps holders' "idle" flag in
+-- step: release_fast.lua reads meta only when holders has it, so that a
+-- release of a semaphore without idle expiry stays four commands. A holders
+-- key of the wrong type is left alone here (the script fails on it later,
+-- with its undo).
 local function idle_setting(idle)
   local cur = tonumber(redis.call('HGET', KEYS[1], 'idle')) or 0
-  if cur == idle then return end
+  local flag = redis.pcall('HGET', KEYS[4], 'idle')
+  if type(flag) == 'table' then flag = idle > 0 end
+  if cur == idle and (idle > 0) == (flag and true or false) then return end
   if idle > 0 then
     redis.call('HSET', KEYS[1], 'idle', fmt_int(idle))
+    redis.pcall('HSET', KEYS[4], 'idle', 1)
   else
     redis.call('HDEL', KEYS[1], 'idle')
+    redis.pcall('HDEL', KEYS[4], 'idle')
   end
 end
 

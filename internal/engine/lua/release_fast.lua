@@ -34,7 +34,7 @@ do
       end
       return redis.error_reply('TRYAGAIN redsem: ' .. e['err'])
     end
-    local h = redis.pcall('HMGET', KEYS[4], 't:' .. tok, 'slow')
+    local h = redis.pcall('HMGET', KEYS[4], 't:' .. tok, 'slow', 'idle')
     if h['err'] then return fail(h, KEYS[4]) end
     local rec = h[1]
     if not rec or string.sub(rec, 1, #acq + 1) ~= acq .. '|' then return 0 end
@@ -93,8 +93,10 @@ do
       -- The release that puts the last token back sets the idle expiry when
       -- meta asks for one (settle_idle in common.lua, for this case: no
       -- shrink or collector, as holders has no "slow"; no lease, no waits
-      -- entry at all, no weighted queue).
-      if len > 0 and not h[2] then
+      -- entry at all, no weighted queue). Only a semaphore with idle expiry
+      -- has holders' "idle" flag (idle_setting in common.lua): without it,
+      -- meta is not read.
+      if len > 0 and not h[2] and h[3] then
         -- A meta of the wrong type (a stranger's) sets nothing.
         local i = redis.pcall('HMGET', KEYS[1], 'size', 'idle')
         local idle = not i['err'] and tonumber(i[2])
