@@ -90,14 +90,18 @@ func TestScriptCallsMatchArgvHeaders(t *testing.T) {
 	ctx := context.Background()
 	s, err := NewSemaphore(newPool(t, miniredisT(t).Addr()), "arity", 2)
 	require.NoError(t, err)
-	args := s.acquireArgs(newAcqID(), 0, "fresh")
-	for _, bad := range [][]interface{}{args[:len(args)-2], append(args, "extra")} {
+	args := s.acquireArgs(newAcqID(), 0, "fresh") // the defaults left out: 6 keys, 8 arguments
+	require.Len(t, args, 14)
+	for _, bad := range [][]interface{}{args[:len(args)-1], append(args, "fixed", 0, "extra")} {
 		_, err := runScript(ctx, nil, acquireScript, bad...) // a nil conn: nothing may be sent
 		require.ErrorIs(t, err, engine.ErrArity)
 	}
 	lo, hi, err := engine.HeaderArgs("acquire.lua")
 	require.NoError(t, err)
-	assert.Equal(t, [2]int{10, 10}, [2]int{lo, hi}, "acquire.lua: 8 arguments, the size mode and the idle time")
+	assert.Equal(t, [2]int{8, 10}, [2]int{lo, hi}, "acquire.lua: 8 arguments, and optionally the size mode and the idle time")
+	lo, hi, err = engine.HeaderArgs("resize.lua")
+	require.NoError(t, err)
+	assert.Equal(t, [2]int{2, 3}, [2]int{lo, hi}, "resize.lua: n, seed, and optionally idleMs")
 	lo, hi, err = engine.HeaderArgs("release.lua")
 	require.NoError(t, err)
 	assert.Equal(t, [2]int{2, engine.Variadic}, [2]int{lo, hi}, "release.lua: token, acqID, then more tokens")

@@ -147,9 +147,18 @@ func parseAcquireReply(v interface{}, err error) (acquireReply, error) {
 // acquireArgs are acquire.lua's keys and arguments. phase is "fresh" for an
 // acquisition's first call and "wait" behind its BLMOVE.
 func (s *Semaphore) acquireArgs(acq string, blockMs int64, phase string) []interface{} {
-	return append(s.k.all(5), s.k.pend(acq),
+	args := append(s.k.all(5), s.k.pend(acq),
 		s.size, acq, s.cfg.ttl.Milliseconds(), s.cfg.label, blockMs,
-		s.cfg.grace.Milliseconds(), s.tombMs(), phase, s.sizeMode(), s.cfg.idle.Milliseconds())
+		s.cfg.grace.Milliseconds(), s.tombMs(), phase)
+	// The size mode and idle time are left out when they are the defaults
+	// (each argument costs Redis time on every call).
+	switch idle := s.cfg.idle.Milliseconds(); {
+	case idle > 0:
+		return append(args, s.sizeMode(), idle)
+	case s.cfg.adoptSize:
+		return append(args, s.sizeMode())
+	}
+	return args
 }
 
 // tombMs is how long an aborted acquisition's tombstone lives: longer than

@@ -82,9 +82,9 @@ func (d Declaration) argRange() string {
 // HeaderArgs returns how many arguments lua/<file> takes by its "-- ARGV:"
 // header: the names listed, separated by commas (notes in parentheses
 // dropped), over the header line and the indented comment lines that
-// continue it. "none" is no argument; a name after "and optionally" may be
-// left out (max is one more than min); from a name starting with "then"
-// on, any number may follow (max is Variadic).
+// continue it. "none" is no argument; the names from "and optionally" on
+// may be left out, from the last (max counts them, min does not); from a
+// name starting with "then" on, any number may follow (max is Variadic).
 func HeaderArgs(file string) (min, max int, err error) {
 	var text string
 	in := false
@@ -123,14 +123,14 @@ func HeaderArgs(file string) (min, max int, err error) {
 			cur += string(r)
 		}
 	}
-	for _, it := range items {
+	for i, it := range items {
 		switch {
 		case it == "":
 			return 0, 0, fmt.Errorf("%s: an empty name in its \"-- ARGV:\" header", file)
 		case strings.HasPrefix(it, "then "):
 			return min, Variadic, nil
 		case strings.HasPrefix(it, "and optionally "):
-			return min, min + 1, nil
+			return min, min + len(items) - i, nil
 		}
 		min++
 	}

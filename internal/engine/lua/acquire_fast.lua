@@ -56,27 +56,31 @@ do
         redis.call('HDEL', KEYS[1], 'exp')
       end
       -- The fence of a grant: Redis TIME in µs, or one more than the last.
-      local f, fs = now, nil
-      if now > fence then
-        local us = t[2]
-        if #us < 6 then us = string.rep('0', 6 - #us) .. us end
-        fs = t[1] .. us
-      else
+      -- Both strings are cut from TIME's digits (Lua would print a number
+      -- through the C library's printf, the costliest step of this path).
+      local us = t[2]
+      if #us < 6 then us = string.rep('0', 6 - #us) .. us end
+      local f, fs = now, t[1] .. us
+      if now <= fence then
         f = fence + 1
         fs = string.format('%.0f', f)
       end
+      local ms = t[1] .. string.sub(us, 1, 3)
       local deadline = now_ms + ttl
-      -- A token of this epoch within the size ("<epoch>:<slot>", canonical).
+      -- valid: whether tok is a token of this epoch within the size
+      -- ("<epoch>:<slot>", canonical).
+      local head = #epoch + 1
       local function valid(tok)
-        local slot = string.sub(tok, 1, #epoch + 1) == epoch .. ':' and string.sub(tok, #epoch + 2)
-        local n = slot and string.find(slot, '^[1-9]%d*$') and tonumber(slot)
+        if string.sub(tok, 1, head) ~= epoch .. ':' then return false end
+        local slot = string.match(tok, '^[1-9]%d*$', head + 1)
+        local n = slot and tonumber(slot)
         return n and n <= size
       end
       -- record writes the holder record of tok, or returns the error of
       -- a holders key that is of the wrong type or moved away (then the
       -- caller undoes the lease).
       local function record(tok)
-        local r = redis.pcall('HSET', KEYS[4], 't:' .. tok, acq .. '|' .. fs .. '|' .. now_ms .. '|' .. ARGV[4], 'a:' .. acq, tok)
+        local r = redis.pcall('HSET', KEYS[4], 't:' .. tok, acq .. '|' .. fs .. '|' .. ms .. '|' .. ARGV[4], 'a:' .. acq, tok)
         if type(r) == 'table' then return r end
         return nil
       end

@@ -37,7 +37,7 @@ do
     local h = redis.pcall('HMGET', KEYS[4], 't:' .. tok, 'slow', 'idle')
     if h['err'] then return fail(h, KEYS[4]) end
     local rec = h[1]
-    if not rec or string.sub(rec, 1, #acq + 1) ~= acq .. '|' then return 0 end
+    if not rec or string.sub(rec, 1, #acq) ~= acq or string.byte(rec, #acq + 1) ~= 124 then return 0 end -- 124: '|'
     -- push: the token that goes onto the list, if any; set and gone: the
     -- shrink's fields of meta to write once the rest is done.
     local push, set, gone, fast = tok, nil, nil, not h[2]
