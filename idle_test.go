@@ -61,6 +61,30 @@ func TestIdleExpiryLeavesNoKeys(t *testing.T) {
 	})
 }
 
+// A holders key lost on its own while the semaphore was idle (evicted
+// under a volatile-* policy, or deleted) takes holders' "idle" flag with it;
+// the next acquisition writes it back, so the release after it still sets
+// the expiry and the keys still go.
+func TestIdleExpiryAfterHoldersLost(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "idle-holders-lost", 2, WithIdleExpiry(idleTime))
+		l, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		b.do(t, "DEL", s.k.holders)
+
+		l, err = s.Acquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		st, err := s.Status(ctx)
+		require.NoError(t, err)
+		assert.Greater(t, st.IdleExpiresIn, time.Duration(0), "the release left it idle without an expiry")
+		b.pass(idleTime + 50*time.Millisecond)
+		assert.Empty(t, tagKeys(t, b, s))
+	})
+}
+
 // A semaphore in use keeps its keys however long the idle time has passed:
 // held, waited on, collected for by a weighted request, or draining after a
 // shrink. Once it is idle again, its keys expire.

@@ -10,8 +10,9 @@
 --       be pending yet; "wait" behind a BLMOVE), and optionally size mode
 --       ("adopt": use the size stored in meta instead of failing on a
 --       mismatch; anything else or none: fail), idleMs (WithIdleExpiry; 0
---       or none: off). Clients leave out the defaults: each argument costs
---       Redis about a microsecond per call.
+--       or none: off)
+-- (Clients leave the optional ones out at their defaults: each argument
+-- costs Redis about a microsecond per call.)
 -- Returns one of
 --   {1, token, fence, deadlineMs, nowUs}  granted
 --   {0, blockMs, nowUs}                   none free: block this long, then call again

@@ -78,9 +78,18 @@ do
       end
       -- record writes the holder record of tok, or returns the error of
       -- a holders key that is of the wrong type or moved away (then the
-      -- caller undoes the lease).
+      -- caller undoes the lease). With idle expiry on it writes holders'
+      -- "idle" flag too (see idle_setting in common.lua): a holders key
+      -- lost on its own (evicted, deleted) comes back with it, so the
+      -- release that leaves the semaphore idle still sets the expiry.
       local function record(tok)
-        local r = redis.pcall('HSET', KEYS[4], 't:' .. tok, acq .. '|' .. fs .. '|' .. ms .. '|' .. ARGV[4], 'a:' .. acq, tok)
+        local rec = acq .. '|' .. fs .. '|' .. ms .. '|' .. ARGV[4]
+        local r
+        if m[7] then
+          r = redis.pcall('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok, 'idle', 1)
+        else
+          r = redis.pcall('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok)
+        end
         if type(r) == 'table' then return r end
         return nil
       end
