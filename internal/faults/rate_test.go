@@ -214,11 +214,16 @@ func TestRateCheckerCatchesResetOnChange(t *testing.T) {
 	base := "redsem:{" + history.EncodeName(r.name) + "}:rate:"
 	for i := 0; i < 6; i++ {
 		time.Sleep(400 * time.Millisecond)
-		l := []rate.Limit{{N: 8 + i%2, Per: 300 * time.Millisecond}}
-		rates[0] = append(rates[0], change(t, q, l)...)
-		// The broken part: forget every grant in the window.
+		// The broken part: forget every grant in the window, then change
+		// the rate. The change re-times the waiters by the emptied window,
+		// so those queued start at once, while the grants just forgotten
+		// are still in the window the checker counts. (Forgetting after the
+		// change left the waiters asleep until the old window freed up, and
+		// on a loaded machine the burst sometimes missed every window.)
 		srv.Do(t, "DEL", base+"log:1")
 		srv.Do(t, "HSET", base+"meta", "sum", 0, "back", 0)
+		l := []rate.Limit{{N: 8 + i%2, Per: 300 * time.Millisecond}}
+		rates[0] = append(rates[0], change(t, q, l)...)
 	}
 	r.waitAll(20 * time.Second)
 	violations, starts := windowViolations(t, r.events(), rates)
