@@ -22,15 +22,19 @@
 -- a pop, lease, holder record or waiter registration that fails on a key of
 -- the wrong type is undone, in reverse order, before the script fails.
 do
-  local size, acq, ttl = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
-  local block, grace, tomb = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+  -- Numbers are compared as digit strings wherever that is exact: a Lua
+  -- tonumber is the C library's strtod, and a Lua number handed to
+  -- redis.call is printed with %.17g; either costs Redis as much as an
+  -- argument of the call. Only what a grant computes with is converted.
+  local size, acq, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
   local fresh = ARGV[8] == 'fresh'
-  if (fresh or ARGV[8] == 'wait') and size and ttl and block and grace and tomb
-    and size >= 1 and size <= 100000 and size % 1 == 0
-    and ttl >= 1 and ttl <= 1e12 and ttl % 1 == 0
-    and block >= 0 and block <= 1e9 and block % 1 == 0
-    and grace >= 0 and grace <= 1e9 and grace % 1 == 0
-    and tomb >= 0 and tomb <= 1e9 and tomb % 1 == 0
+  -- size: 1 to 100000, canonical; blockMs, graceMs, tombMs: 0 to
+  -- 999999999 (1e9 itself, or anything else, falls through to acquire.lua,
+  -- which takes what it accepts or refuses it).
+  if (fresh or ARGV[8] == 'wait') and ttl and ttl >= 1 and ttl <= 1e12 and ttl % 1 == 0
+    and (string.find(size, '^[1-9]%d?%d?%d?%d?$') or size == '100000')
+    and #ARGV[5] <= 9 and #ARGV[6] <= 9 and #ARGV[7] <= 9
+    and string.find(ARGV[5] .. ' ' .. ARGV[6] .. ' ' .. ARGV[7], '^%d+ %d+ %d+$')
     and #acq >= 16 and not string.find(acq, '|', 1, true) and not string.find(acq, ':', 1, true) then
     local function fail(e, key)
       if string.find(e['err'], 'WRONGTYPE', 1, true) then
@@ -41,13 +45,22 @@ do
     -- x: a tombstone, see acquire.lua.
     local m = redis.pcall('HMGET', KEYS[1], 'size', 'epoch', 'fence', 'due', 'over', 'x:' .. acq, 'idle', 'exp')
     if m['err'] then return fail(m, KEYS[1]) end
-    local msize, epoch, fence, due = tonumber(m[1]), m[2], tonumber(m[3]), tonumber(m[4])
-    if msize and msize ~= size and ARGV[9] == 'adopt' then size = msize end
+    local msize, epoch, fence, due = m[1], m[2], m[3], tonumber(m[4])
+    if msize and msize ~= size and ARGV[9] == 'adopt'
+      and (string.find(msize, '^[1-9]%d?%d?%d?%d?$') or msize == '100000') then
+      size = msize
+    end
+    -- Now in µs and in ms, cut from TIME's digits.
     local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    local now_ms = math.floor(now / 1000)
-    if not m[6] and msize == size and epoch and fence and fence < 9e15 and due and now_ms < due and not m[5]
-      and (m[7] or '0') == (ARGV[10] or '0') then
+    local us = t[2]
+    if #us < 6 then us = string.rep('0', 6 - #us) .. us end
+    local now, ms = t[1] .. us, t[1] .. string.sub(us, 1, 3)
+    local now_ms = tonumber(ms)
+    -- fence: digits, below 9e15 (16 digits at most, so that digit strings
+    -- compare as numbers when their lengths are equal).
+    if not m[6] and msize == size and epoch and fence and due and now_ms < due and not m[5]
+      and (m[7] or '0') == (ARGV[10] or '0')
+      and string.find(fence, '^%d+$') and (#fence < 16 or (#fence == 16 and fence < '9000000000000000')) then
       -- The idle expiry goes (see wake in common.lua) before anything is
       -- written: no key of a semaphore in use expires, and none that an
       -- undo below writes again comes back without the others' TTL.
@@ -55,26 +68,25 @@ do
         for _, i in ipairs({1, 2, 4, 5}) do redis.call('PERSIST', KEYS[i]) end
         redis.call('HDEL', KEYS[1], 'exp')
       end
-      -- The fence of a grant: Redis TIME in µs, or one more than the last.
-      -- Both strings are cut from TIME's digits (Lua would print a number
-      -- through the C library's printf, the costliest step of this path).
-      local us = t[2]
-      if #us < 6 then us = string.rep('0', 6 - #us) .. us end
-      local f, fs = now, t[1] .. us
-      if now <= fence then
-        f = fence + 1
-        fs = string.format('%.0f', f)
+      -- The fence of a grant: Redis TIME in µs when it is above the last
+      -- fence (a longer digit string, or a greater one of the same length:
+      -- leading zeros in the stored fence only make TIME lose to it), or
+      -- one more than the last.
+      local fs = now
+      if #now < #fence or (#now == #fence and now <= fence) then
+        fs = string.format('%.0f', tonumber(fence) + 1)
       end
-      local ms = t[1] .. string.sub(us, 1, 3)
       local deadline = now_ms + ttl
+      local dl = string.format('%d', deadline)
       -- valid: whether tok is a token of this epoch within the size
-      -- ("<epoch>:<slot>", canonical).
-      local head = #epoch + 1
+      -- ("<epoch>:<slot>", canonical: digit strings of one length compare
+      -- as numbers).
+      local prefix = epoch .. ':'
+      local head = #prefix
       local function valid(tok)
-        if string.sub(tok, 1, head) ~= epoch .. ':' then return false end
+        if string.sub(tok, 1, head) ~= prefix then return false end
         local slot = string.match(tok, '^[1-9]%d*$', head + 1)
-        local n = slot and tonumber(slot)
-        return n and n <= size
+        return slot and (#slot < #size or (#slot == #size and slot <= size))
       end
       -- record writes the holder record of tok, or returns the error of
       -- a holders key that is of the wrong type or moved away (then the
@@ -97,7 +109,7 @@ do
         -- due falls to the deadline of this grant, if there is one; a due
         -- that is early for nothing only brings a sweep forward.
         if deadline < due then
-          redis.call('HSET', KEYS[1], 'fence', fs, 'due', deadline)
+          redis.call('HSET', KEYS[1], 'fence', fs, 'due', dl)
         else
           redis.call('HSET', KEYS[1], 'fence', fs)
         end
@@ -108,23 +120,25 @@ do
         local tok = redis.pcall('LPOP', KEYS[2])
         if type(tok) == 'table' then return undo(tok, KEYS[2]) end
         if not tok then
+          local block = tonumber(ARGV[5])
           if block == 0 then
             if due < 9e15 then return {WAITING, math.max(due - now_ms, 0), now} end
             return {WAITING, 0, now}
           end
           block = math.min(block, math.max(due - now_ms + 1, 10))
-          local sweep = now_ms + block + grace
-          local r = redis.pcall('ZADD', KEYS[5], sweep, 'w:' .. acq)
+          local sweep = now_ms + block + tonumber(ARGV[6])
+          local sw = string.format('%d', sweep)
+          local r = redis.pcall('ZADD', KEYS[5], sw, 'w:' .. acq)
           if type(r) == 'table' then return undo(r, KEYS[5]) end
-          if sweep < due then redis.call('HSET', KEYS[1], 'due', sweep) end
+          if sweep < due then redis.call('HSET', KEYS[1], 'due', sw) end
           return {WAITING, block, now}
         end
         if valid(tok) then
           -- NX: a token that is leased already is a duplicate, not granted.
-          local r = redis.pcall('ZADD', KEYS[3], 'NX', deadline, tok)
+          local r = redis.pcall('ZADD', KEYS[3], 'NX', dl, tok)
           if r == 1 then
             local e = record(tok)
-            if not e then return {GRANTED, tok, f, deadline, now} end
+            if not e then return {GRANTED, tok, fs, deadline, now} end
             redis.call('ZREM', KEYS[3], tok)
             redis.call('LPUSH', KEYS[2], tok)
             return undo(e, KEYS[4])
@@ -150,7 +164,7 @@ do
         end
         if tok then
           if valid(tok) then
-            local r = redis.pcall('ZADD', KEYS[3], 'NX', deadline, tok)
+            local r = redis.pcall('ZADD', KEYS[3], 'NX', dl, tok)
             if r == 1 then
               local e = record(tok)
               if e then
@@ -166,11 +180,11 @@ do
                 return fail(w, KEYS[5])
               end
               if deadline < due then
-                redis.call('HSET', KEYS[1], 'fence', fs, 'due', deadline)
+                redis.call('HSET', KEYS[1], 'fence', fs, 'due', dl)
               else
                 redis.call('HSET', KEYS[1], 'fence', fs)
               end
-              return {GRANTED, tok, f, deadline, now}
+              return {GRANTED, tok, fs, deadline, now}
             end
             if type(r) == 'table' then
               putback(tok)
