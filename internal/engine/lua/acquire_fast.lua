@@ -55,10 +55,13 @@ do
     local us = t[2]
     if #us < 6 then us = string.rep('0', 6 - #us) .. us end
     local now, ms = t[1] .. us, t[1] .. string.sub(us, 1, 3)
-    local now_ms = tonumber(ms)
+    -- Ten digits of seconds (2001 to 2286): then now is a 16-digit string
+    -- with no leading zero, as the comparisons below need. Any other TIME
+    -- (a test server's clock set near 1970, say) falls through.
+    local now_ms = #t[1] == 10 and tonumber(ms)
     -- fence: digits, below 9e15 (16 digits at most, so that digit strings
     -- compare as numbers when their lengths are equal).
-    if not m[6] and msize == size and epoch and fence and due and now_ms < due and not m[5]
+    if not m[6] and msize == size and epoch and fence and due and now_ms and now_ms < due and not m[5]
       and (m[7] or '0') == (ARGV[10] or '0')
       and string.find(fence, '^%d+$') and (#fence < 16 or (#fence == 16 and fence < '9000000000000000')) then
       -- The idle expiry goes (see wake in common.lua) before anything is
@@ -77,7 +80,7 @@ do
         fs = string.format('%.0f', tonumber(fence) + 1)
       end
       local deadline = now_ms + ttl
-      local dl = string.format('%d', deadline)
+      local dl = string.format('%.0f', deadline)
       -- valid: whether tok is a token of this epoch within the size
       -- ("<epoch>:<slot>", canonical: digit strings of one length compare
       -- as numbers).
@@ -127,7 +130,7 @@ do
           end
           block = math.min(block, math.max(due - now_ms + 1, 10))
           local sweep = now_ms + block + tonumber(ARGV[6])
-          local sw = string.format('%d', sweep)
+          local sw = string.format('%.0f', sweep)
           local r = redis.pcall('ZADD', KEYS[5], sw, 'w:' .. acq)
           if type(r) == 'table' then return undo(r, KEYS[5]) end
           if sweep < due then redis.call('HSET', KEYS[1], 'due', sw) end
