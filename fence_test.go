@@ -2,9 +2,11 @@ package redsem
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -74,4 +76,27 @@ func TestFenceGrowsBelowTheBound(t *testing.T) {
 		}
 		assert.Equal(t, int64(8999999999999995), last)
 	})
+}
+
+// A server clock whose seconds are not ten digits (miniredis set near 1970)
+// still gives every grant a fence above the last: TIME's digits are not
+// compared with the stored fence's as strings then.
+func TestFenceGrowsWithAShortClock(t *testing.T) {
+	m := miniredis.RunT(t)
+	b := &backend{name: "miniredis", mini: m, addr: m.Addr(), pool: newPool(t, m.Addr())}
+	ctx := ctxT(t, 10*time.Second)
+	s := newSem(t, b, "fence-short-clock", 2)
+	b.mini.SetTime(time.Unix(0, 790600*1000))
+	l, err := s.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	for _, stored := range []string{"790600", "5", "999999"} {
+		b.do(t, "HSET", s.k.meta, "fence", stored)
+		b.mini.SetTime(time.Unix(0, 3000))
+		l, err := s.TryAcquire(ctx)
+		require.NoError(t, err)
+		want, _ := strconv.ParseInt(stored, 10, 64)
+		assert.Greater(t, l.Fence(), want, "stored fence %s", stored)
+		require.NoError(t, l.Release(ctx))
+	}
 }
