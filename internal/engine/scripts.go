@@ -108,21 +108,7 @@ func HeaderArgs(file string) (min, max int, err error) {
 	if strings.TrimSpace(text) == "none" {
 		return 0, 0, nil
 	}
-	depth, cur := 0, ""
-	var items []string
-	for _, r := range text + "," {
-		switch {
-		case r == '(':
-			depth++
-		case r == ')':
-			depth--
-		case r == ',' && depth == 0:
-			items = append(items, strings.TrimSpace(cur))
-			cur = ""
-		case depth == 0:
-			cur += string(r)
-		}
-	}
+	items := headerNames(text)
 	for i, it := range items {
 		switch {
 		case it == "":
@@ -181,23 +167,34 @@ func HeaderKeys(file string) ([]string, error) {
 			continue
 		}
 		var names []string
-		depth, cur := 0, ""
-		for _, r := range rest + "," {
-			switch {
-			case r == '(':
-				depth++
-			case r == ')':
-				depth--
-			case r == ',' && depth == 0:
-				if name := strings.TrimSpace(cur); name != "" {
-					names = append(names, name)
-				}
-				cur = ""
-			case depth == 0:
-				cur += string(r)
+		for _, name := range headerNames(rest) {
+			if name != "" {
+				names = append(names, name)
 			}
 		}
 		return names, nil
 	}
 	return nil, fmt.Errorf("%s has no \"-- KEYS:\" header", file)
+}
+
+// headerNames splits a header's list at the commas outside parentheses and
+// drops the parenthesised notes: "a (x, y), b" is "a", "b". An empty item
+// (two commas in a row) is kept, as "".
+func headerNames(text string) []string {
+	depth, cur := 0, ""
+	var items []string
+	for _, r := range text + "," {
+		switch {
+		case r == '(':
+			depth++
+		case r == ')':
+			depth--
+		case r == ',' && depth == 0:
+			items = append(items, strings.TrimSpace(cur))
+			cur = ""
+		case depth == 0:
+			cur += string(r)
+		}
+	}
+	return items
 }
