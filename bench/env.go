@@ -133,3 +133,41 @@ func (e *env) prepare(l *lib, key string, size int) error {
 	defer e.mu.Unlock()
 	return prepareRaw(e.admin, key, size)
 }
+
+// measured is what the server and the clients did in a load run's window.
+type measured struct {
+	rt0, cmd0, rt1, cmd1 int64
+	s0, s1               stats
+	sent                 map[string]int64
+}
+
+// measureWindow starts a load run's workers (it closes start) with the
+// window [*from, *deadline): dur long, after a fifth of it to warm up, and
+// reads the clients' counters c and the server's statistics at its ends.
+func (e *env) measureWindow(c *counters, start chan struct{}, dur time.Duration, from, deadline *time.Time) measured {
+	*from = time.Now().Add(dur / 5)
+	*deadline = from.Add(dur)
+	close(start)
+	time.Sleep(time.Until(*from))
+	var m measured
+	m.rt0, m.cmd0 = c.snapshot()
+	sent0 := c.sentByName()
+	m.s0 = e.stats()
+	time.Sleep(time.Until(*deadline))
+	m.s1 = e.stats()
+	m.rt1, m.cmd1 = c.snapshot()
+	m.sent = sentSince(c, sent0)
+	return m
+}
+
+// add writes the window's figures per op (n ops) into out: round trips,
+// commands sent, Redis commands, server µs, CPU µs, script µs, and per command.
+func (m measured) add(out metrics, n float64) {
+	out["roundtrips"] = float64(m.rt1-m.rt0) / n
+	out["sent_cmds"] = float64(m.cmd1-m.cmd0) / n
+	out["redis_cmds"] = float64(m.s1.calls-m.s0.calls) / n
+	out["server_us"] = serverUsec(m.s0, m.s1, m.sent) / n
+	out["cpu_us"] = serverCPU(m.s0, m.s1) / n
+	out["script_us"] = float64(m.s1.scriptUsec-m.s0.scriptUsec) / n
+	perCommand(out, addCommands(nil, m.s0, m.s1), n)
+}

@@ -201,17 +201,7 @@ func (e *env) rwWriter(dur time.Duration) (metrics, error) {
 			return true
 		})
 	}()
-	from = time.Now().Add(dur / 5)
-	deadline = from.Add(dur)
-	close(startCh)
-	time.Sleep(time.Until(from))
-	rt0, cmd0 := c.snapshot()
-	sent0 := c.sentByName()
-	s0 := e.stats()
-	time.Sleep(time.Until(deadline))
-	s1 := e.stats()
-	rt1, cmd1 := c.snapshot()
-	sent := sentSince(c, sent0)
+	win := e.measureWindow(c, startCh, dur, &from, &deadline)
 	cancel()
 	wg.Wait()
 
@@ -241,13 +231,7 @@ func (e *env) rwWriter(dur time.Duration) (metrics, error) {
 		"read_wait_p50_us":  percentile(slices.Clone(readWaits), 0.5),
 		"read_wait_p99_us":  percentile(slices.Clone(readWaits), 0.99),
 		"read_wait_max_us":  readMax,
-		"roundtrips":        float64(rt1-rt0) / pairs,
-		"sent_cmds":         float64(cmd1-cmd0) / pairs,
-		"redis_cmds":        float64(s1.calls-s0.calls) / pairs,
-		"server_us":         serverUsec(s0, s1, sent) / pairs,
-		"cpu_us":            serverCPU(s0, s1) / pairs,
-		"script_us":         float64(s1.scriptUsec-s0.scriptUsec) / pairs,
 	}
-	perCommand(m, addCommands(nil, s0, s1), pairs)
+	win.add(m, pairs)
 	return m, nil
 }

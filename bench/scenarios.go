@@ -263,17 +263,7 @@ func (e *env) contended(l *lib, size, workers int, hold, dur time.Duration) (met
 			}
 		}(&res[i], lockers[i], wcs[i])
 	}
-	from = time.Now().Add(dur / 5)
-	deadline = from.Add(dur)
-	close(startCh)
-	time.Sleep(time.Until(from))
-	rt0, cmd0 := c.snapshot()
-	sent0 := c.sentByName()
-	s0 := e.stats()
-	time.Sleep(time.Until(deadline))
-	s1 := e.stats()
-	rt1, cmd1 := c.snapshot()
-	sent := sentSince(c, sent0)
+	win := e.measureWindow(c, startCh, dur, &from, &deadline)
 	cancel()
 	wg.Wait()
 
@@ -305,20 +295,14 @@ func (e *env) contended(l *lib, size, workers int, hold, dur time.Duration) (met
 		"wait_max_us": maxWait,
 		"jain":        jain(per),
 		"starved":     float64(starved),
-		"redis_cmds":  float64(s1.calls-s0.calls) / ft,
-		"sent_cmds":   float64(cmd1-cmd0) / ft,
-		"roundtrips":  float64(rt1-rt0) / ft,
 		// Round trips within the lock calls (and their releases) that
 		// counted: those of one acquisition, whoever made them.
 		"roundtrips_acq": float64(rtAcq) / ft,
 		"roundtrips_rel": float64(rtRel) / ft,
-		"server_us":      serverUsec(s0, s1, sent) / ft,
-		"cpu_us":         serverCPU(s0, s1) / ft,
-		"script_us":      float64(s1.scriptUsec-s0.scriptUsec) / ft,
 		"max_holders":    float64(maxHolders.Load()),
 		"utilisation":    busy.Seconds() / (float64(size) * dur.Seconds()),
 	}
-	perCommand(m, addCommands(nil, s0, s1), ft)
+	win.add(m, ft)
 	return m, nil
 }
 
