@@ -1,0 +1,81 @@
+package redsem
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem/internal/redistest"
+)
+
+// An uncontended Acquire+Release runs 10 Redis commands inside its two
+// scripts: acquire HMGET meta, TIME, HSET fence, LPOP, ZADD, HSET record;
+// release HMGET holders, HDEL, LPUSH, ZREM (meta is read only with idle
+// expiry on, flagged in holders). Counted by INFO commandstats on a real
+// redis-server; BenchmarkRedisTime reports the same figure with its time.
+func TestUncontendedPairRunsTenCommands(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := ctxT(t, 10*time.Second)
+	for _, bc := range []struct {
+		name string
+		opts []Option
+		want map[string]float64
+	}{
+		{"idle=off", nil, map[string]float64{"hmget": 2, "time": 1, "hset": 2, "lpop": 1, "zadd": 1, "hdel": 1, "lpush": 1, "zrem": 1}},
+		// Every pair leaves the semaphore idle: the release reads meta and
+		// sets the expiry, the next acquire removes it.
+		{"idle=on", []Option{WithIdleExpiry(time.Minute)}, nil},
+	} {
+		t.Run(bc.name, func(t *testing.T) {
+			s, err := NewSemaphore(srv.Pool(t), "paircost-"+bc.name, 4, bc.opts...)
+			require.NoError(t, err)
+			pair := func() {
+				l, err := s.Acquire(ctx)
+				require.NoError(t, err)
+				require.NoError(t, l.Release(ctx))
+			}
+			for i := 0; i < 10; i++ { // create it, load the scripts
+				pair()
+			}
+			admin, err := redis.Dial("tcp", srv.Addr)
+			require.NoError(t, err)
+			defer admin.Close()
+			_, err = admin.Do("CONFIG", "RESETSTAT")
+			require.NoError(t, err)
+			const n = 50
+			for i := 0; i < n; i++ {
+				pair()
+			}
+			info, err := redis.String(admin.Do("INFO", "commandstats"))
+			require.NoError(t, err)
+			// Every command but the test's own, per pair.
+			got := map[string]float64{}
+			inner := 0.0
+			for _, line := range strings.Split(info, "\n") {
+				name, _, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":")
+				if !ok || !strings.HasPrefix(strings.TrimSpace(line), "cmdstat_") ||
+					name == "info" || strings.HasPrefix(name, "config") {
+					continue
+				}
+				calls, _ := commandStat(info, name)
+				got[name] = calls / n
+				if name != "evalsha" {
+					inner += calls / n
+				}
+			}
+			assert.Equal(t, 2.0, got["evalsha"], "EVALSHA calls per pair")
+			if bc.want == nil {
+				assert.Equal(t, 22.0, inner, "commands inside the scripts per pair: %v", got)
+				return
+			}
+			assert.Equal(t, 10.0, inner, "commands inside the scripts per pair: %v", got)
+			for cmd, per := range bc.want {
+				assert.Equal(t, per, got[cmd], "%s per pair", cmd)
+			}
+		})
+	}
+}
