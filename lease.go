@@ -10,6 +10,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/internal/failpoint"
 )
 
@@ -115,15 +116,15 @@ type leaseKind struct {
 var semaphoreLeases = &leaseKind{what: "semaphore", release: &releaseScript, refresh: &refreshScript,
 	keys: func(k keys) []interface{} { return k.all(4) }}
 
-// tokenArgs are the script arguments that name the lease's tokens after the
-// first token, the acquisition id and extra (release.lua, refresh.lua).
-func (l *Lease) tokenArgs(extra ...interface{}) []interface{} {
-	args := append(l.sem.leaseKind().keys(l.sem.k), l.token, l.acqID)
-	args = append(args, extra...)
-	for _, t := range l.tokens[1:] {
-		args = append(args, t)
+// tokenArgs are the keys and arguments of script acting on the lease's
+// tokens: the first token, the acquisition id, extra, then the other tokens
+// (release.lua, refresh.lua; an RWMutex lease has one token).
+func (l *Lease) tokenArgs(script *redis.Script, extra ...engine.Arg) []interface{} {
+	args := append([]engine.Arg{engine.A("token", l.token), engine.A("acqID", l.acqID)}, extra...)
+	if len(l.tokens) > 1 {
+		args = append(args, engine.RestStrings(l.tokens[1:]))
 	}
-	return args
+	return engine.Args(script, l.sem.leaseKind().keys(l.sem.k), args...)
 }
 
 // Fence returns the fencing token of this acquisition: strictly greater than
@@ -230,7 +231,8 @@ func (l *Lease) Release(ctx context.Context) error {
 	defer cancel()
 	s := l.sem
 	failpoint.Hit("release.sent")
-	v, retried, err := s.call(ctx, *s.leaseKind().release, l.tokenArgs()...)
+	release := *s.leaseKind().release
+	v, retried, err := s.call(ctx, release, l.tokenArgs(release)...)
 	n, err := redis.Int(v, err)
 	if err != nil {
 		return s.scriptError("release", err)
@@ -304,7 +306,8 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	s := l.sem
 	sent := monoNow()
 	f := l.startRefresh(sent, ttl)
-	v, _, err := s.call(ctx, *s.leaseKind().refresh, l.tokenArgs(ttl.Milliseconds())...)
+	refresh := *s.leaseKind().refresh
+	v, _, err := s.call(ctx, refresh, l.tokenArgs(refresh, engine.A("ttlMs", ttl.Milliseconds()))...)
 	vals, err := redis.Int64s(v, err)
 	if err != nil {
 		l.endRefresh(f)

@@ -3,6 +3,8 @@ package redsem
 import (
 	"context"
 	"fmt"
+
+	"github.com/redsem/redsem/internal/engine"
 )
 
 // Resize sets the size of the semaphore in Redis to n, atomically, for every
@@ -35,7 +37,8 @@ func (s *Semaphore) Resize(ctx context.Context, n int) error {
 	if n < 1 || n > MaxSize {
 		return fmt.Errorf("%w: %d is not between 1 and %d", ErrInvalidSize, n, MaxSize)
 	}
-	if _, _, err := s.call(ctx, resizeScript, append(s.k.all(5), n, newAcqID(), s.cfg.idle.Milliseconds())...); err != nil {
+	if _, _, err := s.call(ctx, resizeScript, engine.Args(resizeScript, s.k.all(5),
+		engine.A("n", n), engine.A("seed", newAcqID()), engine.A("idleMs", s.cfg.idle.Milliseconds()))...); err != nil {
 		return s.scriptError("resize", err)
 	}
 	return nil

@@ -165,8 +165,10 @@ type rwSide struct {
 
 func (p *rwSide) args(acq string, blockMs int64, phase string) []interface{} {
 	s := p.s
-	return append(s.k.rw(), s.k.bell(acq), acq, p.mode, s.cfg.ttl.Milliseconds(), s.cfg.label,
-		blockMs, s.cfg.grace.Milliseconds(), phase)
+	return engine.Args(rwAcquireScript, append(s.k.rw(), s.k.bell(acq)),
+		engine.A("acqID", acq), engine.A("mode", p.mode), engine.A("ttlMs", s.cfg.ttl.Milliseconds()),
+		engine.A("label", s.cfg.label), engine.A("blockMs", blockMs),
+		engine.A("graceMs", s.cfg.grace.Milliseconds()), engine.A("phase", phase))
 }
 
 func (p *rwSide) First(ctx context.Context, conn redis.Conn, acq string, block time.Duration) (acquireReply, error) {
@@ -185,7 +187,9 @@ func (p *rwSide) Wait(ctx context.Context, conn redis.Conn, acq string, r acquir
 func (p *rwSide) Abort(ctx context.Context, acq, mode string) (acquireReply, error) {
 	s := p.s
 	sent := monoNow()
-	args := append(s.k.rw(), s.k.bell(acq), acq, mode, s.tombMs(), s.cfg.ttl.Milliseconds())
+	args := engine.Args(rwAbortScript, append(s.k.rw(), s.k.bell(acq)),
+		engine.A("acqID", acq), engine.A("mode", mode), engine.A("tombMs", s.tombMs()),
+		engine.A("ttlMs", s.cfg.ttl.Milliseconds()))
 	v, _, err := s.call(ctx, rwAbortScript, args...)
 	r, err := parseAcquireReply(v, err)
 	if err == nil {

@@ -111,3 +111,53 @@ func TestScriptCallsMatchArgvHeaders(t *testing.T) {
 	_, _, err = engine.HeaderArgs("common.lua")
 	assert.Error(t, err, "a helper has no ARGV header")
 }
+
+// Every call names its arguments as the script's "-- ARGV:" header does
+// (engine.Args): a call that names one differently, shifts one, leaves a
+// required one out or adds one is refused before anything is sent, and the
+// names the calls give are the header's.
+func TestScriptCallsNameTheirArguments(t *testing.T) {
+	ctx := context.Background()
+	h, err := engine.HeaderArgNames("acquire_n.lua")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"size", "acqID", "k", "ttlMs", "label", "blockMs", "graceMs", "tombMs", "pollMs",
+		"phase", "sizeMode", "idleMs"}, h.Names)
+	assert.Equal(t, 12, h.Required)
+	h, err = engine.HeaderArgNames("refresh.lua")
+	require.NoError(t, err)
+	assert.Equal(t, engine.ArgHeader{Names: []string{"token", "acqID", "ttlMs"}, Required: 3, Rest: true}, h)
+	h, err = engine.HeaderArgNames("acquire.lua")
+	require.NoError(t, err)
+	assert.Equal(t, 8, h.Required)
+	assert.Equal(t, []string{"sizeMode", "idleMs"}, h.Names[8:])
+
+	s, err := NewSemaphore(newPool(t, miniredisT(t).Addr()), "named", 2)
+	require.NoError(t, err)
+	keys := s.k.all(5)
+	good := []engine.Arg{engine.A("limit", 10)}
+	require.Equal(t, append(keys, 10), engine.Args(reclaimScript, keys, good...))
+	for name, bad := range map[string][]engine.Arg{
+		"renamed":  {engine.A("max", 10)},
+		"extra":    {engine.A("limit", 10), engine.A("limit", 10)},
+		"left out": {},
+		"rest":     {engine.A("limit", 10), engine.Rest("x")},
+	} {
+		_, err := runScript(ctx, nil, reclaimScript, engine.Args(reclaimScript, keys, bad...)...) // a nil conn: nothing may be sent
+		require.ErrorIs(t, err, engine.ErrArity, name)
+	}
+	// Shifted: acqID and size swapped, the count right.
+	acq := newAcqID()
+	args := []engine.Arg{engine.A("acqID", acq), engine.A("size", 2), engine.A("ttlMs", 1000), engine.A("label", ""),
+		engine.A("blockMs", 0), engine.A("graceMs", 100), engine.A("tombMs", 100), engine.A("phase", "fresh")}
+	_, err = runScript(ctx, nil, acquireScript, engine.Args(acquireScript, append(keys, s.k.pend(acq)), args...)...)
+	require.ErrorIs(t, err, engine.ErrArity)
+	assert.ErrorContains(t, err, `argument 1 is "size", called as "acqID"`)
+	// Optional ones: any first few, in order.
+	args[0], args[1] = engine.A("size", 2), engine.A("acqID", acq)
+	for _, tail := range [][]engine.Arg{nil, {engine.A("sizeMode", "fixed")}, {engine.A("sizeMode", "fixed"), engine.A("idleMs", 0)}} {
+		all := engine.Args(acquireScript, append(keys, s.k.pend(acq)), append(args, tail...)...)
+		assert.Len(t, all, 6+8+len(tail), "nothing appended to refuse the call")
+	}
+	_, err = runScript(ctx, nil, acquireScript, engine.Args(acquireScript, append(keys, s.k.pend(acq)), append(args, engine.A("idleMs", 0))...)...)
+	require.ErrorIs(t, err, engine.ErrArity, "idleMs without sizeMode")
+}

@@ -147,18 +147,20 @@ func parseAcquireReply(v interface{}, err error) (acquireReply, error) {
 // acquireArgs are acquire.lua's keys and arguments. phase is "fresh" for an
 // acquisition's first call and "wait" behind its BLMOVE.
 func (s *Semaphore) acquireArgs(acq string, blockMs int64, phase string) []interface{} {
-	args := append(s.k.all(5), s.k.pend(acq),
-		s.size, acq, s.cfg.ttl.Milliseconds(), s.cfg.label, blockMs,
-		s.cfg.grace.Milliseconds(), s.tombMs(), phase)
+	args := []engine.Arg{
+		engine.A("size", s.size), engine.A("acqID", acq), engine.A("ttlMs", s.cfg.ttl.Milliseconds()),
+		engine.A("label", s.cfg.label), engine.A("blockMs", blockMs), engine.A("graceMs", s.cfg.grace.Milliseconds()),
+		engine.A("tombMs", s.tombMs()), engine.A("phase", phase),
+	}
 	// The size mode and idle time are left out when they are the defaults
 	// (each argument costs Redis time on every call).
 	switch idle := s.cfg.idle.Milliseconds(); {
 	case idle > 0:
-		return append(args, s.sizeMode(), idle)
+		args = append(args, engine.A("sizeMode", s.sizeMode()), engine.A("idleMs", idle))
 	case s.cfg.adoptSize:
-		return append(args, s.sizeMode())
+		args = append(args, engine.A("sizeMode", s.sizeMode()))
 	}
-	return args
+	return engine.Args(acquireScript, append(s.k.all(5), s.k.pend(acq)), args...)
 }
 
 // tombMs is how long an aborted acquisition's tombstone lives: longer than
@@ -311,7 +313,8 @@ const (
 // abort runs abort.lua for acq in the given mode ("release" or "resolve").
 func (s *Semaphore) abort(actx context.Context, acq, mode string) (acquireReply, error) {
 	sent := monoNow()
-	args := append(s.k.all(5), s.k.pend(acq), acq, mode, s.tombMs())
+	args := engine.Args(abortScript, append(s.k.all(5), s.k.pend(acq)),
+		engine.A("acqID", acq), engine.A("mode", mode), engine.A("tombMs", s.tombMs()))
 	v, _, err := s.call(actx, abortScript, args...)
 	r, err := parseAcquireReply(v, err)
 	if err == nil {
@@ -331,7 +334,7 @@ func (s *Semaphore) ctxError(err error) error {
 // and Delete it uses the size stored in Redis, not the one this Semaphore
 // was made with; an Admin (NewAdmin) does the same without any size.
 func (s *Semaphore) Reclaim(ctx context.Context) (int, error) {
-	v, _, err := s.call(ctx, reclaimScript, append(s.k.all(5), 1000)...)
+	v, _, err := s.call(ctx, reclaimScript, engine.Args(reclaimScript, s.k.all(5), engine.A("limit", 1000))...)
 	n, err := redis.Int(v, err)
 	if err != nil {
 		return 0, s.scriptError("reclaim", err)

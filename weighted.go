@@ -192,9 +192,12 @@ func parseAcquireNReply(v interface{}, err error) (acquireNReply, error) {
 
 // acquireNArgs are acquire_n.lua's keys and arguments.
 func (s *Semaphore) acquireNArgs(acq string, k int, blockMs int64, phase string) []interface{} {
-	return append(s.k.all(5), s.k.pend(acq), s.k.bell(acq), s.k.wqueue(),
-		s.size, acq, k, s.cfg.ttl.Milliseconds(), s.cfg.label, blockMs,
-		min(s.cfg.grace, collectGrace).Milliseconds(), s.tombMs(), collectPoll.Milliseconds(), phase, s.sizeMode(), s.cfg.idle.Milliseconds())
+	return engine.Args(acquireNScript, append(s.k.all(5), s.k.pend(acq), s.k.bell(acq), s.k.wqueue()),
+		engine.A("size", s.size), engine.A("acqID", acq), engine.A("k", k), engine.A("ttlMs", s.cfg.ttl.Milliseconds()),
+		engine.A("label", s.cfg.label), engine.A("blockMs", blockMs),
+		engine.A("graceMs", min(s.cfg.grace, collectGrace).Milliseconds()), engine.A("tombMs", s.tombMs()),
+		engine.A("pollMs", collectPoll.Milliseconds()), engine.A("phase", phase),
+		engine.A("sizeMode", s.sizeMode()), engine.A("idleMs", s.cfg.idle.Milliseconds()))
 }
 
 func (s *Semaphore) acquireN(ctx context.Context, k int, wait bool) (*Lease, error) {
@@ -301,7 +304,8 @@ func (p *kTokens) Wrap(err error) error { return p.s.ctxError(err) }
 // reports it ("resolve").
 func (s *Semaphore) abortN(actx context.Context, acq string, k int, mode string) (acquireNReply, error) {
 	sent := monoNow()
-	args := append(s.k.all(5), s.k.pend(acq), s.k.bell(acq), s.k.wqueue(), acq, k, mode, s.tombMs())
+	args := engine.Args(abortNScript, append(s.k.all(5), s.k.pend(acq), s.k.bell(acq), s.k.wqueue()),
+		engine.A("acqID", acq), engine.A("k", k), engine.A("mode", mode), engine.A("tombMs", s.tombMs()))
 	v, _, err := s.call(actx, abortNScript, args...)
 	r, err := parseAcquireNReply(v, err)
 	if err == nil {

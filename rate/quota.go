@@ -226,10 +226,11 @@ func (q *Quota) setLimits(ctx context.Context, limits []Limit) (time.Time, error
 	if len(limits) != len(q.limits) {
 		return time.Time{}, fmt.Errorf("%w: rate gate %q: %d limits for a quota of %d", ErrInvalidSize, engine.Printable(q.name), len(limits), len(q.limits))
 	}
-	args := append(q.k.state(), len(limits))
+	var rest []interface{}
 	for _, l := range limits {
-		args = append(args, l.N, l.Per.Microseconds())
+		rest = append(rest, l.N, l.Per.Microseconds())
 	}
+	args := engine.Args(setScript, q.k.state(), engine.A("limits", len(limits)), engine.Rest(rest...))
 	v, _, err := engine.Call(ctx, q.pool, setScript, args...)
 	at, err := redis.Int64s(v, err)
 	if err != nil {

@@ -57,12 +57,13 @@ func parseRateReply(v interface{}, err error) (rateReply, error) {
 // takeArgs are rate_take.lua's keys and arguments for acquisition acq of
 // units.
 func (q *Quota) takeArgs(acq string, blockUs int64, phase string, units []int) []interface{} {
-	args := append(q.k.args(acq), acq, blockUs, q.cfg.grace.Microseconds(), q.tomb().Microseconds(),
-		phase, len(q.limits))
+	var rest []interface{}
 	for i, l := range q.limits {
-		args = append(args, l.N, l.Per.Microseconds(), units[i])
+		rest = append(rest, l.N, l.Per.Microseconds(), units[i])
 	}
-	return args
+	return engine.Args(takeScript, q.k.args(acq), engine.A("acqID", acq), engine.A("blockUs", blockUs),
+		engine.A("graceUs", q.cfg.grace.Microseconds()), engine.A("tombUs", q.tomb().Microseconds()),
+		engine.A("phase", phase), engine.A("limits", len(q.limits)), engine.Rest(rest...))
 }
 
 // tomb is how long an aborted acquisition's tombstone lives: longer than any
@@ -110,7 +111,8 @@ func (p *takeUnits) Wait(ctx context.Context, conn redis.Conn, acq string, r rat
 // once more on another connection if the pooled one was dead.
 func (p *takeUnits) Abort(ctx context.Context, acq, mode string) (rateReply, error) {
 	q := p.q
-	args := append(q.k.args(acq), acq, mode, q.tomb().Microseconds())
+	args := engine.Args(abortScript, q.k.args(acq),
+		engine.A("acqID", acq), engine.A("mode", mode), engine.A("tombUs", q.tomb().Microseconds()))
 	v, _, err := engine.Call(ctx, q.pool, abortScript, args...)
 	return parseRateReply(v, err)
 }

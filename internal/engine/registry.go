@@ -3,8 +3,10 @@ package engine
 // The registry: every script redsem runs, declared here and nowhere else,
 // each as its file in lua/, the number of keys it takes (named on its
 // "-- KEYS:" header line) and the helpers it runs after. Its arguments are
-// named on its "-- ARGV:" header, which RunScript holds every call to
-// (ErrArity); its replies start with a code named in codes.lua.
+// named on its "-- ARGV:" header, and every call names them the same way
+// (Args): RunScript refuses a call whose names or count differ before
+// anything is sent (ErrArity). Its replies start with a code named in
+// codes.lua.
 // TestScriptHeadersMatchDeclarations holds each declaration against its
 // headers, and every file in lua/ is an entry script here or a helper of
 // one, never both.

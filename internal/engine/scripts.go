@@ -30,8 +30,11 @@ var luaFS embed.FS
 func NewScript(keys int, file string, helpers ...string) *redis.Script {
 	helpers = append([]string{"codes.lua"}, helpers...)
 	d := Declaration{File: file, Keys: keys, Helpers: helpers, MinArgs: -1}
-	if lo, hi, err := HeaderArgs(file); err == nil {
-		d.MinArgs, d.MaxArgs = lo, hi
+	if h, err := HeaderArgNames(file); err == nil {
+		d.MinArgs, d.MaxArgs, d.args = h.Required, len(h.Names), h
+		if h.Rest {
+			d.MaxArgs = Variadic
+		}
 	}
 	var src string
 	for _, h := range helpers {
@@ -62,6 +65,11 @@ func checkArity(script *redis.Script, keysAndArgs []interface{}) error {
 	if !ok || d.MinArgs < 0 {
 		return nil
 	}
+	if n := len(keysAndArgs); n > 0 {
+		if bad, ok := keysAndArgs[n-1].(badArgs); ok {
+			return fmt.Errorf("%w: %s: %s", ErrArity, d.File, bad.why)
+		}
+	}
 	if n := len(keysAndArgs) - d.Keys; n < d.MinArgs || n > d.MaxArgs {
 		return fmt.Errorf("%w: %s takes %d keys and %s arguments, called with %d values",
 			ErrArity, d.File, d.Keys, d.argRange(), len(keysAndArgs))
@@ -80,12 +88,38 @@ func (d Declaration) argRange() string {
 }
 
 // HeaderArgs returns how many arguments lua/<file> takes by its "-- ARGV:"
-// header: the names listed, separated by commas (notes in parentheses
-// dropped), over the header line and the indented comment lines that
-// continue it. "none" is no argument; the names from "and optionally" on
-// may be left out, from the last (max counts them, min does not); from a
-// name starting with "then" on, any number may follow (max is Variadic).
+// header (HeaderArgNames): the names from "and optionally" on may be left
+// out, from the last (max counts them, min does not); with a "then" item,
+// any number may follow (max is Variadic).
 func HeaderArgs(file string) (min, max int, err error) {
+	h, err := HeaderArgNames(file)
+	if err != nil {
+		return 0, 0, err
+	}
+	min, max = h.Required, len(h.Names)
+	if h.Rest {
+		max = Variadic
+	}
+	return min, max, nil
+}
+
+// ArgHeader is a script's "-- ARGV:" header: the names of its arguments in
+// order, how many of them a call must give (the rest are optional, left
+// out from the last), and whether any number of values may follow them.
+type ArgHeader struct {
+	Names    []string
+	Required int
+	Rest     bool
+}
+
+// HeaderArgNames reads the "-- ARGV:" header of lua/<file>: the names
+// listed, separated by commas (notes in parentheses dropped), over the
+// header line and the indented comment lines that continue it. "none" is
+// no argument; "and optionally" before a name makes it and every name
+// after it optional; an item starting with "then" says that any number of
+// values follow (it and what comes after it are not names).
+func HeaderArgNames(file string) (ArgHeader, error) {
+	var h ArgHeader
 	var text string
 	in := false
 	for _, line := range strings.Split(MustRead(file), "\n") {
@@ -103,24 +137,29 @@ func HeaderArgs(file string) (min, max int, err error) {
 		text += " " + rest
 	}
 	if !in {
-		return 0, 0, fmt.Errorf("%s has no \"-- ARGV:\" header", file)
+		return h, fmt.Errorf("%s has no \"-- ARGV:\" header", file)
 	}
 	if strings.TrimSpace(text) == "none" {
-		return 0, 0, nil
+		return h, nil
 	}
-	items := headerNames(text)
-	for i, it := range items {
+	optional := false
+	for _, it := range headerNames(text) {
 		switch {
 		case it == "":
-			return 0, 0, fmt.Errorf("%s: an empty name in its \"-- ARGV:\" header", file)
+			return ArgHeader{}, fmt.Errorf("%s: an empty name in its \"-- ARGV:\" header", file)
 		case strings.HasPrefix(it, "then "):
-			return min, Variadic, nil
-		case strings.HasPrefix(it, "and optionally "):
-			return min, min + len(items) - i, nil
+			h.Rest = true
+			return h, nil
 		}
-		min++
+		if name, ok := strings.CutPrefix(it, "and optionally "); ok {
+			it, optional = name, true
+		}
+		h.Names = append(h.Names, it)
+		if !optional {
+			h.Required++
+		}
 	}
-	return min, min, nil
+	return h, nil
 }
 
 // MustRead returns the source of lua/<file>; it panics when there is no
@@ -142,6 +181,7 @@ type Declaration struct {
 	Keys             int
 	Helpers          []string
 	MinArgs, MaxArgs int
+	args             ArgHeader
 }
 
 var (

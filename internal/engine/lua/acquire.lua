@@ -7,7 +7,7 @@
 -- KEYS: meta, tokens, leases, holders, waits, pend (base.."pend:"..acqID)
 -- ARGV: size, acqID, ttlMs, label, blockMs (0: never wait), graceMs, tombMs,
 --       phase ("fresh" for an acquisition's first call, when nothing of it can
---       be pending yet; "wait" behind a BLMOVE), and optionally size mode
+--       be pending yet; "wait" behind a BLMOVE), and optionally sizeMode
 --       ("adopt": use the size stored in meta instead of failing on a
 --       mismatch; anything else or none: fail), idleMs (WithIdleExpiry; 0
 --       or none: off)

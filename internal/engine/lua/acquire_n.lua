@@ -11,7 +11,7 @@
 --       graceMs (how long past its wait a weighted acquisition's
 --       registration, and the collector ticket, outlive it), tombMs,
 --       pollMs (longest sleep of a collector: how often it checks in),
---       phase ("fresh" or "wait"), size mode ("adopt": use the size stored
+--       phase ("fresh" or "wait"), sizeMode ("adopt": use the size stored
 --       in meta, as acquire.lua does; anything else: fail on a mismatch),
 --       idleMs (WithIdleExpiry; 0: off)
 -- Returns one of
