@@ -35,6 +35,7 @@ func BenchmarkAcquireNRedisTime(b *testing.B) {
 	for _, k := range []int{2000} {
 		b.Run(fmt.Sprintf("free/k=%d", k), func(b *testing.B) { benchAcquireNRedisTime(b, k, false) })
 		b.Run(fmt.Sprintf("one-by-one/k=%d", k), func(b *testing.B) { benchAcquireNRedisTime(b, k, true) })
+		b.Run(fmt.Sprintf("try/k=%d", k), func(b *testing.B) { benchTryAcquireNRedisTime(b, k) })
 	}
 }
 
@@ -59,7 +60,7 @@ func benchAcquireNRedisTime(b *testing.B, k int, oneByOne bool) {
 	if err := l.Release(ctx); err != nil {
 		b.Fatal(err)
 	}
-	var acqUs, acqMax, acqCalls, relUs, relMax, evalUs float64
+	var acqUs, acqMax, acqCalls, relUs, relMax, refUs, refMax, evalUs float64
 	var acqRuns []float64
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -79,6 +80,9 @@ func benchAcquireNRedisTime(b *testing.B, k int, oneByOne bool) {
 		got := make(chan error, 1)
 		go func() {
 			l, err := s.AcquireN(ctx, k)
+			if err == nil && !oneByOne {
+				err = l.Refresh(ctx, 10*time.Minute)
+			}
 			if err == nil {
 				err = l.Release(ctx)
 			}
@@ -110,6 +114,8 @@ func benchAcquireNRedisTime(b *testing.B, k int, oneByOne bool) {
 		a, r := log.by[acquireNScript.Hash()], log.by[releaseScript.Hash()]
 		acqUs, acqCalls, relUs = acqUs+a.usec, acqCalls+a.calls, relUs+r.usec
 		acqMax, relMax = max(acqMax, a.max), max(relMax, r.max)
+		f := log.by[refreshScript.Hash()]
+		refUs, refMax = refUs+f.usec, max(refMax, f.max)
 		acqRuns = append(acqRuns, a.runs...)
 		info, err := redis.String(admin.Do("INFO", "commandstats"))
 		if err != nil {
@@ -129,7 +135,61 @@ func benchAcquireNRedisTime(b *testing.B, k int, oneByOne bool) {
 	b.ReportMetric(acqCalls/n, "acquire_n-calls/op")
 	b.ReportMetric(relUs/n, "release-us/op")
 	b.ReportMetric(relMax, "release-max-us")
+	if !oneByOne {
+		b.ReportMetric(refUs/n, "refresh-us/op")
+		b.ReportMetric(refMax, "refresh-max-us")
+	}
 	b.ReportMetric(evalUs/n, "evalsha-us/op")
+}
+
+// benchTryAcquireNRedisTime measures one TryAcquireN(k) of a free
+// semaphore of size k, then its release: acquire_n-max-us is the longest
+// single run of acquire_n.lua, acquire_n-calls/op how many runs it took.
+func benchTryAcquireNRedisTime(b *testing.B, k int) {
+	srv := redistest.Start(b, "--slowlog-log-slower-than", "0", "--slowlog-max-len", "1000000")
+	pool := newPool(b, srv.Addr)
+	s, err := NewSemaphore(pool, "redistime-try", k, WithFixedTTL(), WithTTL(10*time.Minute))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	admin, err := redis.Dial("tcp", srv.Addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer admin.Close()
+	var acqUs, acqMax, acqCalls, relUs, relMax float64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		mark, err := resetSlowlog(admin)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		l, err := s.TryAcquireN(ctx, k)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		log, err := readSlowlog(admin, mark)
+		if err != nil {
+			b.Fatal(err)
+		}
+		a, r := log.by[acquireNScript.Hash()], log.by[releaseScript.Hash()]
+		acqUs, acqCalls, relUs = acqUs+a.usec, acqCalls+a.calls, relUs+r.usec
+		acqMax, relMax = max(acqMax, a.max), max(relMax, r.max)
+		b.StartTimer()
+	}
+	n := float64(b.N)
+	b.ReportMetric(acqUs/n, "acquire_n-us/op")
+	b.ReportMetric(acqMax, "acquire_n-max-us")
+	b.ReportMetric(acqCalls/n, "acquire_n-calls/op")
+	b.ReportMetric(relUs/n, "release-us/op")
+	b.ReportMetric(relMax, "release-max-us")
 }
 
 // blocked returns INFO clients' blocked_clients.

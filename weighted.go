@@ -118,7 +118,11 @@ func (s *Semaphore) AcquireN(ctx context.Context, k int) (*Lease, error) {
 
 // TryAcquireN returns a lease on k tokens if k are free now and no weighted
 // request is collecting or waiting, and ErrNoToken otherwise; it holds no
-// token after a failure. It never waits; it is one round trip.
+// token after a failure. It never waits. Up to 128 tokens it is one round
+// trip; a larger k is taken 128 tokens per round trip, so that no script
+// holds Redis for long, as the collector of weighted requests: meanwhile
+// tokens that others release go to it, and it gives everything back the
+// moment it finds too few free.
 // TryAcquireN(ctx, 1) is TryAcquire(ctx).
 func (s *Semaphore) TryAcquireN(ctx context.Context, k int) (*Lease, error) {
 	if k == 1 {
@@ -158,7 +162,13 @@ const (
 	modeQueued  = 0 // waiting for the ticket: BLPOP on the bell
 	modeMove    = 1 // collector without a token: BLMOVE tokens -> pend
 	modeCollect = 2 // collector holding tokens: BLPOP on the bell
+	modeMore    = 3 // TryAcquireN collecting more than tryStep: run again at once
 )
+
+// tryStep is the largest k TryAcquireN takes in one run of acquire_n.lua
+// (weighted.lua's STEP): a larger k is collected STEP tokens a run, so that
+// no run holds Redis for long.
+const tryStep = 128
 
 func parseAcquireNReply(v interface{}, err error) (acquireNReply, error) {
 	vals, err := redis.Values(v, err)
@@ -230,8 +240,26 @@ type kTokens struct {
 	stale int // grants in a row that were unusable on arrival
 }
 
+// First runs acquire_n.lua's first run. A TryAcquireN of more than
+// tryStep tokens runs it again ("more") on the same connection until it
+// grants or refuses; one whose later run failed with an error reply gives
+// back what it collected before it returns the error (the driver settles
+// only waits, and a failed first run holds nothing).
 func (p *kTokens) First(ctx context.Context, conn redis.Conn, acq string, block time.Duration) (acquireNReply, error) {
-	return parseAcquireNReply(runScript(ctx, conn, acquireNScript, p.s.acquireNArgs(acq, p.k, block.Milliseconds(), "fresh")...))
+	r, err := parseAcquireNReply(runScript(ctx, conn, acquireNScript, p.s.acquireNArgs(acq, p.k, block.Milliseconds(), "fresh")...))
+	for err == nil && block == 0 && r.code == engine.CodeWaiting && r.mode == modeMore {
+		r, err = parseAcquireNReply(runScript(ctx, conn, acquireNScript, p.s.acquireNArgs(acq, p.k, 0, "more")...))
+		switch {
+		case err != nil && engine.IsRedisError(err):
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engine.SettleTimeout)
+			_, _ = p.s.abortN(actx, acq, p.k, "release")
+			cancel()
+		case err == nil && r.code == engine.CodeSettled:
+			// It lost the ticket between two runs: refused, nothing held.
+			r.code = engine.CodeWaiting
+		}
+	}
+	return r, err
 }
 
 // Wait writes the wait r asks for (BLMOVE into the pending list, or BLPOP

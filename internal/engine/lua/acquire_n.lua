@@ -1,7 +1,7 @@
 -- acquire_n.lua: AcquireN and TryAcquireN on the server: k tokens, all or
 -- nothing, under one acquisition id. Runs alone (phase "fresh", an
--- acquisition's first call) or right behind the waiter's blocking command in
--- the same write (phase "wait"):
+-- acquisition's first call; "more", a TryAcquireN's next) or right behind
+-- the waiter's blocking command in the same write (phase "wait"):
 --   BLMOVE tokens <pend> LEFT RIGHT <t>   the collector before its first token
 --   BLPOP <bell> <t>                     queued for the ticket, or collecting
 -- See weighted.lua for the ticket, the partial leases and the sealing.
@@ -11,9 +11,9 @@
 --       graceMs (how long past its wait a weighted acquisition's
 --       registration, and the collector ticket, outlive it), tombMs,
 --       pollMs (longest sleep of a collector: how often it checks in),
---       phase ("fresh" or "wait"), sizeMode ("adopt": use the size stored
---       in meta, as acquire.lua does; anything else: fail on a mismatch),
---       idleMs (WithIdleExpiry; 0: off)
+--       phase ("fresh", "wait", or "more" with blockMs 0), sizeMode
+--       ("adopt": use the size stored in meta, as acquire.lua does;
+--       anything else: fail on a mismatch), idleMs (WithIdleExpiry; 0: off)
 -- Returns one of
 --   {1, fence, deadlineMs, nowUs, token1, ..., tokenK}  granted
 --   {0, blockMs, nowUs, mode, have}  not yet: block this long, then run again
@@ -22,7 +22,9 @@
 --                                    without a token (BLMOVE); 2: collector
 --                                    holding have tokens (BLPOP bell; rung
 --                                    already when it has more to do now).
---                                    For blockMs 0: not now, {0, 0, nowUs, 0, 0}
+--                                    For blockMs 0: not now, {0, 0, nowUs, 0, 0},
+--                                    or mode 3: collecting, run again at
+--                                    once (phase "more")
 --   {2, 0, nowUs}                    settled (aborted, ticket lost, or dropped
 --                                    as dead): nothing held; start over
 -- Errors: REDSEM_ARG, REDSEM_WRONGTYPE, REDSEM_SIZE <stored>, REDSEM_CORRUPT,
@@ -31,7 +33,10 @@
 -- Each run costs O(1) plus O(tokens that arrived): a collector's partial
 -- leases are written once, when each token arrives, and a run takes or
 -- seals at most STEP tokens (weighted.lua). TryAcquireN takes and grants
--- all k in its one run.
+-- all k in its one run when k is at most STEP; a larger k it collects as
+-- the collector, STEP a run, its client running the script again at once
+-- (phase "more"), and it gives everything back as soon as a run finds too
+-- few free tokens.
 
 local size = int_arg(ARGV[1], 1, 100000)
 local acq = ARGV[2]
@@ -46,10 +51,12 @@ local phase = ARGV[10]
 local idle = int_arg(ARGV[12] or '0', 0, 1e12)
 if not idle or not size or not k or #acq < 16 or string.find(acq, '[|:]')
   or not ttl or not block or not grace or not tomb or not poll
-  or (phase ~= 'fresh' and phase ~= 'wait') or (block == 0 and phase ~= 'fresh') then
+  or (phase ~= 'fresh' and phase ~= 'wait' and phase ~= 'more')
+  or (phase == 'more' and block ~= 0) or (block == 0 and phase == 'wait') then
   return redis.error_reply('REDSEM_ARG invalid arguments to acquire_n')
 end
 local fresh = phase == 'fresh'
+local try = block == 0 -- TryAcquireN: phase "fresh" or "more"
 -- All reads and checks come before the first write.
 local err = check_types(5)
 if err then return redis.error_reply(err) end
@@ -107,7 +114,7 @@ end
 -- In use from here on: no idle expiry (see common.lua).
 idle_setting(idle)
 wake()
-if not fresh then redis.call('DEL', KEYS[7]) end
+if phase == 'wait' then redis.call('DEL', KEYS[7]) end
 
 if due_now then
   reclaim(due_now, epoch, size)
@@ -125,7 +132,7 @@ end
 
 -- give_pend hands back whatever a BLMOVE moved into our pending list.
 local function give_pend()
-  if fresh then return end
+  if phase ~= 'wait' then return end
   local toks = redis.call('LRANGE', KEYS[6], 0, 9)
   redis.call('DEL', KEYS[6])
   for _, tok in ipairs(toks) do give_back(tok, epoch, size) end
@@ -179,17 +186,27 @@ local function grant(toks)
   return reply
 end
 
-if block == 0 then
+if try and fresh then
   -- TryAcquireN: like x/sync's TryAcquire, only when no weighted request is
   -- collecting or waiting, and only all k at once.
   if coll or (queued() and pass_ticket(now_ms, acq)) then
     return {WAITING, 0, now, 0, 0}
   end
-  local got = {}
-  pop_free(got, {}, k, epoch, size, over)
-  if #got == k then return grant(got) end
-  push_front(got)
-  return {WAITING, 0, now, 0, 0}
+  if k <= STEP then
+    local got = {}
+    pop_free(got, {}, k, epoch, size, over)
+    if #got == k then return grant(got) end
+    push_front(got)
+    return {WAITING, 0, now, 0, 0}
+  end
+  -- More than STEP: collect as the collector (below), STEP a run, unless
+  -- the list is too short to give k now.
+  if redis.call('LLEN', KEYS[2]) < k then return {WAITING, 0, now, 0, 0} end
+  coll = {acq = acq, k = k, have = 0, dl = now_ms, label = label}
+  seal = nil
+elseif try and not (coll and coll.acq == acq) then
+  -- A later run that lost the ticket (its client was too slow): nothing held.
+  return {SETTLED, 0, now}
 end
 
 if not (coll and coll.acq == acq) and not fresh then
@@ -263,7 +280,7 @@ if not seal then
   -- Collecting: what our BLMOVE moved, then anything free, STEP at most.
   local new, seen = {}, {}
   local need = math.min(k - have, STEP)
-  if not fresh then
+  if phase == 'wait' then
     local moved = redis.call('LRANGE', KEYS[6], 0, 9)
     redis.call('DEL', KEYS[6])
     for _, tok in ipairs(moved) do
@@ -277,6 +294,14 @@ if not seal then
     end
   end
   pop_free(new, seen, need, epoch, size, over)
+  if try and #new < need then
+    -- Too few free tokens now: a try gives everything back.
+    push_front(new)
+    drop_partial(acq, epoch, size)
+    pass_ticket(now_ms, acq)
+    redis.call('ZREM', KEYS[5], 'w:' .. acq)
+    return {WAITING, 0, now, 0, 0}
+  end
   if have == 0 and #new == k then
     -- All at once: grant without a partial lease in between.
     local reply = grant(new)
@@ -370,7 +395,9 @@ end
 -- bell.
 local mode = 1
 local b = math.min(block, math.max(due - now_ms + 1, 10), poll)
-if have > 0 then
+if try then
+  mode = 3
+elseif have > 0 then
   mode = 2
   if again then
     redis.call('RPUSH', KEYS[7], 1)

@@ -15,16 +15,31 @@ local now_ms = math.floor(now / 1000)
 -- due (see read_meta) must not be later than the new deadline, or a
 -- shortened lease whose holder dies would not be swept until the old one.
 local due = tonumber(redis.call('HGET', KEYS[1], 'due'))
-for _, t in ipairs(toks) do
-  local rec = redis.call('HGET', KEYS[4], 't:' .. t)
-  local score = redis.call('ZSCORE', KEYS[3], t)
-  if not rec or owner_of(rec) ~= acq or not score or tonumber(score) <= now_ms then
-    return {0, 0, now}
+for i = 1, #toks, 1000 do
+  local last = math.min(i + 999, #toks)
+  local fields = {}
+  for j = i, last do fields[#fields + 1] = 't:' .. toks[j] end
+  local recs = redis.call('HMGET', KEYS[4], unpack(fields))
+  local scores = redis.call('ZMSCORE', KEYS[3], unpack(toks, i, last))
+  for j = 1, #fields do
+    local rec, score = recs[j], scores[j]
+    if not rec or owner_of(rec) ~= acq or not score or tonumber(score) <= now_ms then
+      return {0, 0, now}
+    end
   end
 end
 -- ZREM first: a write that frees memory lets the ZADD through when Redis is
 -- at maxmemory with noeviction, so holders can still refresh (FM-16).
-for _, t in ipairs(toks) do redis.call('ZREM', KEYS[3], t) end
-for _, t in ipairs(toks) do redis.call('ZADD', KEYS[3], now_ms + ttl, t) end
-if due and now_ms + ttl < due then redis.call('HSET', KEYS[1], 'due', now_ms + ttl) end
+local dl = fmt_int(now_ms + ttl)
+for i = 1, #toks, 1000 do
+  local last = math.min(i + 999, #toks)
+  redis.call('ZREM', KEYS[3], unpack(toks, i, last))
+  local z = {}
+  for j = i, last do
+    z[#z + 1] = dl
+    z[#z + 1] = toks[j]
+  end
+  redis.call('ZADD', KEYS[3], unpack(z))
+end
+if due and now_ms + ttl < due then redis.call('HSET', KEYS[1], 'due', dl) end
 return {1, now_ms + ttl, now}

@@ -19,10 +19,19 @@ for i = 3, #ARGV do toks[#toks + 1] = ARGV[i] end
 -- holders and meta are read, and the token list checked, before the first
 -- write (ZREM, which also checks leases): a key of the wrong type fails the
 -- release with nothing changed.
-local owned = {}
-for _, tok in ipairs(toks) do
-  local rec = redis.call('HGET', KEYS[4], 't:' .. tok)
-  if rec and owner_of(rec) == acq then owned[#owned + 1] = tok end
+local owned, seen = {}, {}
+for i = 1, #toks, 1000 do
+  local last = math.min(i + 999, #toks)
+  local fields = {}
+  for j = i, last do fields[#fields + 1] = 't:' .. toks[j] end
+  local recs = redis.call('HMGET', KEYS[4], unpack(fields))
+  for j = i, last do
+    local rec, tok = recs[j - i + 1], toks[j]
+    if rec and owner_of(rec) == acq and not seen[tok] then
+      seen[tok] = true
+      owned[#owned + 1] = tok
+    end
+  end
 end
 if #owned == 0 then return 0 end
 local size, epoch, _, due, err, coll, over, held = read_meta()
@@ -57,7 +66,9 @@ if coll and #back > 0 and over == 0 then
     a = nil
   end
 end
-for _, tok in ipairs(owned) do redis.call('ZREM', KEYS[3], tok) end
+for i = 1, #owned, 1000 do
+  redis.call('ZREM', KEYS[3], unpack(owned, i, math.min(i + 999, #owned)))
+end
 
 if a then
   local route, rest = {}, {}
@@ -72,11 +83,20 @@ if a then
   end
   local score = now_ms + PARTIAL_MS
   local rec = a .. '|0|' .. now_ms .. '|' .. label
-  for _, tok in ipairs(route) do
-    redis.call('ZADD', KEYS[3], score, tok)
-    redis.call('HSET', KEYS[4], 't:' .. tok, rec)
+  local sc = fmt_int(score)
+  for i = 1, #route, 1000 do
+    local last = math.min(i + 999, #route)
+    local z, h = {}, {}
+    for j = i, last do
+      z[#z + 1] = sc
+      z[#z + 1] = route[j]
+      h[#h + 1] = 't:' .. route[j]
+      h[#h + 1] = rec
+    end
+    redis.call('ZADD', KEYS[3], unpack(z))
+    redis.call('HSET', KEYS[4], unpack(h))
+    redis.call('RPUSH', part_of(a), unpack(route, i, last))
   end
-  redis.call('RPUSH', part_of(a), unpack(route))
   redis.call('HSET', KEYS[1], 'coll', a .. '|' .. k .. '|' .. have .. '|' .. fmt_int(dl) .. '|' .. label)
   if score < due then redis.call('HSET', KEYS[1], 'due', fmt_int(score)) end
   -- With all k it is woken to seal its grant (a doorbell of the wrong type

@@ -1,0 +1,172 @@
+package redsem
+
+import (
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem/internal/engine"
+)
+
+// countRuns returns a pool that counts the runs of script sent through it.
+func countRuns(p Pool, script *redis.Script) (*hookPool, *atomic.Int64) {
+	n := &atomic.Int64{}
+	return &hookPool{Pool: p, AfterDo: func(cmd string, args []interface{}) error {
+		if isScript(script, cmd, args) {
+			n.Add(1)
+		}
+		return nil
+	}}, n
+}
+
+// TryAcquireN of more than tryStep tokens takes them over several runs of
+// acquire_n.lua, tryStep at most a run, and grants all k with one fence.
+func TestTryAcquireNLargeTakesSteps(t *testing.T) {
+	require.Equal(t, "local STEP = 128", stepLine(t), "tryStep is weighted.lua's STEP")
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 30*time.Second)
+		const size = 300
+		s := newSem(t, b, "try-steps", size)
+		// Run by run, on the script itself: each run before the grant asks
+		// for another at once (mode 3) and has collected tryStep more at
+		// most.
+		acq := engine.NewAcqID()
+		c := b.pool.Get()
+		defer c.Close()
+		phase, have, runs := "fresh", 0, 0
+		var r acquireNReply
+		for {
+			var err error
+			r, err = parseAcquireNReply(acquireNScript.Do(c, s.acquireNArgs(acq, size, 0, phase)...))
+			require.NoError(t, err)
+			runs++
+			if r.code == engine.CodeGranted {
+				break
+			}
+			require.Equal(t, int64(engine.CodeWaiting), r.code)
+			require.Equal(t, int64(modeMore), r.mode, "run %d asks to run again", runs)
+			now := len(collecting(t, s))
+			require.LessOrEqual(t, now-have, tryStep, "run %d took %d tokens", runs, now-have)
+			have, phase = now, "more"
+			require.Less(t, runs, 20)
+		}
+		assert.GreaterOrEqual(t, runs, 3)
+		require.Len(t, r.tokens, size)
+		st, err := s.Status(ctx)
+		require.NoError(t, err)
+		require.Len(t, st.Holders, size)
+		for _, h := range st.Holders {
+			require.Equal(t, r.fence, h.Fence, "one fence for the whole lease")
+		}
+		l := s.newLeaseN(acq, r.tokens, r.fence, r.deadlineMs, monoNow())
+		require.NoError(t, l.Release(ctx))
+		requireInventory(t, s, size, 0)
+
+		// Through the API.
+		cp, runsN := countRuns(b.pool, acquireNScript)
+		s2, err := NewSemaphore(cp, "try-steps", size)
+		require.NoError(t, err)
+		l, err = s2.TryAcquireN(ctx, size)
+		require.NoError(t, err)
+		require.Len(t, l.Tokens(), size)
+		assert.GreaterOrEqual(t, runsN.Load(), int64(3))
+		require.NoError(t, l.Release(ctx))
+		requireInventory(t, s, size, 0)
+		assert.Equal(t, 0, extraKeys(t, b, s))
+	})
+}
+
+// stepLine returns weighted.lua's line that sets STEP.
+func stepLine(t *testing.T) string {
+	for _, line := range strings.Split(engine.MustRead("weighted.lua"), "\n") {
+		if strings.HasPrefix(line, "local STEP ") {
+			return line
+		}
+	}
+	t.Fatal("weighted.lua sets no STEP")
+	return ""
+}
+
+// A TryAcquireN that finds too few free tokens half way gives back
+// everything it collected and the ticket, and refuses; while it collects,
+// other weighted requests wait for the ticket (a try is refused), and get
+// it after.
+func TestTryAcquireNLargeGivesUpHalfWay(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 30*time.Second)
+		const size = 300
+		s := newSem(t, b, "try-gives-up", size)
+		acq := engine.NewAcqID()
+		c := b.pool.Get()
+		defer c.Close()
+		r, err := parseAcquireNReply(acquireNScript.Do(c, s.acquireNArgs(acq, size, 0, "fresh")...))
+		require.NoError(t, err)
+		require.Equal(t, int64(modeMore), r.mode)
+		require.Len(t, collecting(t, s), tryStep)
+
+		_, err = s.TryAcquireN(ctx, 2)
+		require.ErrorIs(t, err, ErrNoToken, "a weighted request collects")
+		singles := holdN(t, ctx, s.TryAcquire, 100)
+
+		r, err = parseAcquireNReply(acquireNScript.Do(c, s.acquireNArgs(acq, size, 0, "more")...))
+		require.NoError(t, err)
+		assert.Equal(t, int64(engine.CodeWaiting), r.code)
+		assert.Equal(t, int64(0), r.mode, "refused")
+		requireInventory(t, s, size-100, 100)
+		assert.Equal(t, 0, extraKeys(t, b, s))
+
+		// The ticket is free again: a try of two goes through.
+		l, err := s.TryAcquireN(ctx, 2)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		for _, h := range singles {
+			require.NoError(t, h.Release(ctx))
+		}
+		requireInventory(t, s, size, 0)
+
+		// Through the API: with a single holder, a try of all is refused
+		// at once and holds nothing after.
+		h, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		_, err = s.TryAcquireN(ctx, size)
+		require.ErrorIs(t, err, ErrNoToken)
+		requireInventory(t, s, size-1, 1)
+		require.NoError(t, h.Release(ctx))
+	})
+}
+
+// A lease of more than releaseChunk tokens is released in several runs of
+// release.lua; when some of its tokens were reclaimed, the rest still go
+// back and Release reports the lease lost.
+func TestReleaseLargeLeaseInChunks(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 30*time.Second)
+		const size = 2*releaseChunk + 50
+		cp, runs := countRuns(b.pool, releaseScript)
+		s, err := NewSemaphore(cp, "release-chunks", size, WithFixedTTL(), WithTTL(time.Minute))
+		require.NoError(t, err)
+		l, err := s.AcquireN(ctx, size)
+		require.NoError(t, err)
+		runs.Store(0)
+		require.NoError(t, l.Release(ctx))
+		assert.Equal(t, int64(3), runs.Load())
+		requireInventory(t, s, size, 0)
+		require.ErrorIs(t, l.Release(ctx), ErrReleased)
+
+		l, err = s.AcquireN(ctx, size)
+		require.NoError(t, err)
+		lost := l.Tokens()[releaseChunk+10] // in the second run's share
+		b.do(t, "ZADD", s.k.leases, "XX", 1, lost)
+		n, err := s.Reclaim(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.ErrorIs(t, l.Release(ctx), ErrLeaseLost)
+		requireInventory(t, s, size, 0)
+		assert.Equal(t, size, b.llen(t, s.k.tokens), "no second copy of any token")
+	})
+}
