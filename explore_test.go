@@ -235,6 +235,10 @@ func seamScenarios() []scenario {
 			progs: [][]op{{rel}, {{kind: opAcquireN, n: 2, cancelOK: true}, rel}, {acq, rel}}, kills: true, maxFaults: 1,
 		}),
 		holdersThen(scenario{
+			name: "a weighted try collecting over several runs, a single waiter and a holder killed", size: 3, setup: []int{0},
+			progs: [][]op{{rel}, {{kind: opTryAcquireN, n: 2, cancelOK: true}, rel}, {acq, rel}}, kills: true, maxFaults: 1,
+		}),
+		holdersThen(scenario{
 			name: "a weighted collector killed while another queues for the ticket", size: 2, setup: []int{0},
 			progs: [][]op{{rel}, {{kind: opAcquireN, n: 2, cancelOK: true}, rel}, {{kind: opAcquireN, n: 2, cancelOK: true}, rel}},
 			kills: true, maxFaults: 1,
@@ -247,7 +251,7 @@ func seamScenarios() []scenario {
 func weighted(sc scenario) bool {
 	for _, prog := range sc.progs {
 		for _, o := range prog {
-			if o.kind == opAcquireN && o.n >= 2 {
+			if (o.kind == opAcquireN || o.kind == opTryAcquireN) && o.n >= 2 {
 				return true
 			}
 		}
@@ -273,7 +277,11 @@ func randomScenario(rng *rand.Rand) scenario {
 			case 4:
 				prog = append(prog, try)
 			case 5:
-				prog = append(prog, op{kind: opAcquireN, n: 1 + rng.Intn(size), cancelOK: true})
+				kind := opAcquireN
+				if rng.Intn(3) == 0 {
+					kind = opTryAcquireN
+				}
+				prog = append(prog, op{kind: kind, n: 1 + rng.Intn(size), cancelOK: true})
 			case 6:
 				prog = append(prog, op{kind: opResize, n: 1 + rng.Intn(4)})
 				continue

@@ -25,6 +25,7 @@ const (
 	opAcquire    opKind = iota // Acquire, cancellable
 	opTryAcquire               // TryAcquire
 	opAcquireN                 // AcquireN(n), cancellable
+	opTryAcquireN              // TryAcquireN(n), cancellable
 	opRelease                  // Release of the lease held
 	opRefresh                  // Refresh(ttl) of the lease held
 	opRefresh2                 // two Refreshes of the lease held at once: ttl and ttl2
@@ -56,6 +57,8 @@ func (o op) String() string {
 		return "TryAcquire"
 	case opAcquireN:
 		return fmt.Sprintf("AcquireN(%d)", o.n)
+	case opTryAcquireN:
+		return fmt.Sprintf("TryAcquireN(%d)", o.n)
 	case opRelease:
 		return "Release"
 	case opRefresh:
@@ -295,7 +298,7 @@ func (r *run) startOp(cl *vclient, o op) {
 		})
 	}
 	switch o.kind {
-	case opAcquire, opTryAcquire, opAcquireN:
+	case opAcquire, opTryAcquire, opAcquireN, opTryAcquireN:
 		run1(func() (string, *Lease, bool) {
 			var l *Lease
 			var err error
@@ -307,6 +310,10 @@ func (r *run) startOp(cl *vclient, o op) {
 				if errors.Is(err, ErrNoToken) {
 					r.chk.tryRefused(cl)
 				}
+			case opTryAcquireN:
+				// Refused while a weighted request collects or waits, or
+				// half way: no checker rule, beyond the invariants.
+				l, err = cl.sem.TryAcquireN(ctx, o.n)
 			default:
 				l, err = cl.sem.AcquireN(ctx, o.n)
 			}
