@@ -189,6 +189,24 @@ local function is_valid(tok, epoch, size)
   return n ~= nil and n <= size
 end
 
+-- not_here returns the READONLY error a write gets on this server, or nil.
+-- A script that finds nothing to do writes nothing, and Redis runs such a
+-- script on a replica without complaint: a release or refresh sent to a
+-- master that failover demoted would report the lease lost while the new
+-- master still records it. So those scripts probe before they say "not
+-- recorded": a ZREM of a member no key holds from key (a sorted set the
+-- script declares), a write command that a replica refuses before it runs
+-- and that is a no-op on a master (nothing replicated; allowed at
+-- maxmemory). Any other error of the probe (a key of the wrong type) is
+-- the script's own business, not this one's.
+local function not_here(key)
+  local r = redis.pcall('ZREM', key, '')
+  if type(r) == 'table' and r['err'] and string.find(r['err'], 'READONLY', 1, true) then
+    return redis.error_reply(r['err'])
+  end
+  return nil
+end
+
 local function owner_of(rec)
   return string.match(rec, '^([^|]*)|')
 end

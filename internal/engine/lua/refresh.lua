@@ -24,7 +24,7 @@ for i = 1, #toks, 1000 do
   for j = 1, #fields do
     local rec, score = recs[j], scores[j]
     if not rec or owner_of(rec) ~= acq or not score or tonumber(score) <= now_ms then
-      return {0, 0, now}
+      return not_here(KEYS[3]) or {0, 0, now}
     end
   end
 end

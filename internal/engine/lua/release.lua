@@ -33,7 +33,7 @@ for i = 1, #toks, 1000 do
     end
   end
 end
-if #owned == 0 then return 0 end
+if #owned == 0 then return not_here(KEYS[3]) or 0 end
 local size, epoch, _, due, err, coll, over, held = read_meta()
 if err then return redis.error_reply(err) end
 local back, routed, retired = {}, {}, 0

@@ -37,7 +37,14 @@ do
     local h = redis.pcall('HMGET', KEYS[4], 't:' .. tok, 'slow', 'idle')
     if h['err'] then return fail(h, KEYS[4]) end
     local rec = h[1]
-    if not rec or string.sub(rec, 1, #acq) ~= acq or string.byte(rec, #acq + 1) ~= 124 then return 0 end -- 124: '|'
+    if not rec or string.sub(rec, 1, #acq) ~= acq or string.byte(rec, #acq + 1) ~= 124 then -- 124: '|'
+      -- Not recorded here; on a replica, say so (see not_here in common.lua).
+      local r = redis.pcall('ZREM', KEYS[3], '')
+      if type(r) == 'table' and r['err'] and string.find(r['err'], 'READONLY', 1, true) then
+        return redis.error_reply(r['err'])
+      end
+      return 0
+    end
     -- push: the token that goes onto the list, if any; set and gone: the
     -- shrink's fields of meta to write once the rest is done.
     local push, set, gone, fast = tok, nil, nil, not h[2]

@@ -14,7 +14,7 @@ if err then return redis.error_reply(err) end
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 local l, deadline = lease_of(acq)
-if not l or deadline <= now_ms then return {0, 0, now} end
+if not l or deadline <= now_ms then return not_here(KEYS[2]) or {0, 0, now} end
 redis.call('ZREM', KEYS[2], acq)
 redis.call('ZADD', KEYS[2], fmt_int(now_ms + ttl), acq)
 if now_ms + ttl < deadline then
