@@ -14,7 +14,7 @@ var (
 	// The semaphore's (and mutex's). acquire_fast.lua runs before
 	// common.lua is even defined.
 	Acquire  = NewScript(6, "acquire.lua", "acquire_fast.lua", "common.lua")
-	Release  = NewScript(4, "release.lua", "release_fast.lua", "common.lua")
+	Release  = NewScript(4, "release.lua", "release_fast.lua", "common.lua", "weighted.lua")
 	Refresh  = NewScript(4, "refresh.lua", "common.lua")
 	Abort    = NewScript(6, "abort.lua", "common.lua")
 	Reclaim  = NewScript(5, "reclaim.lua", "common.lua")

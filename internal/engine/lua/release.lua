@@ -11,7 +11,7 @@
 -- token (meta "coll", see weighted.lua), a released token goes to it instead
 -- of onto the token list, as one more of its partial leases (appended to its
 -- part list), until it has all it asked for; then its doorbell rings. That
--- is how it holds the head of the queue.
+-- is how it holds the head of the queue (with weighted.lua's helpers).
 
 local acq = ARGV[2]
 local toks = {ARGV[1]}
@@ -55,58 +55,41 @@ end
 -- Is there a collector to route to? (Not while a shrink drains: then
 -- released tokens may be withheld.) Its part list is checked here too, before
 -- the first write: one of another type is a stranger's, and routes nothing.
-local a, k, have, dl, label, now_ms
+local c, now_ms
 if coll and #back > 0 and over == 0 then
-  -- Keep in step with parse_coll in weighted.lua.
-  a, k, have, dl, label = string.match(coll, '^([^|]+)|(%d+)|(%d+)|(%d+)|(.*)$')
-  k, have, dl = tonumber(k), tonumber(have), tonumber(dl)
+  c = parse_coll(coll)
   now_ms = math.floor(now_us() / 1000)
-  if not (a and a ~= acq and have > 0 and have < k and dl > now_ms)
-    or type_err(part_of(a), 'list') then
-    a = nil
+  if not (c and c.acq ~= acq and c.have > 0 and c.have < c.k and c.dl > now_ms)
+    or type_err(part_of(c.acq), 'list') then
+    c = nil
   end
 end
 for i = 1, #owned, 1000 do
   redis.call('ZREM', KEYS[3], unpack(owned, i, math.min(i + 999, #owned)))
 end
 
-if a then
+if c then
   local route, rest = {}, {}
   for _, tok in ipairs(back) do
-    if have < k then
+    if c.have < c.k then
       route[#route + 1] = tok
-      have = have + 1
+      c.have = c.have + 1
       routed[tok] = true
     else
       rest[#rest + 1] = tok
     end
   end
   local score = now_ms + PARTIAL_MS
-  local rec = a .. '|0|' .. now_ms .. '|' .. label
-  local sc = fmt_int(score)
+  lease_all(route, score, c.acq .. '|0|' .. now_ms .. '|' .. c.label)
   for i = 1, #route, 1000 do
-    local last = math.min(i + 999, #route)
-    local z, h = {}, {}
-    for j = i, last do
-      z[#z + 1] = sc
-      z[#z + 1] = route[j]
-      h[#h + 1] = 't:' .. route[j]
-      h[#h + 1] = rec
-    end
-    redis.call('ZADD', KEYS[3], unpack(z))
-    redis.call('HSET', KEYS[4], unpack(h))
-    redis.call('RPUSH', part_of(a), unpack(route, i, last))
+    redis.call('RPUSH', part_of(c.acq), unpack(route, i, math.min(i + 999, #route)))
   end
-  redis.call('HSET', KEYS[1], 'coll', a .. '|' .. k .. '|' .. have .. '|' .. fmt_int(dl) .. '|' .. label)
+  redis.call('HSET', KEYS[1], 'coll', coll_string(c))
   if score < due then redis.call('HSET', KEYS[1], 'due', fmt_int(score)) end
   -- With all k it is woken to seal its grant (a doorbell of the wrong type
   -- is left alone: it wakes within its poll interval anyway); until then it
   -- sleeps on, as what it collects is already recorded.
-  if have == k then
-    local bell = base() .. 'bell:' .. a
-    local rung = redis.pcall('RPUSH', bell, 1)
-    if type(rung) ~= 'table' then redis.call('PEXPIRE', bell, dl - now_ms + 1000) end
-  end
+  if c.have == c.k then ring(c.acq, c.dl - now_ms) end
   back = rest
 end
 

@@ -13,7 +13,8 @@
 -- goes onto the list; a retired one is dropped, and over falls by one,
 -- letting the last withheld token go back when held exceeds it. Anything
 -- else (several tokens, a collector, a token of another epoch, a damaged
--- meta, a "slow" field left after a shrink) falls through to release.lua.
+-- meta, a "slow" field left after a shrink, a token this acquisition does
+-- not own) falls through to release.lua.
 --
 -- holders and meta are read first (a key of the wrong type fails there with
 -- nothing written); the first write (HDEL) frees memory, so a release works
@@ -37,18 +38,12 @@ do
     local h = redis.pcall('HMGET', KEYS[4], 't:' .. tok, 'slow', 'idle')
     if h['err'] then return fail(h, KEYS[4]) end
     local rec = h[1]
-    if not rec or string.sub(rec, 1, #acq) ~= acq or string.byte(rec, #acq + 1) ~= 124 then -- 124: '|'
-      -- Not recorded here; on a replica, say so (see not_here in common.lua).
-      local r = redis.pcall('ZREM', KEYS[3], '')
-      if type(r) == 'table' and r['err'] and string.find(r['err'], 'READONLY', 1, true) then
-        return redis.error_reply(r['err'])
-      end
-      return 0
-    end
+    local owned = rec and string.sub(rec, 1, #acq) == acq and string.byte(rec, #acq + 1) == 124 -- 124: '|'
     -- push: the token that goes onto the list, if any; set and gone: the
-    -- shrink's fields of meta to write once the rest is done.
-    local push, set, gone, fast = tok, nil, nil, not h[2]
-    if not fast then
+    -- shrink's fields of meta to write once the rest is done. A token not
+    -- owned falls through: release.lua answers that (see not_here).
+    local push, set, gone, fast = tok, nil, nil, owned and not h[2]
+    if owned and not fast then
       local m = redis.pcall('HMGET', KEYS[1], 'epoch', 'size', 'over', 'held', 'coll')
       if m['err'] then return fail(m, KEYS[1]) end
       local e, slot = string.match(tok, '^([^:]+):([1-9][0-9]*)$')

@@ -1,6 +1,8 @@
--- weighted.lua: helpers of the weighted scripts (acquire_n.lua, abort_n.lua),
--- placed after common.lua by weighted.go. It defines helpers only; nothing
--- here writes until a script calls it.
+-- weighted.lua: helpers of the weighted scripts (acquire_n.lua, abort_n.lua)
+-- and of release.lua (which routes released tokens to the collector with
+-- parse_coll, lease_all, coll_string and ring, using its first four keys
+-- only), placed after common.lua (registry.go). It defines helpers only;
+-- nothing here writes until a script calls it.
 --
 -- Those scripts take eight keys: common.lua's five, then
 --   KEYS[6] pend     list  base.."pend:"..acqID, the collector's BLMOVE destination
@@ -23,7 +25,7 @@
 -- the next weighted script hands the ticket on. While the collector holds at
 -- least one token it holds the head of the queue: release.lua gives every
 -- released token to it (as a partial lease) until it has k, and rings its
--- bell. release.lua parses coll itself; keep the format in step with it.
+-- bell.
 --
 -- Once it has all k, the collector seals the grant: a fence and a lease
 -- deadline are chosen once, then at most STEP records per script run are
