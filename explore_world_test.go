@@ -22,22 +22,22 @@ import (
 type opKind int
 
 const (
-	opAcquire    opKind = iota // Acquire, cancellable
-	opTryAcquire               // TryAcquire
-	opAcquireN                 // AcquireN(n), cancellable
-	opTryAcquireN              // TryAcquireN(n), cancellable
-	opRelease                  // Release of the lease held
-	opRefresh                  // Refresh(ttl) of the lease held
-	opRefresh2                 // two Refreshes of the lease held at once: ttl and ttl2
-	opResize                   // Resize(n)
-	opReclaim                  // Reclaim
-	opRepair                   // Repair
-	opCrash                    // the process dies here: it never acts again
-	opPause                    // wait until the scheduler lets this client go on
-	opRLock                    // RWMutex.RLock, cancellable
-	opLock                     // RWMutex.Lock, cancellable
-	opTryRLock                 // RWMutex.TryRLock
-	opTryLock                  // RWMutex.TryLock
+	opAcquire     opKind = iota // Acquire, cancellable
+	opTryAcquire                // TryAcquire
+	opAcquireN                  // AcquireN(n), cancellable
+	opTryAcquireN               // TryAcquireN(n), cancellable
+	opRelease                   // Release of the lease held
+	opRefresh                   // Refresh(ttl) of the lease held
+	opRefresh2                  // two Refreshes of the lease held at once: ttl and ttl2
+	opResize                    // Resize(n)
+	opReclaim                   // Reclaim
+	opRepair                    // Repair
+	opCrash                     // the process dies here: it never acts again
+	opPause                     // wait until the scheduler lets this client go on
+	opRLock                     // RWMutex.RLock, cancellable
+	opLock                      // RWMutex.Lock, cancellable
+	opTryRLock                  // RWMutex.TryRLock
+	opTryLock                   // RWMutex.TryLock
 )
 
 // op is one step of a client's program.
