@@ -48,6 +48,8 @@ type Lease struct {
 	flights  []*refreshFlight
 
 	relMu   sync.Mutex      // serialises Release
+	relNext int             // with relMu: the first token a Release has not given back yet (by chunks)
+	relN    int             // with relMu: how many of those before relNext Redis gave back
 	stopCtx context.Context // ends when Release stops auto-refresh
 }
 
@@ -189,6 +191,9 @@ func (l *Lease) Err() error {
 	if l.ctx.Err() == nil {
 		return nil
 	}
+	if err := l.finalErr(); err != nil {
+		return err
+	}
 	return context.Cause(l.ctx)
 }
 
@@ -221,8 +226,14 @@ func (l *Lease) Context() context.Context {
 // pooled connection and its retry on a fresh one.
 //
 // Release stops auto-refresh whatever it returns. On a connection error it
-// may or may not have taken effect; calling it again is safe (it then returns
-// nil or ErrLeaseLost), and a lease nobody releases expires after its TTL.
+// may or may not have taken effect: the lease ends on this side all the same
+// (Valid turns false, Done is closed), as Redis may have given its tokens
+// to others; so does a lease of several runs of which some went through.
+// After an error reply to its first run (a key of the wrong type, a
+// replica) nothing changed, and the lease is held as before. Calling
+// Release again is safe: it goes on with the tokens not given back yet and
+// returns nil or ErrLeaseLost. A lease nobody releases expires after its
+// TTL.
 func (l *Lease) Release(ctx context.Context) error {
 	if l == nil {
 		return ErrLeaseLost
@@ -238,16 +249,21 @@ func (l *Lease) Release(ctx context.Context) error {
 	defer cancel()
 	s := l.sem
 	failpoint.Hit("release.sent")
-	n := 0
-	for i := 0; i < len(l.tokens); i += releaseChunk {
-		chunk := l.tokens[i:min(i+releaseChunk, len(l.tokens))]
+	for l.relNext < len(l.tokens) {
+		chunk := l.tokens[l.relNext:min(l.relNext+releaseChunk, len(l.tokens))]
 		release := *s.leaseKind().release
 		v, retried, err := s.call(ctx, release, l.tokenArgs(release, chunk)...)
 		m, err := redis.Int(v, err)
 		if err != nil {
+			if l.relNext > 0 || !engine.IsRedisError(err) {
+				// Tokens went back, or may have (a lost reply): Redis may
+				// grant them to others, so the holder holds no more. An
+				// error reply to the first run changed nothing.
+				l.end(ErrReleased)
+			}
 			return s.scriptError("release", err)
 		}
-		if m == 0 && retried && l.Valid() {
+		if m == 0 && retried && clk.Now().Before(l.Deadline()) {
 			// After a retry on a fresh connection, a lease whose deadline
 			// has not passed can only be missing because the first attempt
 			// released it, or because Redis lost the semaphore (a restart
@@ -261,9 +277,10 @@ func (l *Lease) Release(ctx context.Context) error {
 				m = len(chunk)
 			}
 		}
-		n += m
+		l.relNext += len(chunk)
+		l.relN += m
 	}
-	if n != len(l.tokens) {
+	if l.relN != len(l.tokens) {
 		return l.lost()
 	}
 	l.finish(ErrReleased)

@@ -48,23 +48,31 @@ func TestReleaseOnAReplicaIsNotALostLease(t *testing.T) {
 	w, err := rw.Lock(ctx)
 	require.NoError(t, err)
 
+	leases := map[string]*Lease{"single": one, "weighted": two, "rwmutex": w}
 	sp.cur.Store(onReplica)
-	for name, l := range map[string]*Lease{"single": one, "weighted": two, "rwmutex": w} {
+	for name, l := range leases {
 		err := l.Refresh(ctx, time.Minute)
-		require.Error(t, err, name)
-		assert.NotErrorIs(t, err, ErrLeaseLost, name)
-		assert.ErrorContains(t, err, "READONLY", name)
-		err = l.Release(ctx)
 		require.Error(t, err, name)
 		assert.NotErrorIs(t, err, ErrLeaseLost, name)
 		assert.ErrorContains(t, err, "READONLY", name)
 		assert.True(t, l.Valid(), "%s: still held", name)
 	}
-
 	sp.cur.Store(onMaster)
-	for name, l := range map[string]*Lease{"single": one, "weighted": two, "rwmutex": w} {
+	for name, l := range leases {
 		require.NoError(t, l.Refresh(ctx, time.Minute), name)
-		require.NoError(t, l.Release(ctx), name)
+	}
+	sp.cur.Store(onReplica)
+	for name, l := range leases {
+		err := l.Release(ctx)
+		require.Error(t, err, name)
+		assert.NotErrorIs(t, err, ErrLeaseLost, name)
+		assert.ErrorContains(t, err, "READONLY", name)
+		assert.True(t, l.Valid(), "%s: an error reply changed nothing", name)
+	}
+	sp.cur.Store(onMaster)
+	for name, l := range leases {
+		require.NoError(t, l.Release(ctx), name, "released on the master, which still recorded it")
+		assert.ErrorIs(t, l.Err(), ErrReleased, name)
 	}
 	requireInventory(t, s, 3, 0)
 	// On the master, a lease that is not recorded is still reported lost.

@@ -145,6 +145,12 @@ func TestScriptCallsNameTheirArguments(t *testing.T) {
 		_, err := runScript(ctx, nil, reclaimScript, engine.Args(reclaimScript, keys, bad...)...) // a nil conn: nothing may be sent
 		require.ErrorIs(t, err, engine.ErrArity, name)
 	}
+	// A list of values goes last.
+	rel := []interface{}{s.k.meta, s.k.tokens, s.k.leases, s.k.holders}
+	_, err = runScript(ctx, nil, releaseScript, engine.Args(releaseScript, rel,
+		engine.A("token", "e:1"), engine.Rest("e:2"), engine.A("acqID", newAcqID()))...)
+	require.ErrorIs(t, err, engine.ErrArity)
+	assert.Len(t, engine.Args(releaseScript, rel, engine.A("token", "e:1"), engine.A("acqID", "a"), engine.Rest("e:2", "e:3")), 4+4)
 	// Shifted: acqID and size swapped, the count right.
 	acq := newAcqID()
 	args := []engine.Arg{engine.A("acqID", acq), engine.A("size", 2), engine.A("ttlMs", 1000), engine.A("label", ""),

@@ -1,6 +1,7 @@
 package redsem
 
 import (
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -168,5 +169,117 @@ func TestReleaseLargeLeaseInChunks(t *testing.T) {
 		require.ErrorIs(t, l.Release(ctx), ErrLeaseLost)
 		requireInventory(t, s, size, 0)
 		assert.Equal(t, size, b.llen(t, s.k.tokens), "no second copy of any token")
+	})
+}
+
+// A TryAcquireN over several runs is granted with the shortest grace too:
+// its next run must not find its own ticket already dead.
+func TestTryAcquireNLargeWithNoGrace(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 30*time.Second)
+		s := newSem(t, b, "try-grace0", 300, WithGrace(0))
+		l, err := s.TryAcquireN(ctx, 200)
+		require.NoError(t, err, "300 of 300 tokens are free")
+		require.NoError(t, l.Release(ctx))
+		requireInventory(t, s, 300, 0)
+	})
+}
+
+// A release that completes a TryAcquireN's collection rings its doorbell;
+// the try's next run removes it, so nothing of the try is left once it is
+// granted.
+func TestTryAcquireNLeavesNoDoorbell(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 30*time.Second)
+		const size = 300
+		s := newSem(t, b, "try-bell", size)
+		acq := engine.NewAcqID()
+		c := b.pool.Get()
+		defer c.Close()
+		r, err := parseAcquireNReply(acquireNScript.Do(c, s.acquireNArgs(acq, size, 0, "fresh")...))
+		require.NoError(t, err)
+		require.Equal(t, int64(modeMore), r.mode)
+		singles := holdN(t, ctx, s.TryAcquire, size-tryStep)
+		for _, h := range singles {
+			require.NoError(t, h.Release(ctx)) // each goes to the try
+		}
+		require.Equal(t, 1, b.llen(t, s.k.bell(acq)), "rung by the release that completed it")
+		for i := 0; i < 10 && r.code != engine.CodeGranted; i++ {
+			r, err = parseAcquireNReply(acquireNScript.Do(c, s.acquireNArgs(acq, size, 0, "more")...))
+			require.NoError(t, err)
+		}
+		require.Equal(t, int64(engine.CodeGranted), r.code)
+		assert.Equal(t, 0, b.llen(t, s.k.bell(acq)), "doorbell of a granted try")
+		l := s.newLeaseN(acq, r.tokens, r.fence, r.deadlineMs, monoNow())
+		require.NoError(t, l.Release(ctx))
+		assert.Equal(t, 0, extraKeys(t, b, s))
+	})
+}
+
+// A Release of several runs that fails half way has ended the lease on
+// this side already (its first run's tokens may be another's by then), and
+// a second Release goes on with the tokens not given back yet.
+func TestReleaseHalfDoneEndsTheLease(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 30*time.Second)
+		const size = 300
+		var runs, failFrom atomic.Int64
+		failFrom.Store(2)
+		hp := &hookPool{Pool: b.pool, BeforeDo: func(cmd string, args []interface{}) error {
+			if isScript(releaseScript, cmd, args) && runs.Add(1) >= failFrom.Load() {
+				return errLink
+			}
+			return nil
+		}}
+		s, err := NewSemaphore(hp, "half-release", size, WithFixedTTL(), WithTTL(time.Minute))
+		require.NoError(t, err)
+		l, err := s.AcquireN(ctx, size)
+		require.NoError(t, err)
+		require.ErrorIs(t, l.Release(ctx), errLink)
+		assert.False(t, l.Valid())
+		assert.Error(t, l.Context().Err())
+		other := newSem(t, b, "half-release", size)
+		l2, err := other.TryAcquireN(ctx, releaseChunk)
+		require.NoError(t, err, "the first run's tokens went back")
+		require.NoError(t, l2.Release(ctx))
+
+		failFrom.Store(1 << 40) // the link is back
+		require.NoError(t, l.Release(ctx))
+		assert.ErrorIs(t, l.Err(), ErrReleased)
+		requireInventory(t, other, size, 0)
+	})
+}
+
+var errLink = errors.New("test: link down")
+
+// A Release whose outcome is unknown (a connection error: Redis may have
+// run it) ends the lease on the client's side (Done closed, Valid false),
+// and a second one, once Redis answers, gives it back.
+func TestReleaseOfUnknownOutcomeEndsTheLease(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		var down atomic.Bool
+		down.Store(true)
+		hp := &hookPool{Pool: b.pool, BeforeDo: func(cmd string, args []interface{}) error {
+			if down.Load() && isScript(releaseScript, cmd, args) {
+				return errLink
+			}
+			return nil
+		}}
+		s, err := NewSemaphore(hp, "ends-first", 1)
+		require.NoError(t, err)
+		l, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		require.ErrorIs(t, l.Release(ctx), errLink)
+		select {
+		case <-l.Done():
+		default:
+			t.Fatal("Done not closed by a Release that was never sent")
+		}
+		assert.False(t, l.Valid())
+		requireInventory(t, s, 0, 1)
+		down.Store(false)
+		require.NoError(t, l.Release(ctx))
+		requireInventory(t, s, 1, 0)
 	})
 }

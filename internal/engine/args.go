@@ -57,10 +57,13 @@ func Args(script *redis.Script, keys []interface{}, args ...Arg) []interface{} {
 		}
 	}
 	i := 0
-	for _, a := range args {
+	for j, a := range args {
 		if a.Name == restName {
-			if !d.args.Rest {
+			switch {
+			case !d.args.Rest:
 				refuse("values after its arguments, which its header does not take")
+			case j != len(args)-1:
+				refuse("values before its argument %q", args[j+1].Name)
 			}
 			out = append(out, a.Value.([]interface{})...)
 			continue

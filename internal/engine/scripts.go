@@ -62,13 +62,13 @@ func checkArity(script *redis.Script, keysAndArgs []interface{}) error {
 	declMu.Lock()
 	d, ok := arity[script]
 	declMu.Unlock()
-	if !ok || d.MinArgs < 0 {
-		return nil
-	}
 	if n := len(keysAndArgs); n > 0 {
-		if bad, ok := keysAndArgs[n-1].(badArgs); ok {
+		if bad, isBad := keysAndArgs[n-1].(badArgs); isBad {
 			return fmt.Errorf("%w: %s: %s", ErrArity, d.File, bad.why)
 		}
+	}
+	if !ok || d.MinArgs < 0 {
+		return nil
 	}
 	if n := len(keysAndArgs) - d.Keys; n < d.MinArgs || n > d.MaxArgs {
 		return fmt.Errorf("%w: %s takes %d keys and %s arguments, called with %d values",

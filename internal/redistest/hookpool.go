@@ -15,6 +15,9 @@ type HookPool struct {
 	Pool interface {
 		GetContext(ctx context.Context) (redis.Conn, error)
 	}
+	// BeforeDo runs before a command is sent; a non-nil error is returned
+	// instead and nothing is sent, as if the link were down.
+	BeforeDo func(cmd string, args []interface{}) error
 	// AfterDo runs after a command executed; a non-nil error replaces the
 	// reply, as if the connection broke before the reply arrived.
 	AfterDo func(cmd string, args []interface{}) error
@@ -48,17 +51,33 @@ func (c *hookConn) after(cmd string, args []interface{}, v interface{}, err erro
 	return v, err
 }
 
+func (c *hookConn) before(cmd string, args []interface{}) error {
+	if c.p.BeforeDo != nil {
+		return c.p.BeforeDo(cmd, args)
+	}
+	return nil
+}
+
 func (c *hookConn) Do(cmd string, args ...interface{}) (interface{}, error) {
+	if err := c.before(cmd, args); err != nil {
+		return nil, err
+	}
 	v, err := c.Conn.Do(cmd, args...)
 	return c.after(cmd, args, v, err)
 }
 
 func (c *hookConn) DoContext(ctx context.Context, cmd string, args ...interface{}) (interface{}, error) {
+	if err := c.before(cmd, args); err != nil {
+		return nil, err
+	}
 	v, err := redis.DoContext(c.Conn, ctx, cmd, args...)
 	return c.after(cmd, args, v, err)
 }
 
 func (c *hookConn) DoWithTimeout(d time.Duration, cmd string, args ...interface{}) (interface{}, error) {
+	if err := c.before(cmd, args); err != nil {
+		return nil, err
+	}
 	v, err := redis.DoWithTimeout(c.Conn, d, cmd, args...)
 	return c.after(cmd, args, v, err)
 }

@@ -114,7 +114,9 @@ end
 -- In use from here on: no idle expiry (see common.lua).
 idle_setting(idle)
 wake()
-if phase == 'wait' then redis.call('DEL', KEYS[7]) end
+-- The doorbell, rung for a wait (or, for a try collecting over several
+-- runs, by a release that completed it) has done its work.
+if not fresh then redis.call('DEL', KEYS[7]) end
 
 if due_now then
   reclaim(due_now, epoch, size)
@@ -405,6 +407,10 @@ elseif have > 0 then
   end
 end
 local dl = now_ms + b + grace
+-- A try runs again at once, but its next run must not find its own ticket
+-- dead when the grace is short: it gets a sleeping collector's check-in
+-- interval too.
+if try then dl = now_ms + poll + grace end
 coll.k, coll.have, coll.dl, coll.label = k, have, dl, label
 redis.call('HSET', KEYS[4], 'slow', 1) -- see release_fast.lua
 redis.call('HSET', KEYS[1], 'coll', coll_string(coll))
