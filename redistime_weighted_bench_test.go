@@ -39,19 +39,26 @@ func BenchmarkAcquireNRedisTime(b *testing.B) {
 	}
 }
 
-func benchAcquireNRedisTime(b *testing.B, k int, oneByOne bool) {
+// slowlogSemaphore starts a redis-server that logs every command in
+// SLOWLOG and returns a semaphore of size k named name on it, and an admin
+// connection.
+func slowlogSemaphore(b *testing.B, name string, k int) (*Semaphore, redis.Conn) {
 	srv := redistest.Start(b, "--slowlog-log-slower-than", "0", "--slowlog-max-len", "1000000")
-	pool := newPool(b, srv.Addr)
-	s, err := NewSemaphore(pool, "redistime-n", k, WithFixedTTL(), WithTTL(10*time.Minute))
+	s, err := NewSemaphore(newPool(b, srv.Addr), name, k, WithFixedTTL(), WithTTL(10*time.Minute))
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx := context.Background()
 	admin, err := redis.Dial("tcp", srv.Addr)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer admin.Close()
+	b.Cleanup(func() { admin.Close() })
+	return s, admin
+}
+
+func benchAcquireNRedisTime(b *testing.B, k int, oneByOne bool) {
+	s, admin := slowlogSemaphore(b, "redistime-n", k)
+	ctx := context.Background()
 	// Load the scripts and create the semaphore.
 	l, err := s.AcquireN(ctx, k)
 	if err != nil {
@@ -146,18 +153,8 @@ func benchAcquireNRedisTime(b *testing.B, k int, oneByOne bool) {
 // semaphore of size k, then its release: acquire_n-max-us is the longest
 // single run of acquire_n.lua, acquire_n-calls/op how many runs it took.
 func benchTryAcquireNRedisTime(b *testing.B, k int) {
-	srv := redistest.Start(b, "--slowlog-log-slower-than", "0", "--slowlog-max-len", "1000000")
-	pool := newPool(b, srv.Addr)
-	s, err := NewSemaphore(pool, "redistime-try", k, WithFixedTTL(), WithTTL(10*time.Minute))
-	if err != nil {
-		b.Fatal(err)
-	}
+	s, admin := slowlogSemaphore(b, "redistime-try", k)
 	ctx := context.Background()
-	admin, err := redis.Dial("tcp", srv.Addr)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer admin.Close()
 	var acqUs, acqMax, acqCalls, relUs, relMax float64
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

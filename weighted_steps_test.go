@@ -14,6 +14,20 @@ import (
 	"github.com/redsem/redsem/internal/engine"
 )
 
+// tryRuns runs a TryAcquireN of k on s by hand, one run of acquire_n.lua at
+// a time on one connection: run("fresh") first, then run("more").
+func tryRuns(t *testing.T, b *backend, s *Semaphore, k int) (string, func(phase string) acquireNReply) {
+	acq := engine.NewAcqID()
+	c := b.pool.Get()
+	t.Cleanup(func() { c.Close() })
+	return acq, func(phase string) acquireNReply {
+		t.Helper()
+		r, err := parseAcquireNReply(acquireNScript.Do(c, s.acquireNArgs(acq, k, 0, phase)...))
+		require.NoError(t, err)
+		return r
+	}
+}
+
 // countRuns returns a pool that counts the runs of script sent through it.
 func countRuns(p Pool, script *redis.Script) (*hookPool, *atomic.Int64) {
 	n := &atomic.Int64{}
@@ -36,15 +50,11 @@ func TestTryAcquireNLargeTakesSteps(t *testing.T) {
 		// Run by run, on the script itself: each run before the grant asks
 		// for another at once (mode 3) and has collected tryStep more at
 		// most.
-		acq := engine.NewAcqID()
-		c := b.pool.Get()
-		defer c.Close()
+		acq, run := tryRuns(t, b, s, size)
 		phase, have, runs := "fresh", 0, 0
 		var r acquireNReply
 		for {
-			var err error
-			r, err = parseAcquireNReply(acquireNScript.Do(c, s.acquireNArgs(acq, size, 0, phase)...))
-			require.NoError(t, err)
+			r = run(phase)
 			runs++
 			if r.code == engine.CodeGranted {
 				break
@@ -102,20 +112,16 @@ func TestTryAcquireNLargeGivesUpHalfWay(t *testing.T) {
 		ctx := ctxT(t, 30*time.Second)
 		const size = 300
 		s := newSem(t, b, "try-gives-up", size)
-		acq := engine.NewAcqID()
-		c := b.pool.Get()
-		defer c.Close()
-		r, err := parseAcquireNReply(acquireNScript.Do(c, s.acquireNArgs(acq, size, 0, "fresh")...))
-		require.NoError(t, err)
+		_, run := tryRuns(t, b, s, size)
+		r := run("fresh")
 		require.Equal(t, int64(modeMore), r.mode)
 		require.Len(t, collecting(t, s), tryStep)
 
-		_, err = s.TryAcquireN(ctx, 2)
+		_, err := s.TryAcquireN(ctx, 2)
 		require.ErrorIs(t, err, ErrNoToken, "a weighted request collects")
 		singles := holdN(t, ctx, s.TryAcquire, 100)
 
-		r, err = parseAcquireNReply(acquireNScript.Do(c, s.acquireNArgs(acq, size, 0, "more")...))
-		require.NoError(t, err)
+		r = run("more")
 		assert.Equal(t, int64(engine.CodeWaiting), r.code)
 		assert.Equal(t, int64(0), r.mode, "refused")
 		requireInventory(t, s, size-100, 100)
@@ -193,11 +199,8 @@ func TestTryAcquireNLeavesNoDoorbell(t *testing.T) {
 		ctx := ctxT(t, 30*time.Second)
 		const size = 300
 		s := newSem(t, b, "try-bell", size)
-		acq := engine.NewAcqID()
-		c := b.pool.Get()
-		defer c.Close()
-		r, err := parseAcquireNReply(acquireNScript.Do(c, s.acquireNArgs(acq, size, 0, "fresh")...))
-		require.NoError(t, err)
+		acq, run := tryRuns(t, b, s, size)
+		r := run("fresh")
 		require.Equal(t, int64(modeMore), r.mode)
 		singles := holdN(t, ctx, s.TryAcquire, size-tryStep)
 		for _, h := range singles {
@@ -205,8 +208,7 @@ func TestTryAcquireNLeavesNoDoorbell(t *testing.T) {
 		}
 		require.Equal(t, 1, b.llen(t, s.k.bell(acq)), "rung by the release that completed it")
 		for i := 0; i < 10 && r.code != engine.CodeGranted; i++ {
-			r, err = parseAcquireNReply(acquireNScript.Do(c, s.acquireNArgs(acq, size, 0, "more")...))
-			require.NoError(t, err)
+			r = run("more")
 		}
 		require.Equal(t, int64(engine.CodeGranted), r.code)
 		assert.Equal(t, 0, b.llen(t, s.k.bell(acq)), "doorbell of a granted try")
