@@ -211,6 +211,25 @@ local function owner_of(rec)
   return string.match(rec, '^([^|]*)|')
 end
 
+-- each_lease calls f(tok, rec, score) for every token of toks with its
+-- holder record and its lease's deadline (nil when missing), read a
+-- thousand tokens at a time (HMGET holders, ZMSCORE leases). It stops at,
+-- and returns, the first value f returns that is not nil.
+local function each_lease(toks, f)
+  for i = 1, #toks, 1000 do
+    local last = math.min(i + 999, #toks)
+    local fields = {}
+    for j = i, last do fields[#fields + 1] = 't:' .. toks[j] end
+    local recs = redis.call('HMGET', KEYS[4], unpack(fields))
+    local scores = redis.call('ZMSCORE', KEYS[3], unpack(toks, i, last))
+    for j = 1, #fields do
+      local r = f(toks[i + j - 1], recs[j], scores[j])
+      if r ~= nil then return r end
+    end
+  end
+  return nil
+end
+
 -- base is the common prefix of this semaphore's keys, e.g. "redsem:{name}:".
 local function base()
   return string.sub(KEYS[1], 1, #KEYS[1] - 4)

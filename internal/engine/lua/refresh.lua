@@ -15,19 +15,10 @@ local now_ms = math.floor(now / 1000)
 -- due (see read_meta) must not be later than the new deadline, or a
 -- shortened lease whose holder dies would not be swept until the old one.
 local due = tonumber(redis.call('HGET', KEYS[1], 'due'))
-for i = 1, #toks, 1000 do
-  local last = math.min(i + 999, #toks)
-  local fields = {}
-  for j = i, last do fields[#fields + 1] = 't:' .. toks[j] end
-  local recs = redis.call('HMGET', KEYS[4], unpack(fields))
-  local scores = redis.call('ZMSCORE', KEYS[3], unpack(toks, i, last))
-  for j = 1, #fields do
-    local rec, score = recs[j], scores[j]
-    if not rec or owner_of(rec) ~= acq or not score or tonumber(score) <= now_ms then
-      return not_here(KEYS[3]) or {0, 0, now}
-    end
-  end
-end
+local lost = each_lease(toks, function(_, rec, score)
+  if not rec or owner_of(rec) ~= acq or not score or tonumber(score) <= now_ms then return true end
+end)
+if lost then return not_here(KEYS[3]) or {0, 0, now} end
 -- ZREM first: a write that frees memory lets the ZADD through when Redis is
 -- at maxmemory with noeviction, so holders can still refresh (FM-16).
 local dl = fmt_int(now_ms + ttl)

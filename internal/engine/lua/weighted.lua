@@ -105,17 +105,9 @@ local function held_by(acq)
   if not idx then return toks end
   local listed = {}
   for tok in string.gmatch(idx, '%S+') do listed[#listed + 1] = tok end
-  for i = 1, #listed, 1000 do
-    local last = math.min(i + 999, #listed)
-    local fields = {}
-    for j = i, last do fields[#fields + 1] = 't:' .. listed[j] end
-    local recs = redis.call('HMGET', KEYS[4], unpack(fields))
-    local scores = redis.call('ZMSCORE', KEYS[3], unpack(listed, i, last))
-    for j = 1, #fields do
-      local rec = recs[j]
-      if rec and owner_of(rec) == acq and scores[j] then toks[#toks + 1] = listed[i + j - 1] end
-    end
-  end
+  each_lease(listed, function(tok, rec, score)
+    if rec and owner_of(rec) == acq and score then toks[#toks + 1] = tok end
+  end)
   return toks
 end
 
