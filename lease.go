@@ -191,10 +191,13 @@ func (l *Lease) Err() error {
 	if l.ctx.Err() == nil {
 		return nil
 	}
-	if err := l.finalErr(); err != nil {
+	cause := context.Cause(l.ctx)
+	if err := l.finalErr(); err != nil && errors.Is(cause, ErrReleased) {
+		// Ended by a Release whose outcome was unknown; a later Release
+		// or Refresh said how it ended.
 		return err
 	}
-	return context.Cause(l.ctx)
+	return cause
 }
 
 // Context returns a context that is cancelled when the lease ends;
@@ -229,8 +232,9 @@ func (l *Lease) Context() context.Context {
 // may or may not have taken effect: the lease ends on this side all the same
 // (Valid turns false, Done is closed), as Redis may have given its tokens
 // to others; so does a lease of several runs of which some went through.
-// After an error reply to its first run (a key of the wrong type, a
-// replica) nothing changed, and the lease is held as before. Calling
+// After an error reply to its first run's only attempt (a key of the wrong
+// type, a replica behind a plain pool) nothing changed, and the lease is
+// held as before. Calling
 // Release again is safe: it goes on with the tokens not given back yet and
 // returns nil or ErrLeaseLost. A lease nobody releases expires after its
 // TTL.
@@ -255,10 +259,11 @@ func (l *Lease) Release(ctx context.Context) error {
 		v, retried, err := s.call(ctx, release, l.tokenArgs(release, chunk)...)
 		m, err := redis.Int(v, err)
 		if err != nil {
-			if l.relNext > 0 || !engine.IsRedisError(err) {
-				// Tokens went back, or may have (a lost reply): Redis may
-				// grant them to others, so the holder holds no more. An
-				// error reply to the first run changed nothing.
+			if l.relNext > 0 || retried || !engine.IsRedisError(err) {
+				// Tokens went back, or may have (a lost reply, even if the
+				// retry got an error reply): Redis may grant them to
+				// others, so the holder holds no more. Only an error reply
+				// to the first run's only attempt changed nothing.
 				l.end(ErrReleased)
 			}
 			return s.scriptError("release", err)
@@ -271,6 +276,7 @@ func (l *Lease) Release(ctx context.Context) error {
 			// epoch.
 			same, err := l.sameEpoch(ctx)
 			if err != nil {
+				l.end(ErrReleased) // the first attempt likely released it
 				return s.scriptError("release", err)
 			}
 			if same {

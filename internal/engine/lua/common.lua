@@ -201,8 +201,11 @@ end
 -- the script's own business, not this one's.
 local function not_here(key)
   local r = redis.pcall('ZREM', key, '')
-  if type(r) == 'table' and r['err'] and string.find(r['err'], 'READONLY', 1, true) then
-    return redis.error_reply(r['err'])
+  local at = type(r) == 'table' and r['err'] and string.find(r['err'], 'READONLY', 1, true)
+  if at then
+    -- From READONLY on: Redis 6 prefixes the script's position and leaves
+    -- the line end, and the pools classify a reply by its first word.
+    return redis.error_reply((string.gsub(string.sub(r['err'], at), '%s+$', '')))
   end
   return nil
 end
