@@ -234,10 +234,9 @@ func (l *Lease) Context() context.Context {
 // to others; so does a lease of several runs of which some went through.
 // After an error reply to its first run's only attempt (a key of the wrong
 // type, a replica behind a plain pool) nothing changed, and the lease is
-// held as before. Calling
-// Release again is safe: it goes on with the tokens not given back yet and
-// returns nil or ErrLeaseLost. A lease nobody releases expires after its
-// TTL.
+// held as before. Calling Release again is safe: it goes on with the tokens
+// not given back yet and returns nil or ErrLeaseLost. A lease nobody
+// releases expires after its TTL.
 func (l *Lease) Release(ctx context.Context) error {
 	if l == nil {
 		return ErrLeaseLost
