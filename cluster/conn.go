@@ -153,7 +153,16 @@ func (c *conn) do(bctx, ctx context.Context, timeout time.Duration, cmd string, 
 					return nil, err
 				}
 				if addr = c.target(slot); addr == "" {
-					return nil, fmt.Errorf("%w: no master for slot %d", ErrNoNode, slot)
+					// In a failover the map can lack a master for the slot
+					// until the nodes agree on the new one (a refresh in
+					// between): ask again after a backoff, as after a
+					// redirect, rather than fail at once.
+					lastErr = fmt.Errorf("%w: no master for slot %d", ErrNoNode, slot)
+					c.p.stats.retries.Add(1)
+					if err := backoff(bctx, attempt); err != nil {
+						return nil, lastErr
+					}
+					continue
 				}
 			}
 		}

@@ -15,7 +15,8 @@ var (
 	ErrClosed = errors.New("redsem/cluster: pool closed")
 
 	// ErrNoNode is returned when no node of the cluster answered CLUSTER
-	// SLOTS, or the slot map has no master for a slot.
+	// SLOTS, or the slot map still has no master for a slot after the
+	// retries WithMaxRedirects allows (a failover leaves none for a moment).
 	ErrNoNode = errors.New("redsem/cluster: no reachable node")
 
 	// ErrNotReplicated is matched (errors.Is) by *NotReplicatedError.
