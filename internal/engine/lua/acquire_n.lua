@@ -313,9 +313,7 @@ if not seal then
   if #new > 0 then
     local score = now_ms + PARTIAL_MS
     lease_all(new, score, acq .. '|0|' .. now_ms .. '|' .. label)
-    for i = 1, #new, 1000 do
-      redis.call('RPUSH', part, unpack(new, i, math.min(i + 999, #new)))
-    end
+    push_part(part, new)
     lower_due(score)
     have = have + #new
   end
@@ -333,9 +331,7 @@ if not seal then
       unlease(acq, retired)
       returned({}, #retired)
       redis.call('DEL', part)
-      for i = 1, #keep, 1000 do
-        redis.call('RPUSH', part, unpack(keep, i, math.min(i + 999, #keep)))
-      end
+      push_part(part, keep)
       have = #keep
       again = true
     end

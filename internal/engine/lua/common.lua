@@ -214,6 +214,26 @@ local function owner_of(rec)
   return string.match(rec, '^([^|]*)|')
 end
 
+-- owned_by returns the tokens of toks whose holder record names acq, each
+-- once, in toks' order, read a thousand at a time (HMGET holders).
+local function owned_by(acq, toks)
+  local mine, seen = {}, {}
+  for i = 1, #toks, 1000 do
+    local last = math.min(i + 999, #toks)
+    local fields = {}
+    for j = i, last do fields[#fields + 1] = 't:' .. toks[j] end
+    local recs = redis.call('HMGET', KEYS[4], unpack(fields))
+    for j = i, last do
+      local rec, tok = recs[j - i + 1], toks[j]
+      if rec and owner_of(rec) == acq and not seen[tok] then
+        seen[tok] = true
+        mine[#mine + 1] = tok
+      end
+    end
+  end
+  return mine
+end
+
 -- each_lease calls f(tok, rec, score) for every token of toks with its
 -- holder record and its lease's deadline (nil when missing), read a
 -- thousand tokens at a time (HMGET holders, ZMSCORE leases). It stops at,
@@ -483,19 +503,7 @@ local function drop_partial(acq, epoch, size)
   local part = part_of(acq)
   local toks = redis.call('LRANGE', part, 0, 99999)
   redis.call('DEL', part)
-  local mine, seen = {}, {}
-  for i = 1, #toks, 1000 do
-    local fields = {}
-    for j = i, math.min(i + 999, #toks) do fields[#fields + 1] = 't:' .. toks[j] end
-    local recs = redis.call('HMGET', KEYS[4], unpack(fields))
-    for j = 1, #fields do
-      local tok, rec = toks[i + j - 1], recs[j]
-      if rec and owner_of(rec) == acq and not seen[tok] then
-        seen[tok] = true
-        mine[#mine + 1] = tok
-      end
-    end
-  end
+  local mine = owned_by(acq, toks)
   for i = 1, #mine, 1000 do
     local last = math.min(i + 999, #mine)
     local fields = {}

@@ -19,20 +19,7 @@ for i = 3, #ARGV do toks[#toks + 1] = ARGV[i] end
 -- holders and meta are read, and the token list checked, before the first
 -- write (ZREM, which also checks leases): a key of the wrong type fails the
 -- release with nothing changed.
-local owned, seen = {}, {}
-for i = 1, #toks, 1000 do
-  local last = math.min(i + 999, #toks)
-  local fields = {}
-  for j = i, last do fields[#fields + 1] = 't:' .. toks[j] end
-  local recs = redis.call('HMGET', KEYS[4], unpack(fields))
-  for j = i, last do
-    local rec, tok = recs[j - i + 1], toks[j]
-    if rec and owner_of(rec) == acq and not seen[tok] then
-      seen[tok] = true
-      owned[#owned + 1] = tok
-    end
-  end
-end
+local owned = owned_by(acq, toks)
 if #owned == 0 then return not_here(KEYS[3]) or 0 end
 local size, epoch, _, due, err, coll, over, held = read_meta()
 if err then return redis.error_reply(err) end
@@ -81,9 +68,7 @@ if c then
   end
   local score = now_ms + PARTIAL_MS
   lease_all(route, score, c.acq .. '|0|' .. now_ms .. '|' .. c.label)
-  for i = 1, #route, 1000 do
-    redis.call('RPUSH', part_of(c.acq), unpack(route, i, math.min(i + 999, #route)))
-  end
+  push_part(part_of(c.acq), route)
   redis.call('HSET', KEYS[1], 'coll', coll_string(c))
   if score < due then redis.call('HSET', KEYS[1], 'due', fmt_int(score)) end
   -- With all k it is woken to seal its grant (a doorbell of the wrong type

@@ -97,6 +97,13 @@ local function lease_all(toks, deadline, rec)
   end
 end
 
+-- push_part appends toks to the part list part, a thousand a command.
+local function push_part(part, toks)
+  for i = 1, #toks, 1000 do
+    redis.call('RPUSH', part, unpack(toks, i, math.min(i + 999, #toks)))
+  end
+end
+
 -- held_by returns the tokens of acq's granted lease (listed in "a:"..acq)
 -- that it still holds: the record is acq's and the lease exists.
 local function held_by(acq)
