@@ -130,10 +130,14 @@ func (l *Lease) tokenArgs(script *redis.Script, toks []string, extra ...engine.A
 	return engine.Args(script, l.sem.leaseKind().keys(l.sem.k), args...)
 }
 
-// releaseChunk is the most tokens one run of release.lua gives back: a
-// lease of more is released by several runs, one after another, so that no
-// run holds Redis for long (about 1.5µs a token).
-const releaseChunk = 256
+// releaseChunk is the most tokens one run of release.lua gives back, and
+// refreshChunk the most one run of refresh.lua extends: a lease of more is
+// released or refreshed by several runs, one after another, so that no run
+// holds Redis for long (about 1.5µs a token).
+const (
+	releaseChunk = 256
+	refreshChunk = 256
+)
 
 // Fence returns the fencing token of this acquisition: strictly greater than
 // the fence of every earlier acquisition of the semaphore. Pass it with every
@@ -292,6 +296,26 @@ func (l *Lease) Release(ctx context.Context) error {
 	return nil
 }
 
+// giveBack gives back, best effort, the tokens of a lease found lost that
+// Redis still records for it (release.lua is owner-checked: a token that
+// went to someone else is left alone). It does not stop auto-refresh, so a
+// refresh may call it.
+func (l *Lease) giveBack(ctx context.Context) {
+	l.relMu.Lock()
+	defer l.relMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	s := l.sem
+	for l.relNext < len(l.tokens) {
+		chunk := l.tokens[l.relNext:min(l.relNext+releaseChunk, len(l.tokens))]
+		release := *s.leaseKind().release
+		if _, _, err := s.call(ctx, release, l.tokenArgs(release, chunk)...); err != nil {
+			return // what is left expires at its deadline
+		}
+		l.relNext += len(chunk)
+	}
+}
+
 // sameEpoch reports whether the semaphore in Redis is the one this lease was
 // granted by: its meta record exists and holds the epoch of the lease's
 // tokens ("<epoch>:<slot>").
@@ -313,11 +337,19 @@ func (l *Lease) sameEpoch(ctx context.Context) (bool, error) {
 }
 
 // Refresh extends the lease to ttl from now (Redis time): every token of it,
-// in one script, or none. ttl must be between MinTTL and MaxTTL
+// or none if it is lost, in one script for up to 256 tokens (larger leases
+// below). ttl must be between MinTTL and MaxTTL
 // (ErrInvalidTTL). It fails with ErrLeaseLost once Redis no longer
 // records the lease (any of its tokens), with ErrLeaseExpired
 // once the local deadline has passed, and with ErrReleased after Release; it
 // never brings back a lease that expired (FM-09).
+//
+// A lease of more than 256 tokens (AcquireN) is extended 256 tokens a
+// script, one after another, so that no script holds Redis for long; the
+// local deadline is raised only once every run has succeeded, to the
+// earliest deadline among them. A run that finds the lease lost after
+// earlier runs extended part of it gives back the tokens Redis still
+// records for it, rather than leave them held for one more TTL.
 //
 // Refresh may be called while another Refresh (auto-refresh's, say) is on
 // the wire: the local deadline never falls after the one Redis enforces,
@@ -341,16 +373,29 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	sent := monoNow()
 	f := l.startRefresh(sent, ttl)
 	refresh := *s.leaseKind().refresh
-	v, _, err := s.call(ctx, refresh, l.tokenArgs(refresh, l.tokens, engine.A("ttlMs", ttl.Milliseconds()))...)
-	vals, err := redis.Int64s(v, err)
-	if err != nil {
-		l.endRefresh(f)
-		return s.scriptError("refresh", err)
-	}
-	s.clock.observe(sent, vals[2])
-	if vals[0] != 1 {
-		l.endRefresh(f)
-		return l.lost()
+	var deadlineMs int64
+	for i := 0; i < len(l.tokens); i += refreshChunk {
+		chunk := l.tokens[i:min(i+refreshChunk, len(l.tokens))]
+		v, _, err := s.call(ctx, refresh, l.tokenArgs(refresh, chunk, engine.A("ttlMs", ttl.Milliseconds()))...)
+		vals, err := redis.Int64s(v, err)
+		if err != nil {
+			// Runs before this one may have extended part of the lease:
+			// the local deadline, lowered by startRefresh, is still safe.
+			l.endRefresh(f)
+			return s.scriptError("refresh", err)
+		}
+		s.clock.observe(sent, vals[2])
+		if vals[0] != 1 {
+			l.endRefresh(f)
+			err := l.lost()
+			if i > 0 {
+				l.giveBack(ctx)
+			}
+			return err
+		}
+		if i == 0 {
+			deadlineMs = vals[1] // the earliest: later runs ran later
+		}
 	}
 	failpoint.Hit("refresh.replied")
 	// The flight ends under the same lock that applies its deadline: a
@@ -368,7 +413,7 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		return context.Cause(l.ctx)
 	}
 	l.ttl = ttl
-	dl := s.clock.localDeadline(vals[1], ttl, sent)
+	dl := s.clock.localDeadline(deadlineMs, ttl, sent)
 	if overlapped && dl.After(l.deadline) {
 		// Another refresh was on the wire too, and Redis may have run it
 		// after this one: keep the earlier deadline.

@@ -285,3 +285,56 @@ func TestReleaseOfUnknownOutcomeEndsTheLease(t *testing.T) {
 		requireInventory(t, s, 1, 0)
 	})
 }
+
+// A lease of more than refreshChunk tokens is refreshed in several runs of
+// refresh.lua, each extending its share: afterwards every token's server
+// deadline is the new one, and the local deadline moved up with them.
+func TestRefreshLargeLeaseInRuns(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 30*time.Second)
+		const size = 2*refreshChunk + 50
+		cp, runs := countRuns(b.pool, refreshScript)
+		s, err := NewSemaphore(cp, "refresh-runs", size, WithFixedTTL(), WithTTL(10*time.Second))
+		require.NoError(t, err)
+		l, err := s.AcquireN(ctx, size)
+		require.NoError(t, err)
+		before := l.Deadline()
+		runs.Store(0)
+		require.NoError(t, l.Refresh(ctx, time.Minute))
+		assert.Equal(t, int64(3), runs.Load())
+		assert.True(t, l.Deadline().After(before.Add(40*time.Second)), "local deadline raised")
+		scores, err := redis.Int64Map(b.do(t, "ZRANGE", s.k.leases, 0, -1, "WITHSCORES"), nil)
+		require.NoError(t, err)
+		require.Len(t, scores, size)
+		for tok, ms := range scores {
+			assert.Greater(t, ms, time.Now().Add(50*time.Second).UnixMilli(), "token %s extended", tok)
+		}
+		require.NoError(t, l.Release(ctx))
+		requireInventory(t, s, size, 0)
+	})
+}
+
+// A refresh whose later run finds the lease lost (one of its tokens was
+// reclaimed) ends the lease and gives back the tokens still recorded for it,
+// those an earlier run extended included: they do not stay held one more
+// TTL.
+func TestRefreshLostHalfWayGivesBack(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 30*time.Second)
+		const size = 2*refreshChunk + 50
+		s, err := NewSemaphore(b.pool, "refresh-lost", size, WithFixedTTL(), WithTTL(time.Minute))
+		require.NoError(t, err)
+		l, err := s.AcquireN(ctx, size)
+		require.NoError(t, err)
+		lost := l.Tokens()[refreshChunk+10] // in the second run's share
+		b.do(t, "ZADD", s.k.leases, "XX", 1, lost)
+		n, err := s.Reclaim(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.ErrorIs(t, l.Refresh(ctx, time.Minute), ErrLeaseLost)
+		assert.False(t, l.Valid())
+		requireInventory(t, s, size, 0)
+		assert.Equal(t, size, b.llen(t, s.k.tokens), "every token back, once")
+		require.ErrorIs(t, l.Release(ctx), ErrLeaseLost)
+	})
+}
