@@ -110,7 +110,13 @@ func TestStoppedHolderPastTTL(t *testing.T) {
 // waiter, once resumed, must not use the stale grant.
 func TestFrozenWaiterFirstInLine(t *testing.T) {
 	t.Parallel()
-	const ttl = time.Second
+	// Every waiter's block ends by the earliest lease deadline, the
+	// holder's first one (one TTL after it acquired): the frozen waiter must
+	// still be blocked when the second one blocks and when the holder
+	// releases, so both workers must start within one TTL. Under a loaded
+	// CI run (-race, the other fault tests in parallel) two process starts
+	// took over a second: 3s leaves room.
+	const ttl = 3 * time.Second
 	srv := redistest.Start(t)
 	r := newRun(t, srv, 1, ttl, 200*time.Millisecond)
 	sem := r.sem(redsem.WithAutoRefresh())
