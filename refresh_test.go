@@ -96,3 +96,38 @@ func TestRefreshInTheGapOfAnother(t *testing.T) {
 		})
 	}
 }
+
+// A waiter already blocked when the holder refreshes to a shorter TTL
+// wakes by the old deadline at the latest (its block was fitted to it; no
+// command can shorten a BLMOVE already waiting), then reclaims the token:
+// the bound the README gives for this case.
+func TestRefreshShorterTTLWithAWaiterBlocked(t *testing.T) {
+	b := realRedis(t)
+	ctx := ctxT(t, 20*time.Second)
+	const oldTTL = 3 * time.Second
+	s := newSem(t, b, "shorter-blocked", 1, WithTTL(oldTTL), WithFixedTTL())
+	l, err := s.Acquire(ctx)
+	require.NoError(t, err)
+	oldDeadline := l.Deadline()
+	other := newSem(t, b, "shorter-blocked", 1)
+	got := make(chan error, 1)
+	var at time.Time
+	go func() {
+		g, err := other.Acquire(ctx)
+		at = time.Now()
+		if err == nil {
+			err = g.Release(ctx)
+		}
+		got <- err
+	}()
+	require.Eventually(t, func() bool {
+		st, err := s.Status(ctx)
+		return err == nil && st.Waiting == 1
+	}, 5*time.Second, 10*time.Millisecond, "the waiter registers")
+	time.Sleep(100 * time.Millisecond) // and blocks
+	require.NoError(t, l.Refresh(ctx, 200*time.Millisecond))
+	// The holder dies here: nobody releases or refreshes l again.
+	require.NoError(t, <-got)
+	assert.False(t, at.After(oldDeadline.Add(time.Second)), "the waiter got the token %v after the old deadline",
+		at.Sub(oldDeadline))
+}
