@@ -296,10 +296,11 @@ func (l *Lease) Release(ctx context.Context) error {
 	return nil
 }
 
-// giveBack gives back, best effort, the tokens of a lease found lost that
-// Redis still records for it (release.lua is owner-checked: a token that
-// went to someone else is left alone). It does not stop auto-refresh, so a
-// refresh may call it.
+// giveBack gives back, best effort, the tokens of a lease that ended during
+// a refresh of several runs and that Redis still records for it
+// (release.lua is owner-checked: a token that went to someone else is left
+// alone). It does not stop auto-refresh, so a refresh may call it; a later
+// Release goes on from where it stopped.
 func (l *Lease) giveBack(ctx context.Context) {
 	l.relMu.Lock()
 	defer l.relMu.Unlock()
@@ -309,10 +310,13 @@ func (l *Lease) giveBack(ctx context.Context) {
 	for l.relNext < len(l.tokens) {
 		chunk := l.tokens[l.relNext:min(l.relNext+releaseChunk, len(l.tokens))]
 		release := *s.leaseKind().release
-		if _, _, err := s.call(ctx, release, l.tokenArgs(release, chunk)...); err != nil {
+		v, _, err := s.call(ctx, release, l.tokenArgs(release, chunk)...)
+		m, err := redis.Int(v, err)
+		if err != nil {
 			return // what is left expires at its deadline
 		}
 		l.relNext += len(chunk)
+		l.relN += m
 	}
 }
 
@@ -349,7 +353,9 @@ func (l *Lease) sameEpoch(ctx context.Context) (bool, error) {
 // local deadline is raised only once every run has succeeded, to the
 // earliest deadline among them. A run that finds the lease lost after
 // earlier runs extended part of it gives back the tokens Redis still
-// records for it, rather than leave them held for one more TTL.
+// records for it, rather than leave them held for one more TTL; so does a
+// refresh that outlives the lease's local deadline between two runs (it
+// returns ErrLeaseExpired and sends no further run).
 //
 // Refresh may be called while another Refresh (auto-refresh's, say) is on
 // the wire: the local deadline never falls after the one Redis enforces,
@@ -375,6 +381,20 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	refresh := *s.leaseKind().refresh
 	var deadlineMs int64
 	for i := 0; i < len(l.tokens); i += refreshChunk {
+		if i > 0 {
+			// Ended between two runs (released, found lost, or past its
+			// local deadline): extend no more of it, and give back what
+			// the runs before extended, unless a Release is doing so.
+			if err := l.finalErr(); err != nil {
+				l.endRefresh(f)
+				return err
+			}
+			if l.ctx.Err() != nil {
+				l.endRefresh(f)
+				l.giveBack(ctx)
+				return context.Cause(l.ctx)
+			}
+		}
 		chunk := l.tokens[i:min(i+refreshChunk, len(l.tokens))]
 		v, _, err := s.call(ctx, refresh, l.tokenArgs(refresh, chunk, engine.A("ttlMs", ttl.Milliseconds()))...)
 		vals, err := redis.Int64s(v, err)
@@ -393,8 +413,10 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 			}
 			return err
 		}
-		if i == 0 {
-			deadlineMs = vals[1] // the earliest: later runs ran later
+		if i == 0 || vals[1] < deadlineMs {
+			// The earliest of the runs' deadlines: a later run's Redis
+			// TIME may be behind (a clock stepped back, another node).
+			deadlineMs = vals[1]
 		}
 	}
 	failpoint.Hit("refresh.replied")

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -337,4 +338,70 @@ func TestRefreshLostHalfWayGivesBack(t *testing.T) {
 		assert.Equal(t, size, b.llen(t, s.k.tokens), "every token back, once")
 		require.ErrorIs(t, l.Release(ctx), ErrLeaseLost)
 	})
+}
+
+// A refresh of several runs that outlives the lease's local deadline sends
+// no further run, and gives back the tokens Redis still records for it (the
+// first run extended part of them by a new TTL).
+func TestRefreshEndedBetweenRunsExtendsNoMore(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 30*time.Second)
+		const size = 2*refreshChunk + 50
+		var l *Lease
+		var runs atomic.Int64
+		hp := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
+			if isScript(refreshScript, cmd, args) && runs.Add(1) == 1 {
+				for l.Valid() { // the lease expires while the first run is on the wire
+					time.Sleep(time.Millisecond)
+				}
+			}
+			return nil
+		}}
+		s, err := NewSemaphore(hp, "refresh-expired", size, WithFixedTTL(), WithTTL(time.Second))
+		require.NoError(t, err)
+		l, err = s.AcquireN(ctx, size)
+		require.NoError(t, err)
+		require.ErrorIs(t, l.Refresh(ctx, time.Minute), ErrLeaseExpired)
+		assert.Equal(t, int64(1), runs.Load(), "no run after the lease ended")
+		requireInventory(t, s, size, 0)
+		assert.Equal(t, size, b.llen(t, s.k.tokens), "every token back, once")
+		require.NoError(t, l.Release(ctx), "given back already")
+	})
+}
+
+// The local deadline after a refresh of several runs is the earliest of the
+// runs' deadlines, not the first run's: a later run's Redis TIME may be
+// behind (a clock stepped back, another node after a failover).
+func TestRefreshRunsTakeTheEarliestDeadline(t *testing.T) {
+	m := miniredis.RunT(t)
+	b := &backend{name: "miniredis", mini: m, addr: m.Addr(), pool: newPool(t, m.Addr())}
+	ctx := ctxT(t, 30*time.Second)
+	const size = 2*refreshChunk + 50
+	var runs atomic.Int64
+	var stepped time.Time // miniredis's TIME from the second run on (fixed)
+	hp := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
+		if isScript(refreshScript, cmd, args) && runs.Add(1) == 1 {
+			stepped = time.Now().Add(-3 * time.Second)
+			m.SetTime(stepped)
+		}
+		return nil
+	}}
+	s, err := NewSemaphore(hp, "refresh-earliest", size, WithFixedTTL(), WithTTL(10*time.Second))
+	require.NoError(t, err)
+	l, err := s.AcquireN(ctx, size)
+	require.NoError(t, err)
+	c := b.pool.Get()
+	require.NoError(t, refreshScript.Load(c)) // the first run is EVALSHA's, not a NOSCRIPT
+	c.Close()
+	require.NoError(t, l.Refresh(ctx, 10*time.Second))
+	require.Equal(t, int64(3), runs.Load())
+	scores, err := redis.Int64Map(b.do(t, "ZRANGE", s.k.leases, 0, -1, "WITHSCORES"), nil)
+	require.NoError(t, err)
+	earliest := int64(1 << 62)
+	for _, ms := range scores {
+		earliest = min(earliest, ms)
+	}
+	serverLeft := time.Duration(earliest-stepped.UnixMilli()) * time.Millisecond
+	assert.LessOrEqual(t, time.Until(l.Deadline()), serverLeft,
+		"Valid() must end before the earliest token's deadline in Redis")
 }
