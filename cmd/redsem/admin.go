@@ -100,6 +100,9 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 func cmdRepair(args []string, stdout, _ io.Writer) error {
 	return adminCommand("repair", repairHelp, args, 1, nil, func(ctx context.Context, adm *redsem.Admin, pos []string) error {
 		rep, err := adm.Repair(ctx)
+		if err != nil && !errors.Is(err, redsem.ErrRepairUnsafe) {
+			return err // nothing was repaired: no report that looks like one
+		}
 		fmt.Fprintf(stdout, "%s: reclaimed %d, dropped %d, minted %d, still missing %v\n",
 			pos[0], rep.Reclaimed, len(rep.Dropped), len(rep.Minted), rep.Missing)
 		if errors.Is(err, redsem.ErrRepairUnsafe) {

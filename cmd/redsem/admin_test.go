@@ -112,3 +112,25 @@ func TestDeleteMissing(t *testing.T) {
 	r = e.run(t, "delete", "--force", "there")
 	assert.Equal(t, 0, r.code, "twice is fine")
 }
+
+// A key of the wrong type exits 65 with the reason on stderr and nothing on
+// stdout that reads like a result: repair prints no report, and status does
+// not call a lock whose key is of the wrong type "not existing" (run would
+// fail on it with 65).
+func TestWrongTypeExits65WithoutAReport(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c, err := redis.Dial("tcp", e.srv.Addr, redis.DialDatabase(2))
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Do("SET", "redsem:{wt}:meta", "x")
+	require.NoError(t, err)
+	_, err = c.Do("SET", "redsem:{wtl}:rw:meta", "x")
+	require.NoError(t, err)
+	for _, args := range [][]string{{"repair", "wt"}, {"status", "wtl"}, {"run", "wtl", "--", "true"}} {
+		r := e.run(t, args...)
+		assert.Equal(t, exitData, r.code, "%v: %s", args, r.stderr)
+		assert.Contains(t, r.stderr, "wrong type", "%v", args)
+		assert.Empty(t, r.stdout, "%v", args)
+	}
+}

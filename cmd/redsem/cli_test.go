@@ -47,6 +47,11 @@ func TestErrorsAreOneLine(t *testing.T) {
 		assert.NotContains(t, r.stderr, "goroutine", "%v", tc.args)
 		assert.Empty(t, r.stdout, "%v", tc.args)
 	}
+	// An unknown command is answered with the list of them all.
+	r := e.run(t, "bogus")
+	for name := range commands {
+		assert.Contains(t, r.stderr, name)
+	}
 }
 
 func TestHelpForEveryCommand(t *testing.T) {

@@ -65,6 +65,9 @@ type command struct {
 
 var commands map[string]command
 
+// commandList names every command, as redsem help lists them.
+const commandList = "run, status, reclaim, resize, check, repair, delete, rate, top, exporter, demo, help, version"
+
 func init() {
 	commands = map[string]command{
 		"run":     {runHelp, cmdRun},
@@ -107,7 +110,7 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		}
 		c, ok := commands[rest[0]]
 		if !ok {
-			return report(stderr, usagef("help: unknown command %q; commands: run, status, reclaim, resize, check, repair, delete, demo", rest[0]))
+			return report(stderr, usagef("help: unknown command %q; commands: %s", rest[0], commandList))
 		}
 		fmt.Fprint(stdout, c.help)
 		return exitOK
@@ -119,7 +122,7 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	}
 	c, ok := commands[name]
 	if !ok {
-		return report(stderr, usagef("unknown command %q; commands: run, status, reclaim, resize, check, repair, delete, demo (see redsem help)", name))
+		return report(stderr, usagef("unknown command %q; commands: %s (see redsem help)", name, commandList))
 	}
 	err := c.run(rest, stdout, stderr)
 	var h *helpRequest

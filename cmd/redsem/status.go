@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -63,7 +64,11 @@ func cmdStatus(args []string, stdout, _ io.Writer) error {
 		if !st.Exists {
 			// redsem run NAME takes the read-write lock NAME by default:
 			// show that lock when there is no semaphore of the name.
-			if rw, err := adm.RWStatus(ctx); err == nil && rw.Exists {
+			rw, err := adm.RWStatus(ctx)
+			if errors.Is(err, redsem.ErrWrongType) {
+				return err // what redsem run NAME would fail on (exit 65)
+			}
+			if err == nil && rw.Exists {
 				if *asJSON {
 					return writeJSON(stdout, toRWStatusJSON(rw))
 				}
