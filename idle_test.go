@@ -2,6 +2,7 @@ package redsem
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -272,5 +273,56 @@ func TestIdleExpiryWrongTypeLeavesKeysTogether(t *testing.T) {
 		require.NoError(t, l.Release(ctx))
 		b.pass(idleTime + 50*time.Millisecond)
 		require.Empty(t, tagKeys(t, b, s))
+	})
+}
+
+// The release that ends a shrink's drain leaves the semaphore idle: its keys
+// expire after the idle time, whether that release put a withheld token back
+// or dropped a retired one with the valid tokens already on the list. (The
+// one-token fast release skipped the expiry while holders still had the
+// shrink's "slow" flag.)
+func TestIdleExpiryAfterAShrinkDrains(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for _, releaseFirst := range []bool{false, true} {
+			ctx := ctxT(t, 10*time.Second)
+			name := fmt.Sprintf("idle-shrink-%v", releaseFirst)
+			s := newSem(t, b, name, 2, WithIdleExpiry(idleTime), WithAdoptSize())
+			ls := holdN(t, ctx, s.Acquire, 2)
+			// ls[0]'s token is valid after the shrink, ls[1]'s retired. It
+			// goes back before the shrink, or is withheld while it drains.
+			if releaseFirst {
+				require.NoError(t, ls[0].Release(ctx))
+			}
+			require.NoError(t, s.Resize(ctx, 1))
+			if !releaseFirst {
+				require.NoError(t, ls[0].Release(ctx))
+			}
+			require.NoError(t, ls[1].Release(ctx)) // ends the drain
+			requireInventory(t, s, 1, 0)
+			b.pass(idleTime + 100*time.Millisecond)
+			require.Empty(t, tagKeys(t, b, s), "%s: an idle semaphore kept its keys", name)
+		}
+	})
+}
+
+// A wait that timed out leaves a tombstone in waits; the release that then
+// leaves the semaphore idle sets the expiry all the same (at the tombstone's
+// end if that is later), through the fast release too.
+func TestIdleExpiryWithATombstoneInWaits(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 20*time.Second)
+		s := newSem(t, b, "idle-tomb", 1, WithIdleExpiry(idleTime))
+		l, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		_, err = s.Acquire(wctx)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		time.Sleep(300 * time.Millisecond)
+		require.NoError(t, l.Release(ctx))
+		requireInventory(t, s, 1, 0)
+		st, err := s.Status(ctx)
+		require.NoError(t, err)
+		require.Greater(t, st.IdleExpiresIn, time.Duration(0), "idle (a tombstone only) but no expiry set")
 	})
 }

@@ -405,3 +405,27 @@ func TestRefreshRunsTakeTheEarliestDeadline(t *testing.T) {
 	assert.LessOrEqual(t, time.Until(l.Deadline()), serverLeft,
 		"Valid() must end before the earliest token's deadline in Redis")
 }
+
+// A late run of a weighted request that holds nothing (here a try's run
+// that lost the ticket) on an idle semaphore answers "settled" and leaves
+// the idle expiry in place: the run took it off while it looked, and puts
+// it back.
+func TestLateWeightedRunKeepsTheIdleExpiry(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "late-weighted-idle", 300, WithIdleExpiry(time.Minute))
+		l, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		st, err := s.Status(ctx)
+		require.NoError(t, err)
+		require.Greater(t, st.IdleExpiresIn, time.Duration(0), "idle after the release")
+
+		_, run := tryRuns(t, b, s, 200)
+		r := run("more") // never ran "fresh": it holds no ticket
+		require.Equal(t, int64(engine.CodeSettled), r.code)
+		st, err = s.Status(ctx)
+		require.NoError(t, err)
+		assert.Greater(t, st.IdleExpiresIn, time.Duration(0), "still idle: the expiry is back")
+	})
+}

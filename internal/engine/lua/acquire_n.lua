@@ -140,9 +140,17 @@ local function give_pend()
   for _, tok in ipairs(toks) do give_back(tok, epoch, size) end
 end
 
+-- settled answers SETTLED: this run leases nothing, and wake above took
+-- any idle expiry off, so settle_idle puts it back if the semaphore is idle
+-- (a late run of an aborted or dropped request on an idle semaphore).
+local function settled()
+  settle_idle(now_ms)
+  return {SETTLED, 0, now}
+end
+
 if aborted then
   give_pend()
-  return {SETTLED, 0, now}
+  return settled()
 end
 
 if coll and coll.dl <= now_ms then
@@ -157,7 +165,7 @@ if coll and coll.dl <= now_ms then
     pass_ticket(now_ms, acq)
     redis.call('ZREM', KEYS[5], 'w:' .. acq)
     give_pend()
-    return {SETTLED, 0, now}
+    return settled()
   end
 end
 
@@ -208,7 +216,7 @@ if try and fresh then
   seal = nil
 elseif try and not (coll and coll.acq == acq) then
   -- A later run that lost the ticket (its client was too slow): nothing held.
-  return {SETTLED, 0, now}
+  return settled()
 end
 
 if not (coll and coll.acq == acq) and not fresh then
@@ -216,7 +224,7 @@ if not (coll and coll.acq == acq) and not fresh then
   local live = redis.call('ZSCORE', KEYS[5], 'w:' .. acq)
   if not live or tonumber(live) <= now_ms then
     give_pend()
-    return {SETTLED, 0, now}
+    return settled()
   end
 end
 
@@ -255,7 +263,7 @@ local function settle_all()
   pass_ticket(now_ms, acq)
   redis.call('ZREM', KEYS[5], 'w:' .. acq)
   give_pend()
-  return {SETTLED, 0, now}
+  return settled()
 end
 
 -- collected reports whether every record of toks is our partial lease

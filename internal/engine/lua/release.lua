@@ -13,6 +13,12 @@
 -- part list), until it has all it asked for; then its doorbell rings. That
 -- is how it holds the head of the queue (with weighted.lua's helpers).
 
+if settle_after_fast then
+  -- release_fast.lua released the token and left the idle expiry to this.
+  settle_idle(math.floor(now_us() / 1000))
+  return 1
+end
+
 local acq = ARGV[2]
 local toks = {ARGV[1]}
 for i = 3, #ARGV do toks[#toks + 1] = ARGV[i] end

@@ -26,6 +26,9 @@
 -- runs), and it accesses no key it may have emptied itself but in those
 -- undos (at worst a record is lost there, and its lease is swept at its
 -- deadline: the token is not lost).
+-- settle_after_fast: set when this path released and left the idle
+-- expiry to settle_idle (release.lua, after common.lua's helpers).
+local settle_after_fast
 do
   if #ARGV == 2 then
     local tok, acq = ARGV[1], ARGV[2]
@@ -97,21 +100,32 @@ do
       -- shrink or collector, as holders has no "slow"; no lease, no waits
       -- entry at all, no weighted queue). Only a semaphore with idle expiry
       -- has holders' "idle" flag (idle_setting in common.lua): without it,
-      -- meta is not read.
-      if len > 0 and not h[2] and h[3] then
+      -- meta is not read. A release that may have ended a shrink's drain
+      -- (holders has "slow"), or one that finds waits holding something
+      -- (tombstones of cancelled waits, say), leaves the decision to
+      -- settle_idle itself: release.lua runs it first thing when
+      -- settle_after_fast is set.
+      if h[3] and (h[2] or len > 0) then
         -- A meta of the wrong type (a stranger's) sets nothing.
         local i = redis.pcall('HMGET', KEYS[1], 'size', 'idle')
         local idle = not i['err'] and tonumber(i[2])
-        local base = string.sub(KEYS[1], 1, #KEYS[1] - 4)
-        if idle and idle > 0 and tonumber(i[1]) == len
-          and redis.call('EXISTS', KEYS[3], base .. 'waits', base .. 'wqueue') == 0 then
-          local t = redis.call('TIME')
-          local at = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + idle)
-          for _, key in ipairs({KEYS[1], KEYS[2], KEYS[4]}) do redis.call('PEXPIREAT', key, at) end
-          redis.call('HSET', KEYS[1], 'exp', at)
+        if idle and idle > 0 then
+          local base = string.sub(KEYS[1], 1, #KEYS[1] - 4)
+          if h[2] then
+            settle_after_fast = true
+          elseif tonumber(i[1]) == len then
+            if redis.call('EXISTS', KEYS[3], base .. 'waits', base .. 'wqueue') == 0 then
+              local t = redis.call('TIME')
+              local at = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + idle)
+              for _, key in ipairs({KEYS[1], KEYS[2], KEYS[4]}) do redis.call('PEXPIREAT', key, at) end
+              redis.call('HSET', KEYS[1], 'exp', at)
+            else
+              settle_after_fast = true
+            end
+          end
         end
       end
-      return 1
+      if not settle_after_fast then return 1 end
     end
   end
 end
