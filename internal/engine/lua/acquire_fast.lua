@@ -23,9 +23,12 @@
 -- the wrong type is undone, in reverse order, before the script fails.
 do
   -- Numbers are compared as digit strings wherever that is exact: a Lua
-  -- tonumber is the C library's strtod, and a Lua number handed to
-  -- redis.call is printed with %.17g; either costs Redis as much as an
+  -- tonumber is the C library's strtod, which costs Redis as much as an
   -- argument of the call. Only what a grant computes with is converted.
+  -- A number written to Redis (a deadline, a sweep time) goes to
+  -- redis.call as a Lua number: Redis prints it with %.17g, the digits of
+  -- %.0f for whole numbers below 2^53, for a third of what a Lua
+  -- string.format costs.
   local size, acq, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
   local fresh = ARGV[8] == 'fresh'
   -- size: 1 to 100000, canonical; blockMs, graceMs, tombMs: 0 to
@@ -80,49 +83,32 @@ do
         fs = string.format('%.0f', tonumber(fence) + 1)
       end
       local deadline = now_ms + ttl
-      local dl = string.format('%.0f', deadline)
-      -- valid: whether tok is a token of this epoch within the size
-      -- ("<epoch>:<slot>", canonical: digit strings of one length compare
-      -- as numbers).
-      local prefix = epoch .. ':'
-      local head = #prefix
-      local function valid(tok)
-        if string.sub(tok, 1, head) ~= prefix then return false end
-        local slot = string.match(tok, '^[1-9]%d*$', head + 1)
-        return slot and (#slot < #size or (#slot == #size and slot <= size))
-      end
-      -- record writes the holder record of tok, or returns the error of
-      -- a holders key that is of the wrong type or moved away (then the
-      -- caller undoes the lease). With idle expiry on it writes holders'
-      -- "idle" flag too (see idle_setting in common.lua): a holders key
-      -- lost on its own (evicted, deleted) comes back with it, so the
-      -- release that leaves the semaphore idle still sets the expiry.
-      local function record(tok)
-        local rec = acq .. '|' .. fs .. '|' .. ms .. '|' .. ARGV[4]
-        local r
-        if m[7] then
-          r = redis.pcall('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok, 'idle', 1)
-        else
-          r = redis.pcall('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok)
-        end
-        if type(r) == 'table' then return r end
-        return nil
-      end
+      -- A popped token is granted only if valid: "<epoch>:<slot>" of this
+      -- epoch with a canonical slot in 1..size (digit strings of one length
+      -- compare as numbers). That is checked inline, as is all else below:
+      -- no closure is made on this path (each costs Redis an allocation,
+      -- and one more per local it captures, on every call).
+      local colon = #epoch + 1
+      -- A grant writes the holder record, "acqID|fence|grantedMs|label".
+      -- With idle expiry on it writes holders' "idle" flag too (see
+      -- idle_setting in common.lua): a holders key lost on its own
+      -- (evicted, deleted) comes back with it, so the release that leaves
+      -- the semaphore idle still sets the expiry.
       if fresh then
         -- due falls to the deadline of this grant, if there is one; a due
         -- that is early for nothing only brings a sweep forward.
         if deadline < due then
-          redis.call('HSET', KEYS[1], 'fence', fs, 'due', dl)
+          redis.call('HSET', KEYS[1], 'fence', fs, 'due', deadline)
         else
           redis.call('HSET', KEYS[1], 'fence', fs)
         end
-        local function undo(e, key)
-          redis.call('HSET', KEYS[1], 'fence', m[3], 'due', m[4])
-          if e then return fail(e, key) end
-        end
+        -- Every way out below that does not grant puts the fence and due
+        -- back first (the undo), then fails or falls through.
         local tok = redis.pcall('LPOP', KEYS[2])
-        if type(tok) == 'table' then return undo(tok, KEYS[2]) end
-        if not tok then
+        local e, ekey
+        if type(tok) == 'table' then
+          e, ekey = tok, KEYS[2]
+        elseif not tok then
           local block = tonumber(ARGV[5])
           if block == 0 then
             if due < 9e15 then return {WAITING, math.max(due - now_ms, 0), now} end
@@ -130,69 +116,86 @@ do
           end
           block = math.min(block, math.max(due - now_ms + 1, 10))
           local sweep = now_ms + block + tonumber(ARGV[6])
-          local sw = string.format('%.0f', sweep)
-          local r = redis.pcall('ZADD', KEYS[5], sw, 'w:' .. acq)
-          if type(r) == 'table' then return undo(r, KEYS[5]) end
-          if sweep < due then redis.call('HSET', KEYS[1], 'due', sw) end
-          return {WAITING, block, now}
-        end
-        if valid(tok) then
-          -- NX: a token that is leased already is a duplicate, not granted.
-          local r = redis.pcall('ZADD', KEYS[3], 'NX', dl, tok)
-          if r == 1 then
-            local e = record(tok)
-            if not e then return {GRANTED, tok, fs, deadline, now} end
-            redis.call('ZREM', KEYS[3], tok)
-            redis.call('LPUSH', KEYS[2], tok)
-            return undo(e, KEYS[4])
+          local r = redis.pcall('ZADD', KEYS[5], sweep, 'w:' .. acq)
+          if type(r) ~= 'table' then
+            if sweep < due then redis.call('HSET', KEYS[1], 'due', sweep) end
+            return {WAITING, block, now}
           end
-          if type(r) == 'table' then
-            redis.call('LPUSH', KEYS[2], tok)
-            return undo(r, KEYS[3])
+          e, ekey = r, KEYS[5]
+        else
+          if string.byte(tok, colon) == 58 and string.sub(tok, 1, colon - 1) == epoch
+            and string.find(tok, '^[1-9]%d*$', colon + 1) then
+            local n = #tok - colon
+            if n < #size or (n == #size and string.sub(tok, colon + 1) <= size) then
+              -- NX: a token that is leased already is a duplicate, not granted.
+              local r = redis.pcall('ZADD', KEYS[3], 'NX', deadline, tok)
+              if r == 1 then
+                local rec = acq .. '|' .. fs .. '|' .. ms .. '|' .. ARGV[4]
+                if m[7] then
+                  r = redis.pcall('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok, 'idle', 1)
+                else
+                  r = redis.pcall('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok)
+                end
+                if type(r) ~= 'table' then return {GRANTED, tok, fs, deadline, now} end
+                redis.call('ZREM', KEYS[3], tok)
+                e, ekey = r, KEYS[4]
+              elseif type(r) == 'table' then
+                e, ekey = r, KEYS[3]
+              end
+            end
           end
+          -- Put the token back: for the error below, or (a stranger or a
+          -- duplicate) for acquire.lua.
+          redis.call('LPUSH', KEYS[2], tok)
         end
-        -- A stranger or a duplicate: put everything back for acquire.lua.
-        redis.call('LPUSH', KEYS[2], tok)
-        undo()
+        redis.call('HSET', KEYS[1], 'fence', m[3], 'due', m[4])
+        if e then return fail(e, ekey) end
       else
         local tok = redis.pcall('LPOP', KEYS[6])
         if type(tok) == 'table' then return fail(tok, KEYS[6]) end
-        -- putback returns the token this call popped before it fails: to
-        -- the pending list, or (if that fails on a migrating slot, as the
-        -- list is empty now) to the token list, which existed when the
-        -- script began and this call did not touch.
-        local function putback(t)
-          local r = redis.pcall('LPUSH', KEYS[6], t)
-          if type(r) == 'table' then redis.pcall('LPUSH', KEYS[2], t) end
-        end
         if tok then
-          if valid(tok) then
-            local r = redis.pcall('ZADD', KEYS[3], 'NX', dl, tok)
-            if r == 1 then
-              local e = record(tok)
-              if e then
-                redis.call('ZREM', KEYS[3], tok)
-                putback(tok)
-                return fail(e, KEYS[4])
+          local e, ekey
+          if string.byte(tok, colon) == 58 and string.sub(tok, 1, colon - 1) == epoch
+            and string.find(tok, '^[1-9]%d*$', colon + 1) then
+            local n = #tok - colon
+            if n < #size or (n == #size and string.sub(tok, colon + 1) <= size) then
+              local r = redis.pcall('ZADD', KEYS[3], 'NX', deadline, tok)
+              if r == 1 then
+                local rec = acq .. '|' .. fs .. '|' .. ms .. '|' .. ARGV[4]
+                if m[7] then
+                  r = redis.pcall('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok, 'idle', 1)
+                else
+                  r = redis.pcall('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok)
+                end
+                if type(r) == 'table' then
+                  redis.call('ZREM', KEYS[3], tok)
+                  e, ekey = r, KEYS[4]
+                else
+                  r = redis.pcall('ZREM', KEYS[5], 'w:' .. acq)
+                  if type(r) ~= 'table' then
+                    if deadline < due then
+                      redis.call('HSET', KEYS[1], 'fence', fs, 'due', deadline)
+                    else
+                      redis.call('HSET', KEYS[1], 'fence', fs)
+                    end
+                    return {GRANTED, tok, fs, deadline, now}
+                  end
+                  redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. acq)
+                  redis.call('ZREM', KEYS[3], tok)
+                  e, ekey = r, KEYS[5]
+                end
+              elseif type(r) == 'table' then
+                e, ekey = r, KEYS[3]
               end
-              local w = redis.pcall('ZREM', KEYS[5], 'w:' .. acq)
-              if type(w) == 'table' then
-                redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. acq)
-                redis.call('ZREM', KEYS[3], tok)
-                putback(tok)
-                return fail(w, KEYS[5])
-              end
-              if deadline < due then
-                redis.call('HSET', KEYS[1], 'fence', fs, 'due', dl)
-              else
-                redis.call('HSET', KEYS[1], 'fence', fs)
-              end
-              return {GRANTED, tok, fs, deadline, now}
             end
-            if type(r) == 'table' then
-              putback(tok)
-              return fail(r, KEYS[3])
-            end
+          end
+          if e then
+            -- Put back the token this call popped before it fails: to the
+            -- pending list, or (if that fails on a migrating slot, as the
+            -- list is empty now) to the token list, which existed when the
+            -- script began and this call did not touch.
+            if type(redis.pcall('LPUSH', KEYS[6], tok)) == 'table' then redis.pcall('LPUSH', KEYS[2], tok) end
+            return fail(e, ekey)
           end
           -- A stranger or a duplicate, for acquire.lua to drop.
           redis.pcall('LPUSH', KEYS[6], tok)

@@ -77,22 +77,25 @@ do
     end
     if fast then
       redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. acq)
-      local function undo(e, key)
-        if push then redis.call('LPOP', KEYS[2]) end
-        redis.call('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok)
-        return fail(e, key)
-      end
+      -- A push or ZREM that fails is undone (the token popped again if it
+      -- was pushed, the record put back) before the script fails; inline,
+      -- as a closure here would cost every call an allocation per local it
+      -- captures.
       local len = 0
       if push then
         local r = redis.pcall('LPUSH', KEYS[2], push)
         if type(r) == 'table' then
-          push = nil
-          return undo(r, KEYS[2])
+          redis.call('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok)
+          return fail(r, KEYS[2])
         end
         len = r
       end
       local r = redis.pcall('ZREM', KEYS[3], tok)
-      if type(r) == 'table' then return undo(r, KEYS[3]) end
+      if type(r) == 'table' then
+        if push then redis.call('LPOP', KEYS[2]) end
+        redis.call('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok)
+        return fail(r, KEYS[3])
+      end
       if gone and #gone > 0 then redis.call('HDEL', KEYS[1], unpack(gone)) end
       if set and #set > 0 then redis.call('HSET', KEYS[1], unpack(set)) end
       -- The release that puts the last token back sets the idle expiry when
