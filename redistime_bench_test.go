@@ -12,12 +12,15 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/redsem/redsem/internal/floor"
 	"github.com/redsem/redsem/internal/redistest"
 )
 
 // BenchmarkRedisTime measures the time Redis itself spends in the scripts of
 // an uncontended Acquire+Release pair on a real redis-server, from INFO
 // commandstats (cmdstat_evalsha): the figure to watch when a script grows.
+// The floor= rows measure pairs that are not redsem's in the same run (see
+// floor.All), so that the pair's µs can be read against them.
 //
 //	go test -run '^$' -bench RedisTime -benchtime 20000x -count 5 .
 //
@@ -48,6 +51,52 @@ func BenchmarkRedisTime(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) { benchRedisTime(b, srv.Addr, pool, bc.clients, bc.opts) })
 	}
+	for _, f := range floor.All() {
+		b.Run("floor="+f.Name, func(b *testing.B) { benchRedisFloor(b, srv.Addr, f) })
+	}
+}
+
+// benchRedisFloor measures one of floor.All like benchRedisTime
+// measures redsem's pair: redis-us/op is the Redis time of its top-level
+// commands; script-cmds/op counts the commands its scripts ran.
+func benchRedisFloor(b *testing.B, addr string, f floor.Floor) {
+	conn, err := redis.Dial("tcp", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	if err := floor.Setup(conn); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < 100; i++ { // load the scripts
+		if err := f.Pair(conn); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := conn.Do("CONFIG", "RESETSTAT"); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := f.Pair(conn); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	info, err := redis.String(conn.Do("INFO", "commandstats"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var usec, top float64
+	for _, cmd := range f.Top {
+		calls, u := commandStat(info, cmd)
+		usec += u
+		if cmd != "evalsha" {
+			top += calls
+		}
+	}
+	b.ReportMetric(usec/float64(b.N), "redis-us/op")
+	b.ReportMetric((scriptCommands(info)-top)/float64(b.N), "script-cmds/op")
 }
 
 func benchRedisTime(b *testing.B, addr string, pool Pool, clients int, opts []Option) {
@@ -116,12 +165,12 @@ func benchRedisTime(b *testing.B, addr string, pool Pool, clients int, opts []Op
 }
 
 // scriptCommands sums the calls of every command in an INFO commandstats
-// reply but EVALSHA itself and the benchmark's own INFO.
+// reply but EVALSHA itself and the benchmark's own INFO and RESETSTAT.
 func scriptCommands(info string) float64 {
 	var n float64
 	for _, line := range strings.Split(info, "\n") {
 		name, _, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":")
-		if !ok || !strings.HasPrefix(strings.TrimSpace(line), "cmdstat_") || name == "evalsha" || name == "info" {
+		if !ok || !strings.HasPrefix(strings.TrimSpace(line), "cmdstat_") || name == "evalsha" || name == "info" || name == "config|resetstat" {
 			continue
 		}
 		calls, _ := commandStat(info, name)

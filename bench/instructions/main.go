@@ -27,6 +27,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/internal/floor"
 )
 
 func main() {
@@ -91,9 +92,41 @@ func run(n int) error {
 	if err != nil {
 		return err
 	}
+	// A handoff: a holder, a waiter that blocks behind it (its first script
+	// registers it, then BLMOVE and the script behind it wait), the holder's
+	// release, the waiter's grant and release. Its count less an
+	// uncontended pair's is what contention adds.
+	contended, err := redsem.NewSemaphore(pool, fmt.Sprintf("instructions-contended-%d", time.Now().UnixNano()), 1)
+	if err != nil {
+		return err
+	}
+	handoff := func() error {
+		held, err := contended.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		done := make(chan error, 1)
+		go func() {
+			l, err := contended.Acquire(ctx)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			done <- err
+		}()
+		// Under valgrind a script takes about a millisecond: the waiter is
+		// blocked well before this (checked by the BLMOVE count below).
+		time.Sleep(50 * time.Millisecond)
+		if err := held.Release(ctx); err != nil {
+			return err
+		}
+		return <-done
+	}
 	cases := []struct {
 		name string
 		op   func() error
+		// blocks: each op has one waiter block (BLMOVE), and sleeps 50 ms,
+		// so it runs n/20 times.
+		blocks bool
 	}{
 		{"two PINGs (the floor)", func() error {
 			if _, err := conn.Do("PING"); err != nil {
@@ -101,15 +134,36 @@ func run(n int) error {
 			}
 			_, err := conn.Do("PING")
 			return err
-		}},
-		{"Acquire+Release", plain},
-		{"Acquire+Release, WithIdleExpiry", idle},
+		}, false},
+		{"Acquire+Release", plain, false},
+		{"Acquire+Release, WithIdleExpiry", idle, false},
+		{"a handoff: two Acquire+Release, the second blocked behind the first", handoff, true},
+	}
+	// The floors of floor.All, on a connection of their own: what a
+	// pair costs that is not redsem's (raw, setnx) or that calls two
+	// scripts with redsem's keys and arguments and does nothing (empty) or
+	// only the pair's 10 commands (skeleton).
+	fconn := pool.Get()
+	defer fconn.Close()
+	if err := floor.Setup(fconn); err != nil {
+		return err
+	}
+	for _, f := range floor.All() {
+		cases = append(cases, struct {
+			name   string
+			op     func() error
+			blocks bool
+		}{"floor " + f.Name, func() error { return f.Pair(fconn) }, false})
 	}
 	fmt.Printf("redis-server instructions per operation (callgrind, %d operations each)\n\n", n)
 	fmt.Println("| operation | instructions |")
 	fmt.Println("|---|--:|")
 	for _, c := range cases {
-		for i := 0; i < 200; i++ { // create, load the scripts
+		warm := 200
+		if c.blocks {
+			warm = 5
+		}
+		for i := 0; i < warm; i++ { // create, load the scripts
 			if err := c.op(); err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
@@ -117,7 +171,14 @@ func run(n int) error {
 		if _, err := cg.dump(); err != nil { // zero: what came before is dumped
 			return err
 		}
-		for i := 0; i < n; i++ {
+		ops := n
+		if c.blocks {
+			ops = max(n/20, 10)
+		}
+		if _, err := conn.Do("CONFIG", "RESETSTAT"); err != nil {
+			return err
+		}
+		for i := 0; i < ops; i++ {
 			if err := c.op(); err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
@@ -126,7 +187,16 @@ func run(n int) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("| %s | %d |\n", c.name, total/int64(n))
+		if c.blocks {
+			info, err := redis.String(conn.Do("INFO", "commandstats"))
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(info, fmt.Sprintf("cmdstat_blmove:calls=%d,", ops)) {
+				return fmt.Errorf("%s: not every waiter blocked (%d rounds):\n%s", c.name, ops, info)
+			}
+		}
+		fmt.Printf("| %s | %d |\n", c.name, total/int64(ops))
 	}
 	return nil
 }
