@@ -116,9 +116,13 @@ do
           end
           block = math.min(block, math.max(due - now_ms + 1, 10))
           local sweep = now_ms + block + tonumber(ARGV[6])
-          local r = redis.pcall('ZADD', KEYS[5], sweep, 'w:' .. acq)
+          -- A due that is not whole (only a stranger writes one) can make
+          -- sweep a fraction: that is rounded, as it always was.
+          local sw = sweep
+          if sweep % 1 ~= 0 then sw = string.format('%.0f', sweep) end
+          local r = redis.pcall('ZADD', KEYS[5], sw, 'w:' .. acq)
           if type(r) ~= 'table' then
-            if sweep < due then redis.call('HSET', KEYS[1], 'due', sweep) end
+            if sweep < due then redis.call('HSET', KEYS[1], 'due', sw) end
             return {WAITING, block, now}
           end
           e, ekey = r, KEYS[5]
