@@ -89,26 +89,25 @@ do
       -- no closure is made on this path (each costs Redis an allocation,
       -- and one more per local it captures, on every call).
       local colon = #epoch + 1
-      -- A grant writes the holder record, "acqID|fence|grantedMs|label".
-      -- With idle expiry on it writes holders' "idle" flag too (see
-      -- idle_setting in common.lua): a holders key lost on its own
-      -- (evicted, deleted) comes back with it, so the release that leaves
-      -- the semaphore idle still sets the expiry.
+      -- tok: the token to grant, popped from the token list (a fresh
+      -- call) or from the pending list a BLMOVE filled (a call behind
+      -- it); e and ekey: a pcall error on the way and the key it came
+      -- from. A fresh call writes the fence first: due falls to the
+      -- deadline of this grant, if there is one (a due that is early for
+      -- nothing only brings a sweep forward); every way out of a fresh
+      -- call that does not grant puts fence and due back.
+      local tok, e, ekey
       if fresh then
-        -- due falls to the deadline of this grant, if there is one; a due
-        -- that is early for nothing only brings a sweep forward.
         if deadline < due then
           redis.call('HSET', KEYS[1], 'fence', fs, 'due', deadline)
         else
           redis.call('HSET', KEYS[1], 'fence', fs)
         end
-        -- Every way out below that does not grant puts the fence and due
-        -- back first (the undo), then fails or falls through.
-        local tok = redis.pcall('LPOP', KEYS[2])
-        local e, ekey
+        tok = redis.pcall('LPOP', KEYS[2])
         if type(tok) == 'table' then
           e, ekey = tok, KEYS[2]
         elseif not tok then
+          -- None free: register as a waiter, or answer when to try again.
           local block = tonumber(ARGV[5])
           if block == 0 then
             if due < 9e15 then return {WAITING, math.max(due - now_ms, 0), now} end
@@ -126,85 +125,70 @@ do
             return {WAITING, block, now}
           end
           e, ekey = r, KEYS[5]
-        else
-          if string.byte(tok, colon) == 58 and string.sub(tok, 1, colon - 1) == epoch
-            and string.find(tok, '^[1-9]%d*$', colon + 1) then
-            local n = #tok - colon
-            if n < #size or (n == #size and string.sub(tok, colon + 1) <= size) then
-              -- NX: a token that is leased already is a duplicate, not granted.
-              local r = redis.pcall('ZADD', KEYS[3], 'NX', deadline, tok)
-              if r == 1 then
-                local rec = acq .. '|' .. fs .. '|' .. ms .. '|' .. ARGV[4]
-                if m[7] then
-                  r = redis.pcall('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok, 'idle', 1)
-                else
-                  r = redis.pcall('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok)
-                end
-                if type(r) ~= 'table' then return {GRANTED, tok, fs, deadline, now} end
+        end
+      else
+        tok = redis.pcall('LPOP', KEYS[6])
+        if type(tok) == 'table' then return fail(tok, KEYS[6]) end
+      end
+      if type(tok) == 'string' then
+        if string.byte(tok, colon) == 58 and string.sub(tok, 1, colon - 1) == epoch
+          and string.find(tok, '^[1-9]%d*$', colon + 1) then
+          local n = #tok - colon
+          if n < #size or (n == #size and string.sub(tok, colon + 1) <= size) then
+            -- NX: a token that is leased already is a duplicate, not granted.
+            local r = redis.pcall('ZADD', KEYS[3], 'NX', deadline, tok)
+            if r == 1 then
+              -- The holder record, "acqID|fence|grantedMs|label". With
+              -- idle expiry on, holders' "idle" flag too (see idle_setting
+              -- in common.lua): a holders key lost on its own (evicted,
+              -- deleted) comes back with it, so the release that leaves the
+              -- semaphore idle still sets the expiry.
+              local rec = acq .. '|' .. fs .. '|' .. ms .. '|' .. ARGV[4]
+              if m[7] then
+                r = redis.pcall('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok, 'idle', 1)
+              else
+                r = redis.pcall('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok)
+              end
+              if type(r) == 'table' then
                 redis.call('ZREM', KEYS[3], tok)
                 e, ekey = r, KEYS[4]
-              elseif type(r) == 'table' then
-                e, ekey = r, KEYS[3]
-              end
-            end
-          end
-          -- Put the token back: for the error below, or (a stranger or a
-          -- duplicate) for acquire.lua.
-          redis.call('LPUSH', KEYS[2], tok)
-        end
-        redis.call('HSET', KEYS[1], 'fence', m[3], 'due', m[4])
-        if e then return fail(e, ekey) end
-      else
-        local tok = redis.pcall('LPOP', KEYS[6])
-        if type(tok) == 'table' then return fail(tok, KEYS[6]) end
-        if tok then
-          local e, ekey
-          if string.byte(tok, colon) == 58 and string.sub(tok, 1, colon - 1) == epoch
-            and string.find(tok, '^[1-9]%d*$', colon + 1) then
-            local n = #tok - colon
-            if n < #size or (n == #size and string.sub(tok, colon + 1) <= size) then
-              local r = redis.pcall('ZADD', KEYS[3], 'NX', deadline, tok)
-              if r == 1 then
-                local rec = acq .. '|' .. fs .. '|' .. ms .. '|' .. ARGV[4]
-                if m[7] then
-                  r = redis.pcall('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok, 'idle', 1)
-                else
-                  r = redis.pcall('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok)
-                end
-                if type(r) == 'table' then
-                  redis.call('ZREM', KEYS[3], tok)
-                  e, ekey = r, KEYS[4]
-                else
-                  r = redis.pcall('ZREM', KEYS[5], 'w:' .. acq)
-                  if type(r) ~= 'table' then
-                    if deadline < due then
-                      redis.call('HSET', KEYS[1], 'fence', fs, 'due', deadline)
-                    else
-                      redis.call('HSET', KEYS[1], 'fence', fs)
-                    end
-                    return {GRANTED, tok, fs, deadline, now}
+              elseif fresh then
+                return {GRANTED, tok, fs, deadline, now}
+              else
+                -- Behind a BLMOVE: off the waiters, then the fence.
+                r = redis.pcall('ZREM', KEYS[5], 'w:' .. acq)
+                if type(r) ~= 'table' then
+                  if deadline < due then
+                    redis.call('HSET', KEYS[1], 'fence', fs, 'due', deadline)
+                  else
+                    redis.call('HSET', KEYS[1], 'fence', fs)
                   end
-                  redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. acq)
-                  redis.call('ZREM', KEYS[3], tok)
-                  e, ekey = r, KEYS[5]
+                  return {GRANTED, tok, fs, deadline, now}
                 end
-              elseif type(r) == 'table' then
-                e, ekey = r, KEYS[3]
+                redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. acq)
+                redis.call('ZREM', KEYS[3], tok)
+                e, ekey = r, KEYS[5]
               end
+            elseif type(r) == 'table' then
+              e, ekey = r, KEYS[3]
             end
           end
-          if e then
-            -- Put back the token this call popped before it fails: to the
-            -- pending list, or (if that fails on a migrating slot, as the
-            -- list is empty now) to the token list, which existed when the
-            -- script began and this call did not touch.
-            if type(redis.pcall('LPUSH', KEYS[6], tok)) == 'table' then redis.pcall('LPUSH', KEYS[2], tok) end
-            return fail(e, ekey)
-          end
-          -- A stranger or a duplicate, for acquire.lua to drop.
-          redis.pcall('LPUSH', KEYS[6], tok)
+        end
+        -- Not granted: the token goes back where it came from, for the
+        -- error below or (a stranger or a duplicate) for acquire.lua. A
+        -- fresh call popped it from the token list. Behind a BLMOVE it
+        -- goes back to the pending list, or, before an error, if that
+        -- fails on a migrating slot (the list is empty now), to the token
+        -- list, which existed when the script began and this call did not
+        -- touch.
+        if fresh then
+          redis.call('LPUSH', KEYS[2], tok)
+        elseif type(redis.pcall('LPUSH', KEYS[6], tok)) == 'table' and e then
+          redis.pcall('LPUSH', KEYS[2], tok)
         end
       end
+      if fresh then redis.call('HSET', KEYS[1], 'fence', m[3], 'due', m[4]) end
+      if e then return fail(e, ekey) end
     end
   end
 end
