@@ -90,6 +90,9 @@ func benchRedisFloor(b *testing.B, addr string, f floor.Floor) {
 	var usec, top float64
 	for _, cmd := range f.Top {
 		calls, u := commandStat(info, cmd)
+		if calls < float64(b.N) {
+			b.Fatalf("%s: %v calls of %s for %d pairs:\n%s", f.Name, calls, cmd, b.N, info)
+		}
 		usec += u
 		if cmd != "evalsha" {
 			top += calls

@@ -16,7 +16,7 @@
 -- it runs), and a fresh call declares its pending list, which never exists
 -- yet, so a fresh call never runs there at all. A call behind a BLMOVE may:
 -- it accesses no key that it may have emptied itself but when it puts a
--- token back (see putback). Meta is read first (a key of the wrong type
+-- token back (see "Not granted" below). Meta is read first (a key of the wrong type
 -- fails there with nothing written); a fresh call writes the fence first
 -- (HSET is refused at maxmemory, so new acquisitions fail clearly with OOM);
 -- a pop, lease, holder record or waiter registration that fails on a key of
@@ -26,9 +26,10 @@ do
   -- tonumber is the C library's strtod, which costs Redis as much as an
   -- argument of the call. Only what a grant computes with is converted.
   -- A number written to Redis (a deadline, a sweep time) goes to
-  -- redis.call as a Lua number: Redis prints it with %.17g, the digits of
-  -- %.0f for whole numbers below 2^53, for a third of what a Lua
-  -- string.format costs.
+  -- redis.call as a Lua number, not through a Lua string.format('%.0f'),
+  -- which costs about 5,000 instructions: Redis prints it itself (with
+  -- %.17g up to 7.0, as a whole number from 7.2), the digits of %.0f for
+  -- whole numbers below 2^53.
   local size, acq, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
   local fresh = ARGV[8] == 'fresh'
   -- size: 1 to 100000, canonical; blockMs, graceMs, tombMs: 0 to
@@ -86,16 +87,18 @@ do
       -- A popped token is granted only if valid: "<epoch>:<slot>" of this
       -- epoch with a canonical slot in 1..size (digit strings of one length
       -- compare as numbers). That is checked inline, as is all else below:
-      -- no closure is made on this path (each costs Redis an allocation,
-      -- and one more per local it captures, on every call).
+      -- the only closure this path makes is fail, which captures nothing
+      -- (a closure costs Redis an allocation, and one more per local it
+      -- captures, on every call).
       local colon = #epoch + 1
       -- tok: the token to grant, popped from the token list (a fresh
       -- call) or from the pending list a BLMOVE filled (a call behind
       -- it); e and ekey: a pcall error on the way and the key it came
       -- from. A fresh call writes the fence first: due falls to the
       -- deadline of this grant, if there is one (a due that is early for
-      -- nothing only brings a sweep forward); every way out of a fresh
-      -- call that does not grant puts fence and due back.
+      -- nothing only brings a sweep forward). A fresh call that registers
+      -- as a waiter or answers when to try again keeps them; one that
+      -- fails or falls through to acquire.lua puts fence and due back.
       local tok, e, ekey
       if fresh then
         if deadline < due then

@@ -79,8 +79,8 @@ do
       redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. acq)
       -- A push or ZREM that fails is undone (the token popped again if it
       -- was pushed, the record put back) before the script fails; inline,
-      -- as a closure here would cost every call an allocation per local it
-      -- captures.
+      -- as a closure here would cost every call an allocation, and one per
+      -- local it captures.
       local len = 0
       if push then
         local r = redis.pcall('LPUSH', KEYS[2], push)
