@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redsem/redsem/internal/floor"
 	"github.com/redsem/redsem/internal/redistest"
 )
 
@@ -17,26 +18,36 @@ import (
 // release HMGET holders, HDEL, LPUSH, ZREM (meta is read only with idle
 // expiry on, flagged in holders). Counted by INFO commandstats on a real
 // redis-server; BenchmarkRedisTime reports the same figure with its time.
+// The floor "skeleton" (internal/floor), which BenchmarkRedisTime and
+// bench/instructions measure as what those commands cost unchecked, must
+// run the very same commands.
 func TestUncontendedPairRunsTenCommands(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := ctxT(t, 10*time.Second)
+	tenCommands := map[string]float64{"hmget": 2, "time": 1, "hset": 2, "lpop": 1, "zadd": 1, "hdel": 1, "lpush": 1, "zrem": 1}
 	for _, bc := range []struct {
 		name string
 		opts []Option
 		want map[string]float64
 	}{
-		{"idle=off", nil, map[string]float64{"hmget": 2, "time": 1, "hset": 2, "lpop": 1, "zadd": 1, "hdel": 1, "lpush": 1, "zrem": 1}},
+		{"idle=off", nil, tenCommands},
 		// Every pair leaves the semaphore idle: the release reads meta and
 		// sets the expiry, the next acquire removes it.
 		{"idle=on", []Option{WithIdleExpiry(time.Minute)}, nil},
+		{"floor=skeleton", nil, tenCommands},
 	} {
 		t.Run(bc.name, func(t *testing.T) {
-			s, err := NewSemaphore(srv.Pool(t), "paircost-"+bc.name, 4, bc.opts...)
-			require.NoError(t, err)
-			pair := func() {
-				l, err := s.Acquire(ctx)
+			var pair func()
+			if name, ok := strings.CutPrefix(bc.name, "floor="); ok {
+				pair = floorPair(t, srv.Addr, name)
+			} else {
+				s, err := NewSemaphore(srv.Pool(t), "paircost-"+bc.name, 4, bc.opts...)
 				require.NoError(t, err)
-				require.NoError(t, l.Release(ctx))
+				pair = func() {
+					l, err := s.Acquire(ctx)
+					require.NoError(t, err)
+					require.NoError(t, l.Release(ctx))
+				}
 			}
 			for i := 0; i < 10; i++ { // create it, load the scripts
 				pair()
@@ -78,4 +89,20 @@ func TestUncontendedPairRunsTenCommands(t *testing.T) {
 			}
 		})
 	}
+}
+
+// floorPair returns a function that runs the floor.All pair called name
+// once, on a connection of its own to addr, after floor.Setup.
+func floorPair(t *testing.T, addr, name string) func() {
+	conn, err := redis.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	require.NoError(t, floor.Setup(conn))
+	for _, f := range floor.All() {
+		if f.Name == name {
+			return func() { require.NoError(t, f.Pair(conn)) }
+		}
+	}
+	t.Fatalf("no floor %q", name)
+	return nil
 }

@@ -75,7 +75,7 @@ redis.call('HDEL', KEYS[4], 't:' .. ARGV[1], 'a:' .. ARGV[2])
 redis.call('LPUSH', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 return 1`)
-	emptyAcquire := redis.NewScript(6, `return {1, 'edbc66154f0d:1', '1795811129821313', 1795811159786, '1795811129821313'}`)
+	emptyAcquire := redis.NewScript(6, `return {1, '`+epoch+`:1', '1795811129821313', 1795811159786, '1795811129821313'}`)
 	emptyRelease := redis.NewScript(4, `return 1`)
 	scripted := func(acquire, release *redis.Script) func(redis.Conn) error {
 		return func(conn redis.Conn) error {
