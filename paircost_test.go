@@ -106,3 +106,69 @@ func floorPair(t *testing.T, addr, name string) func() {
 	t.Fatalf("no floor %q", name)
 	return nil
 }
+
+// A contended acquisition runs at most 12 Redis commands inside its
+// scripts (issue 12): its first script registers it (HMGET meta, TIME, HSET
+// fence, LPOP finding nothing, ZADD waits), then BLMOVE, then the script
+// behind it grants (HMGET meta, TIME, LPOP pending, ZADD lease, HSET
+// record, ZREM waits, HSET fence). Counted with the holder's release (4
+// commands) that hands it the token.
+func TestContendedAcquisitionRunsTwelveCommands(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := ctxT(t, 20*time.Second)
+	s, err := NewSemaphore(srv.Pool(t), "paircost-contended", 1)
+	require.NoError(t, err)
+	for i := 0; i < 10; i++ { // create it, load the scripts
+		l, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+	}
+	admin, err := redis.Dial("tcp", srv.Addr)
+	require.NoError(t, err)
+	defer admin.Close()
+	const n = 10
+	got := map[string]float64{}
+	for i := 0; i < n; i++ {
+		held, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		_, err = admin.Do("CONFIG", "RESETSTAT")
+		require.NoError(t, err)
+		granted := make(chan *Lease, 1)
+		go func() {
+			l, err := s.Acquire(ctx)
+			assert.NoError(t, err)
+			granted <- l
+		}()
+		require.Eventually(t, func() bool {
+			info, err := redis.String(admin.Do("INFO", "clients"))
+			return err == nil && strings.Contains(info, "blocked_clients:1\r\n")
+		}, 5*time.Second, time.Millisecond, "the waiter never blocked")
+		require.NoError(t, held.Release(ctx))
+		l := <-granted
+		require.NotNil(t, l)
+		info, err := redis.String(admin.Do("INFO", "commandstats"))
+		require.NoError(t, err)
+		for _, line := range strings.Split(info, "\n") {
+			name, _, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":")
+			if !ok || !strings.HasPrefix(strings.TrimSpace(line), "cmdstat_") ||
+				name == "info" || strings.HasPrefix(name, "config") {
+				continue
+			}
+			calls, _ := commandStat(info, name)
+			got[name] += calls
+		}
+		require.NoError(t, l.Release(ctx))
+	}
+	for name := range got {
+		got[name] /= n
+	}
+	assert.Equal(t, 3.0, got["evalsha"], "EVALSHA calls per contended acquisition and release: %v", got)
+	assert.Equal(t, 1.0, got["blmove"], "BLMOVE calls: %v", got)
+	inner := 0.0
+	for name, per := range got {
+		if name != "evalsha" && name != "blmove" {
+			inner += per
+		}
+	}
+	assert.LessOrEqual(t, inner-4, 12.0, "commands inside a contended acquisition's scripts: %v", got)
+}
