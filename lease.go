@@ -389,6 +389,11 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 				l.endRefresh(f)
 				return err
 			}
+			if !l.Valid() {
+				// Past its local deadline: ended, even if its timer has
+				// not fired yet (Redis may have expired it already).
+				l.end(ErrLeaseExpired)
+			}
 			if l.ctx.Err() != nil {
 				l.endRefresh(f)
 				l.giveBack(ctx)
