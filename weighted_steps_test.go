@@ -349,6 +349,12 @@ func TestRefreshEndedBetweenRunsExtendsNoMore(t *testing.T) {
 		const size = 2*refreshChunk + 50
 		var l *Lease
 		var runs atomic.Int64
+		// Loaded first, so that the hook below follows the first run itself,
+		// not an EVALSHA answered NOSCRIPT (whose EVAL would then come after
+		// the lease ended, and find it lost).
+		conn := b.pool.Get()
+		require.NoError(t, refreshScript.Load(conn))
+		conn.Close()
 		hp := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
 			if isScript(refreshScript, cmd, args) && runs.Add(1) == 1 {
 				for l.Valid() { // the lease expires while the first run is on the wire
