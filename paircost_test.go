@@ -66,13 +66,7 @@ func TestUncontendedPairRunsTenCommands(t *testing.T) {
 			// Every command but the test's own, per pair.
 			got := map[string]float64{}
 			inner := 0.0
-			for _, line := range strings.Split(info, "\n") {
-				name, _, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":")
-				if !ok || !strings.HasPrefix(strings.TrimSpace(line), "cmdstat_") ||
-					name == "info" || strings.HasPrefix(name, "config") {
-					continue
-				}
-				calls, _ := commandStat(info, name)
+			for name, calls := range commandCalls(info) {
 				got[name] = calls / n
 				if name != "evalsha" {
 					inner += calls / n
@@ -89,6 +83,21 @@ func TestUncontendedPairRunsTenCommands(t *testing.T) {
 			}
 		})
 	}
+}
+
+// commandCalls returns the calls of every command in an INFO commandstats
+// reply but the tests' own INFO and CONFIG.
+func commandCalls(info string) map[string]float64 {
+	got := map[string]float64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, _, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":")
+		if !ok || !strings.HasPrefix(strings.TrimSpace(line), "cmdstat_") ||
+			name == "info" || strings.HasPrefix(name, "config") {
+			continue
+		}
+		got[name], _ = commandStat(info, name)
+	}
+	return got
 }
 
 // floorPair returns a function that runs the floor.All pair called name
@@ -148,13 +157,7 @@ func TestContendedAcquisitionRunsTwelveCommands(t *testing.T) {
 		require.NotNil(t, l)
 		info, err := redis.String(admin.Do("INFO", "commandstats"))
 		require.NoError(t, err)
-		for _, line := range strings.Split(info, "\n") {
-			name, _, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":")
-			if !ok || !strings.HasPrefix(strings.TrimSpace(line), "cmdstat_") ||
-				name == "info" || strings.HasPrefix(name, "config") {
-				continue
-			}
-			calls, _ := commandStat(info, name)
+		for name, calls := range commandCalls(info) {
 			got[name] += calls
 		}
 		require.NoError(t, l.Release(ctx))
