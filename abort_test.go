@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -20,12 +21,12 @@ func TestAbortLeavesAnotherHoldersLease(t *testing.T) {
 			s := newSem(t, b, "abort-"+mode, 2, WithTTL(time.Minute))
 			other, err := s.TryAcquire(ctx)
 			require.NoError(t, err)
-			stale := newAcqID()
+			stale := engine.NewAcqID()
 			b.do(t, "HSET", s.k.holders, "a:"+stale, other.Token())
 
 			r, err := s.abort(ctx, stale, mode)
 			require.NoError(t, err)
-			assert.NotEqual(t, int64(1), r.code, "%s: abort handed over another holder's lease", mode)
+			assert.NotEqual(t, int64(1), r.Code, "%s: abort handed over another holder's lease", mode)
 
 			inv, err := s.Check(ctx)
 			require.NoError(t, err)
@@ -55,11 +56,11 @@ func TestAbortTombstoneLowersDue(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, l.Release(ctx)) // due is now a minute away
 
-		acq := newAcqID()
+		acq := engine.NewAcqID()
 		args := append(s.k.all(5), s.k.pend(acq), acq, "release", 200)
-		r, err := parseAcquireReply(abortScript.Do(b.pool.Get(), args...))
+		r, err := parseAcquireReply(engine.Abort.Do(b.pool.Get(), args...))
 		require.NoError(t, err)
-		require.Equal(t, int64(0), r.code, "nothing held: a tombstone")
+		require.Equal(t, int64(0), r.Code, "nothing held: a tombstone")
 		// The late BLMOVE is served.
 		b.do(t, "LMOVE", s.k.tokens, s.k.pend(acq), "LEFT", "RIGHT")
 		_, err = s.TryAcquire(ctx)

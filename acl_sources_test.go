@@ -27,7 +27,7 @@ var (
 	goLiteralSend = regexp.MustCompile(`\b(?:Send|Do|DoContext)\(\s*(?:[A-Za-z_][A-Za-z0-9_.]*\s*,\s*)*"([A-Za-z ]+)"`)
 	// Every Send/Do/DoContext call, to count the ones that name no literal.
 	goAnySend = regexp.MustCompile(`\b(?:Send|Do|DoContext)\(`)
-	// acquireScript.SendHash(: a script method, which sends EVALSHA/EVAL.
+	// engine.Acquire.SendHash(: a script method, which sends EVALSHA/EVAL.
 	goScriptCall = regexp.MustCompile(`\b([A-Za-z_]*[sS]cript)\.([A-Za-z]+)\(`)
 )
 

@@ -28,7 +28,7 @@ func NewAdmin(pool Pool, prefix, name string) (*Admin, error) {
 	if err := engine.CheckPool(pool, "pool"); err != nil {
 		return nil, err
 	}
-	if err := checkName(name); err != nil {
+	if err := engine.CheckName(name); err != nil {
 		return nil, err
 	}
 	cfg, err := buildConfig([]Option{WithPrefix(prefix)})

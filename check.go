@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/redsem/redsem/internal/engine"
 )
 
 // ErrRepairUnsafe is returned by Repair when tokens are missing but minting
@@ -68,7 +69,7 @@ func (inv Inventory) Healthy() bool {
 // Semaphore was made with. Errors: ErrWrongType, ErrCorrupt (unreadable
 // meta), or a connection error.
 func (s *Semaphore) Check(ctx context.Context) (Inventory, error) {
-	v, _, err := s.call(ctx, checkScript, s.k.all(5)...)
+	v, _, err := engine.Call(ctx, s.pool, engine.Check, s.k.all(5)...)
 	vals, err := redis.Values(v, err)
 	if err != nil {
 		return Inventory{}, s.scriptError("check", err)
@@ -79,7 +80,7 @@ func (s *Semaphore) Check(ctx context.Context) (Inventory, error) {
 	_, err = redis.Scan(vals, &exists, &inv.Size, &inv.Epoch, &nowUs, &inv.Leased, &inv.Pending,
 		&inv.Free, &inv.Retired, &inv.Duplicates, &inv.Strangers, &inv.Missing, &inv.Withheld)
 	if err != nil {
-		return Inventory{}, fmt.Errorf("redsem: check %q: %w", printable(s.name), err)
+		return Inventory{}, fmt.Errorf("redsem: check %q: %w", engine.Printable(s.name), err)
 	}
 	inv.Exists = exists == 1
 	inv.ServerTime = time.UnixMicro(nowUs)
@@ -129,7 +130,7 @@ type RepairReport struct {
 // again is safe; after a connection error it is run once more on a fresh
 // connection, and the report is then that of the second run.
 func (s *Semaphore) Repair(ctx context.Context) (RepairReport, error) {
-	v, _, err := s.call(ctx, repairScript, s.k.all(5)...)
+	v, _, err := engine.Call(ctx, s.pool, engine.Repair, s.k.all(5)...)
 	vals, err := redis.Values(v, err)
 	if err != nil {
 		return RepairReport{}, s.scriptError("repair", err)
@@ -137,7 +138,7 @@ func (s *Semaphore) Repair(ctx context.Context) (RepairReport, error) {
 	var r RepairReport
 	var leases, records, pending int
 	if _, err := redis.Scan(vals, &r.Reclaimed, &r.Dropped, &r.Minted, &r.Missing, &leases, &records, &pending); err != nil {
-		return RepairReport{}, fmt.Errorf("redsem: repair %q: %w", printable(s.name), err)
+		return RepairReport{}, fmt.Errorf("redsem: repair %q: %w", engine.Printable(s.name), err)
 	}
 	if len(r.Missing) == 0 {
 		return r, nil
@@ -154,5 +155,5 @@ func (s *Semaphore) Repair(ctx context.Context) (RepairReport, error) {
 		}
 	}
 	return r, fmt.Errorf("%w: semaphore %q: %d missing slots not minted: Redis records %s",
-		ErrRepairUnsafe, printable(s.name), len(r.Missing), strings.Join(why, ", "))
+		ErrRepairUnsafe, engine.Printable(s.name), len(r.Missing), strings.Join(why, ", "))
 }

@@ -1,7 +1,6 @@
 package redsem
 
 import (
-	"context"
 	"sync"
 	"time"
 
@@ -75,30 +74,6 @@ func (c *serverClock) localDeadline(deadlineMs int64, ttl time.Duration, sentUs 
 	return monoTime(deadlineMs*1000 + c.boundAt(monoNow()) - margin)
 }
 
-// timeSource is where the client reads the time, arms its lease timers,
-// waits briefly for a settle, and starts the goroutines that settle in the
-// background. Production uses the standard library's (realTime). The
-// protocol explorer (explore_test.go) installs a virtual one so that it
-// decides when every step of every client happens and when time passes; so
-// every goroutine the acquisition protocol starts and every bounded wait it
-// makes goes through clk.
-type timeSource interface {
-	Now() time.Time
-	AfterFunc(d time.Duration, f func()) stopper
-	// WaitOrDone returns once done is closed, ctx ends, or d has passed.
-	WaitOrDone(ctx context.Context, done <-chan struct{}, d time.Duration)
-	Go(f func())
-}
-
-// stopper is the part of *time.Timer a lease uses.
-type stopper interface {
-	Stop() bool
-	Reset(d time.Duration) bool
-}
-
-var clk timeSource = realTime{}
-
-// realTime is the engine's RealClock, with timers.
-type realTime struct{ engine.RealClock }
-
-func (realTime) AfterFunc(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }
+// clk is the time source of every acquisition and lease of this process
+// (engine.Clock); the explorer's tests swap in a virtual one.
+var clk engine.Clock = engine.RealClock{}

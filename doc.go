@@ -83,6 +83,24 @@
 // and then ends unless the holder calls Refresh, so that no hold ever
 // outlasts the TTL. TTLs range from MinTTL (20ms) to MaxTTL.
 //
+// Release and Refresh act on every token of a lease at once, 256 tokens a
+// script for a large lease (AcquireN), one script after another. Release
+// never pushes a second copy of a token: a lease that expired but was not
+// reclaimed yet is released normally; one whose tokens were partly
+// reclaimed gives back the rest and returns ErrLeaseLost. A Release that
+// failed on a connection error may or may not have taken effect, so the
+// lease ends on this side (Valid false, Done closed); calling Release again
+// goes on with the tokens not given back yet. Only an error reply to its
+// first script (a key of the wrong type) leaves the lease held.
+//
+// Refresh lowers the local deadline at once to the earliest the new server
+// deadline can be, and raises it only when Redis confirms, so a lost reply
+// or two refreshes on the wire together never leave a local deadline after
+// the server's. A large lease's refresh raises it once every run succeeded,
+// to the earliest of their deadlines; a run that finds the lease lost, or a
+// refresh that outlives the local deadline between two runs, ends the lease
+// and gives back what Redis still records for it.
+//
 // # Read-write locks
 //
 // RWMutex is a read-write lock on the same machinery: any number of read

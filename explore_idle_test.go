@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/stretchr/testify/require"
 )
 
@@ -82,16 +83,16 @@ func TestExploreIdleExpiry(t *testing.T) {
 func TestExplorerCatchesMissingPersist(t *testing.T) {
 	var src string
 	for _, f := range []string{"codes.lua", "acquire_fast.lua", "common.lua", "acquire.lua"} {
-		src += mustRead(f) + "\n"
+		src += engine.MustRead(f) + "\n"
 	}
 	for _, cut := range []string{"      if m[8] then\n", "idle_setting(idle)\nwake()\n"} {
 		require.Contains(t, src, cut)
 	}
 	src = strings.Replace(src, "      if m[8] then\n", "      if false then\n", 1)
 	src = strings.Replace(src, "idle_setting(idle)\nwake()\n", "idle_setting(idle)\n", 1)
-	saved := acquireScript
-	acquireScript = redis.NewScript(6, src)
-	defer func() { acquireScript = saved }()
+	saved := engine.Acquire
+	engine.Acquire = redis.NewScript(6, src)
+	defer func() { engine.Acquire = saved }()
 	env := newExploreEnv(t)
 	cx, n := exploreScenario(t, env, idleScenarios()[0], exploreDepth, time.Now().Add(time.Minute))
 	t.Logf("found after %d schedules:\n%s", n, cx)

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/stretchr/testify/require"
 )
 
@@ -337,13 +338,13 @@ func TestExploreRW(t *testing.T) {
 // The RW invariants can fail: with rw_acquire.lua's fresh path made to let
 // a writer in beside live readers, the explorer finds the overlap.
 func TestExplorerCatchesBrokenRWLock(t *testing.T) {
-	src := mustRead("rw_acquire.lua")
+	src := engine.MustRead("rw_acquire.lua")
 	const guard = "(mode == 'r' or not any_lease())"
 	require.Contains(t, src, guard)
-	saved := rwAcquireScript
-	rwAcquireScript = redis.NewScript(6, mustRead("codes.lua")+"\n"+mustRead("common.lua")+"\n"+mustRead("rw_common.lua")+"\n"+
+	saved := engine.RWAcquire
+	engine.RWAcquire = redis.NewScript(6, engine.MustRead("codes.lua")+"\n"+engine.MustRead("common.lua")+"\n"+engine.MustRead("rw_common.lua")+"\n"+
 		strings.Replace(src, guard, "true", 1))
-	defer func() { rwAcquireScript = saved }()
+	defer func() { engine.RWAcquire = saved }()
 	env := newExploreEnv(t)
 	cx, n := exploreScenario(t, env, rwScenarios()[0], exploreDepth, time.Now().Add(time.Minute))
 	t.Logf("found after %d schedules", n)

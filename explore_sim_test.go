@@ -33,6 +33,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/gomodule/redigo/redis"
+	"github.com/redsem/redsem/internal/engine"
 )
 
 // simCmd is one command written by a client.
@@ -178,7 +179,7 @@ func (c *simConn) DoContext(ctx context.Context, cmd string, args ...interface{}
 			return v, err
 		}
 		v, err = c.ReceiveContext(ctx)
-		if err != nil && !isRedisError(err) {
+		if err != nil && !engine.IsRedisError(err) {
 			return v, err
 		}
 	}
@@ -344,7 +345,7 @@ func (w *simWorld) Now() time.Time {
 	return w.now
 }
 
-func (w *simWorld) AfterFunc(d time.Duration, f func()) stopper {
+func (w *simWorld) AfterFunc(d time.Duration, f func()) engine.Timer {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	t := &simTimer{w: w, at: w.now.Add(d), f: f}
@@ -455,7 +456,7 @@ func (w *simWorld) execute(c *simConn) string {
 		return label + " (blocks)"
 	}
 	v, err := w.exec.Do(cmd.name, cmd.args...)
-	if err != nil && !isRedisError(err) {
+	if err != nil && !engine.IsRedisError(err) {
 		panic(fmt.Sprintf("explorer: miniredis connection failed: %v", err))
 	}
 	c.inbox = c.inbox[1:]

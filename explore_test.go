@@ -25,6 +25,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/gomodule/redigo/redis"
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/stretchr/testify/require"
 )
 
@@ -44,9 +45,9 @@ func newExploreEnv(t testing.TB) *exploreEnv {
 	exec, err := redis.Dial("tcp", m.Addr())
 	require.NoError(t, err)
 	t.Cleanup(func() { exec.Close() })
-	for _, s := range []*redis.Script{acquireScript, releaseScript, refreshScript, abortScript, reclaimScript,
-		deleteScript, statusScript, acquireNScript, abortNScript, resizeScript, repairScript, checkScript,
-		rwAcquireScript, rwAbortScript, rwReleaseScript, rwRefreshScript} {
+	for _, s := range []*redis.Script{engine.Acquire, engine.Release, engine.Refresh, engine.Abort, engine.Reclaim,
+		engine.Delete, engine.Status, engine.AcquireN, engine.AbortN, engine.Resize, engine.Repair, engine.Check,
+		engine.RWAcquire, engine.RWAbort, engine.RWRelease, engine.RWRefresh} {
 		require.NoError(t, s.Load(exec))
 	}
 	return &exploreEnv{m: m, exec: exec, direct: newPool(t, m.Addr())}
@@ -438,9 +439,9 @@ func TestExploreRandom(t *testing.T) {
 // explorer's small requests pass through every state a large one does,
 // partial leases taken over several runs and a grant sealed over several.
 func TestExploreWeightedSteps(t *testing.T) {
-	saved := acquireNScript
-	acquireNScript = acquireNWith(t, "local STEP = 128\n", "local STEP = 1\n")
-	defer func() { acquireNScript = saved }()
+	saved := engine.AcquireN
+	engine.AcquireN = acquireNWith(t, "local STEP = 128\n", "local STEP = 1\n")
+	defer func() { engine.AcquireN = saved }()
 	env := newExploreEnv(t)
 	budget := exploreBudget(20 * time.Second)
 	start := time.Now()
@@ -567,9 +568,9 @@ func TestExplorerCatchesReintroducedBugs(t *testing.T) {
 	t.Run("refresh leaves due late", func(t *testing.T) {
 		old, err := exploreOld.ReadFile("testdata/explore/refresh_due_unchanged.lua")
 		require.NoError(t, err)
-		saved := refreshScript
-		refreshScript = redis.NewScript(4, mustRead("codes.lua")+"\n"+mustRead("common.lua")+"\n"+string(old))
-		defer func() { refreshScript = saved }()
+		saved := engine.Refresh
+		engine.Refresh = redis.NewScript(4, engine.MustRead("codes.lua")+"\n"+engine.MustRead("common.lua")+"\n"+string(old))
+		defer func() { engine.Refresh = saved }()
 		env := newExploreEnv(t)
 		cx, n := exploreScenario(t, env, seamScenario(t, "refresh to a shorter TTL, then the holder dies"), 9, time.Now().Add(time.Minute))
 		t.Logf("found after %d schedules", n)

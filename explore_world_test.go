@@ -15,6 +15,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/internal/failpoint"
 )
 
@@ -910,19 +911,19 @@ func (r *run) teardown() {
 			cl.cancel()
 		}
 	}
-	clk = realTime{}
+	clk = engine.RealClock{}
 }
 
 // scriptNames maps every script's SHA1 to its file, for the schedule.
 func scriptNames() map[string]string {
 	out := map[string]string{}
 	for name, s := range map[string]*redis.Script{
-		"acquire.lua": acquireScript, "release.lua": releaseScript, "refresh.lua": refreshScript,
-		"abort.lua": abortScript, "reclaim.lua": reclaimScript, "delete.lua": deleteScript,
-		"status.lua": statusScript, "acquire_n.lua": acquireNScript, "abort_n.lua": abortNScript,
-		"resize.lua": resizeScript, "repair.lua": repairScript, "check.lua": checkScript,
-		"rw_acquire.lua": rwAcquireScript, "rw_abort.lua": rwAbortScript, "rw_release.lua": rwReleaseScript,
-		"rw_refresh.lua": rwRefreshScript,
+		"acquire.lua": engine.Acquire, "release.lua": engine.Release, "refresh.lua": engine.Refresh,
+		"abort.lua": engine.Abort, "reclaim.lua": engine.Reclaim, "delete.lua": engine.Delete,
+		"status.lua": engine.Status, "acquire_n.lua": engine.AcquireN, "abort_n.lua": engine.AbortN,
+		"resize.lua": engine.Resize, "repair.lua": engine.Repair, "check.lua": engine.Check,
+		"rw_acquire.lua": engine.RWAcquire, "rw_abort.lua": engine.RWAbort, "rw_release.lua": engine.RWRelease,
+		"rw_refresh.lua": engine.RWRefresh,
 	} {
 		out[s.Hash()] = name
 	}

@@ -222,7 +222,7 @@ func parseMetaKey(prefix, key string) (Found, bool) {
 		return Found{}, false
 	}
 	name, ok := engine.DecodeName(enc)
-	if !ok || checkName(name) != nil {
+	if !ok || engine.CheckName(name) != nil {
 		return Found{}, false
 	}
 	return Found{Name: name, Kind: kind}, true
@@ -287,7 +287,7 @@ func ReadFleetWithin(ctx context.Context, pool Pool, prefix string, limit, maxSc
 		if err == nil {
 			continue
 		}
-		if errors.Is(err, ErrWrongType) || errors.Is(err, ErrCorrupt) || isRedisError(err) {
+		if errors.Is(err, ErrWrongType) || errors.Is(err, ErrCorrupt) || engine.IsRedisError(err) {
 			fl.Failed = append(fl.Failed, FleetError{Name: f.Name, Kind: f.Kind, Err: err})
 			continue
 		}

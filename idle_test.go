@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/internal/redistest"
 )
 
@@ -205,7 +206,7 @@ func TestIdleExpiryAfterWeightedAndAbort(t *testing.T) {
 		require.NoError(t, err)
 		r, err := s.abort(ctx, l.acqID, "release")
 		require.NoError(t, err)
-		require.Equal(t, int64(3), r.code)
+		require.Equal(t, int64(3), r.Code)
 		b.pass(idleTime + 50*time.Millisecond)
 		require.Empty(t, tagKeys(t, b, s))
 		assert.ErrorIs(t, l.Release(ctx), ErrLeaseLost)
@@ -328,7 +329,7 @@ func TestIdleExpiryWithATombstoneInWaits(t *testing.T) {
 		var lose atomic.Bool
 		lose.Store(true)
 		hp := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
-			if isScript(acquireScript, cmd, args) && lose.Swap(false) {
+			if isScript(engine.Acquire, cmd, args) && lose.Swap(false) {
 				cancel()
 				return redistest.ErrLostReply
 			}

@@ -38,10 +38,3 @@ func (k keys) all(n int) []interface{} {
 	ks := []interface{}{k.meta, k.tokens, k.leases, k.holders, k.waits}
 	return ks[:n]
 }
-
-// checkName rejects names that are empty or longer than MaxNameLen bytes
-// (engine.CheckName).
-func checkName(name string) error { return engine.CheckName(name) }
-
-// printable quotes a name for error messages.
-func printable(name string) string { return engine.Printable(name) }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/gomodule/redigo/redis"
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -20,7 +21,7 @@ func lateWaiter(t *testing.T, b *backend, s *Semaphore) string {
 	ctx := ctxT(t, 20*time.Second)
 	h, err := s.TryAcquire(ctx)
 	require.NoError(t, err)
-	_, reg, err := s.acquireFrom(ctx, modeRegister, nil)
+	_, reg, err := s.acquire(ctx, engine.ModeRegister, nil)
 	require.NoError(t, err)
 	require.NotNil(t, reg)
 	_ = h // expires, and the sweep gives its token back too
@@ -62,9 +63,9 @@ func TestLateWaitScriptGrantsNothing(t *testing.T) {
 		defer conn.Close()
 		tok, err := redis.String(conn.Do("BLMOVE", s.k.tokens, s.k.pend(acq), "LEFT", "RIGHT", "1"))
 		require.NoError(t, err, "the token is free, so the late BLMOVE is served at once")
-		r, err := parseAcquireReply(runScript(ctx, conn, acquireScript, s.acquireArgs(acq, 1000, "wait")...))
+		r, err := parseAcquireReply(engine.RunScript(ctx, conn, engine.Acquire, s.acquireArgs(acq, time.Second, "wait")...))
 		require.NoError(t, err)
-		assert.Equal(t, int64(2), r.code, "a late lease script behind a swept registration granted %s", r.token)
+		assert.Equal(t, int64(2), r.Code, "a late lease script behind a swept registration granted %v", r.Tokens)
 		st, err := s.Status(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, 1, st.Available, "token %s went back", tok)

@@ -43,7 +43,7 @@ type Lease struct {
 	mu       sync.Mutex
 	ttl      time.Duration
 	deadline time.Time
-	timer    stopper
+	timer    engine.Timer
 	final    error // set once Release or Refresh learnt the lease is over
 	flights  []*refreshFlight
 
@@ -53,14 +53,11 @@ type Lease struct {
 	stopCtx context.Context // ends when Release stops auto-refresh
 }
 
-func (s *Semaphore) newLease(acq string, r acquireReply, sentUs int64) *Lease {
-	return s.newLeaseN(acq, []string{r.token}, r.fence, r.deadlineMs, sentUs)
-}
-
-// newLeaseN is the lease of acquisition acq on toks (at least one), granted
-// with fence and server deadline deadlineMs by a request sent at sentUs.
-func (s *Semaphore) newLeaseN(acq string, toks []string, fence, deadlineMs, sentUs int64) *Lease {
-	l := &Lease{sem: s, acqID: acq, token: toks[0], tokens: toks, fence: fence, ttl: s.cfg.ttl}
+// newLease is the lease of acquisition acq granted by r (one token or
+// more, a fence, a server deadline) to a request sent at sentUs.
+func (s *Semaphore) newLease(acq string, r engine.Reply, sentUs int64) *Lease {
+	deadlineMs := r.DeadlineMs
+	l := &Lease{sem: s, acqID: acq, token: r.Tokens[0], tokens: r.Tokens, fence: r.Fence, ttl: s.cfg.ttl}
 	l.ctx, l.end = context.WithCancelCause(context.Background())
 	stopCtx, stop := context.WithCancel(context.Background())
 	l.stop, l.stopCh = stop, stopCtx.Done()
@@ -115,7 +112,7 @@ type leaseKind struct {
 	keys             func(k keys) []interface{}
 }
 
-var semaphoreLeases = &leaseKind{what: "semaphore", release: &releaseScript, refresh: &refreshScript,
+var semaphoreLeases = &leaseKind{what: "semaphore", release: &engine.Release, refresh: &engine.Refresh,
 	keys: func(k keys) []interface{} { return k.all(4) }}
 
 // tokenArgs are the keys and arguments of script acting on toks (one or
@@ -139,14 +136,10 @@ const (
 	refreshChunk = 256
 )
 
-// Fence returns the fencing token of this acquisition: strictly greater than
-// the fence of every earlier acquisition of the semaphore. Pass it with every
-// write to the resource the semaphore guards, and have the resource refuse a
-// fence lower than one it has seen: that keeps a holder that stalled past its
-// lease from writing after its successor. Fences are Redis TIME in
-// microseconds, or one more than the last fence if that is larger, so they
-// keep increasing across a Redis restart that lost the data, as long as the
-// server's clock does not go back.
+// Fence returns the fencing token of this acquisition, greater than every
+// earlier acquisition's: pass it with each write to the guarded resource and
+// have the resource refuse a lower one. Fences are Redis TIME in µs, or the
+// last fence plus one if larger.
 func (l *Lease) Fence() int64 {
 	if l == nil {
 		return 0
@@ -216,31 +209,12 @@ func (l *Lease) Context() context.Context {
 	return l.ctx
 }
 
-// Release gives the token back (all of them for a lease of several: in one
-// script up to 256 tokens, else in one script per 256, one after another).
-// It succeeds only while Redis still records this lease, and it
-// never pushes a second copy of a token: releasing twice returns
-// ErrReleased, releasing after the lease expired and its token was reclaimed
-// returns ErrLeaseLost. A lease that expired but was not yet reclaimed is
-// released normally. If only some tokens of a lease of several are still
-// recorded (the rest were reclaimed), those are given back and Release
-// returns ErrLeaseLost.
-//
-// Release does not stop when ctx ends: it gives the token back even when
-// called with a context that has already ended, as in `defer
-// l.Release(ctx)` after ctx's timeout. It uses ctx's values only, and is
-// bounded by a timeout of its own, releaseTimeout (5s), which covers a dead
-// pooled connection and its retry on a fresh one.
-//
-// Release stops auto-refresh whatever it returns. On a connection error it
-// may or may not have taken effect: the lease ends on this side all the same
-// (Valid turns false, Done is closed), as Redis may have given its tokens
-// to others; so does a lease of several runs of which some went through.
-// After an error reply to its first run's only attempt (a key of the wrong
-// type, a replica behind a plain pool) nothing changed, and the lease is
-// held as before. Calling Release again is safe: it goes on with the tokens
-// not given back yet and returns nil or ErrLeaseLost. A lease nobody
-// releases expires after its TTL.
+// Release gives the lease's tokens back, if Redis still records the lease:
+// then it returns nil; ErrReleased if it was released already, ErrLeaseLost
+// if its tokens were reclaimed. It ignores ctx's end (so `defer
+// l.Release(ctx)` works) and is bounded by a timeout of its own (5s). It
+// stops auto-refresh; after a connection error the lease ends on this side
+// all the same. Calling it again is safe (see the package doc, Leases).
 func (l *Lease) Release(ctx context.Context) error {
 	if l == nil {
 		return ErrLeaseLost
@@ -259,7 +233,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	for l.relNext < len(l.tokens) {
 		chunk := l.tokens[l.relNext:min(l.relNext+releaseChunk, len(l.tokens))]
 		release := *s.leaseKind().release
-		v, retried, err := s.call(ctx, release, l.tokenArgs(release, chunk)...)
+		v, retried, err := engine.Call(ctx, s.pool, release, l.tokenArgs(release, chunk)...)
 		m, err := redis.Int(v, err)
 		if err != nil {
 			if l.relNext > 0 || retried || !engine.IsRedisError(err) {
@@ -310,7 +284,7 @@ func (l *Lease) giveBack(ctx context.Context) {
 	for l.relNext < len(l.tokens) {
 		chunk := l.tokens[l.relNext:min(l.relNext+releaseChunk, len(l.tokens))]
 		release := *s.leaseKind().release
-		v, _, err := s.call(ctx, release, l.tokenArgs(release, chunk)...)
+		v, _, err := engine.Call(ctx, s.pool, release, l.tokenArgs(release, chunk)...)
 		m, err := redis.Int(v, err)
 		if err != nil {
 			return // what is left expires at its deadline
@@ -340,28 +314,12 @@ func (l *Lease) sameEpoch(ctx context.Context) (bool, error) {
 	return stored == epoch, nil
 }
 
-// Refresh extends the lease to ttl from now (Redis time): every token of it,
-// or none if it is lost, in one script for up to 256 tokens (larger leases
-// below). ttl must be between MinTTL and MaxTTL
-// (ErrInvalidTTL). It fails with ErrLeaseLost once Redis no longer
-// records the lease (any of its tokens), with ErrLeaseExpired
-// once the local deadline has passed, and with ErrReleased after Release; it
-// never brings back a lease that expired (FM-09).
-//
-// A lease of more than 256 tokens (AcquireN) is extended 256 tokens a
-// script, one after another, so that no script holds Redis for long; the
-// local deadline is raised only once every run has succeeded, to the
-// earliest deadline among them. A run that finds the lease lost after
-// earlier runs extended part of it gives back the tokens Redis still
-// records for it, rather than leave them held for one more TTL; so does a
-// refresh that outlives the lease's local deadline between two runs (it
-// returns ErrLeaseExpired and sends no further run).
-//
-// Refresh may be called while another Refresh (auto-refresh's, say) is on
-// the wire: the local deadline never falls after the one Redis enforces,
-// whatever order Redis runs them in and their replies arrive in. A Refresh
-// whose reply is lost leaves the local deadline at the earlier of the old
-// one and the one the new TTL would give, since Redis may have run it.
+// Refresh extends the lease to ttl from now, by Redis time, or fails and
+// extends nothing: ErrLeaseLost once Redis no longer records it,
+// ErrLeaseExpired once its local deadline has passed, ErrReleased after
+// Release, ErrInvalidTTL for a ttl outside MinTTL..MaxTTL. It never revives
+// an expired lease, and may run beside another Refresh (see the package
+// doc, Leases).
 func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return ErrLeaseLost
@@ -401,7 +359,7 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 			}
 		}
 		chunk := l.tokens[i:min(i+refreshChunk, len(l.tokens))]
-		v, _, err := s.call(ctx, refresh, l.tokenArgs(refresh, chunk, engine.A("ttlMs", ttl.Milliseconds()))...)
+		v, _, err := engine.Call(ctx, s.pool, refresh, l.tokenArgs(refresh, chunk, engine.A("ttlMs", ttl.Milliseconds()))...)
 		vals, err := redis.Int64s(v, err)
 		if err != nil {
 			// Runs before this one may have extended part of the lease:
@@ -528,9 +486,9 @@ func (l *Lease) finish(cause error) {
 func (l *Lease) lost() error {
 	l.finish(ErrLeaseLost)
 	if len(l.tokens) > 1 {
-		return fmt.Errorf("%w: semaphore %q, tokens %s", ErrLeaseLost, printable(l.sem.name), strings.Join(l.tokens, " "))
+		return fmt.Errorf("%w: semaphore %q, tokens %s", ErrLeaseLost, engine.Printable(l.sem.name), strings.Join(l.tokens, " "))
 	}
-	return fmt.Errorf("%w: %s %q, token %s", ErrLeaseLost, l.sem.leaseKind().what, printable(l.sem.name), l.token)
+	return fmt.Errorf("%w: %s %q, token %s", ErrLeaseLost, l.sem.leaseKind().what, engine.Printable(l.sem.name), l.token)
 }
 
 // autoRefresh refreshes the lease each time a third of its TTL has passed,

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/rate"
 )
 
@@ -188,7 +189,7 @@ func TestObserverSeesFailedAutoRefresh(t *testing.T) {
 		const ttl = 300 * time.Millisecond
 		var failing atomic.Bool
 		hp := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
-			if failing.Load() && isScript(refreshScript, cmd, args) {
+			if failing.Load() && isScript(engine.Refresh, cmd, args) {
 				return errLostReply
 			}
 			return nil

@@ -107,11 +107,9 @@ func checkTTL(ttl time.Duration) error {
 	return nil
 }
 
-// WithGrace sets how long a token may sit in a waiter's pending list without
-// being leased before any client puts it back. This only happens when the
-// lease script behind a waiter's BLMOVE did not run (its connection broke
-// between the two); the bound on recovery is then the wait's block time plus
-// the grace. Default DefaultGrace (5s); it must be between 0 and one hour.
+// WithGrace sets how long a token may sit in a waiter's pending list, when
+// the script behind its BLMOVE never ran (the connection broke between the
+// two), before any client puts it back. Default DefaultGrace (5s); 0 to 1h.
 func WithGrace(grace time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		c.grace = grace
@@ -132,11 +130,9 @@ func WithLabel(label string) Option {
 	})
 }
 
-// WithFixedTTL makes leases fixed: a lease lives its TTL from the grant and
-// is not refreshed in the background; the holder extends it with Refresh, or
-// loses it (Lease.Done, Lease.Context) when the TTL runs out. Use it when a
-// hold must never outlast the TTL, whatever the holder does, like a lock
-// with a lease time. Default: auto-refresh (see WithAutoRefresh).
+// WithFixedTTL makes leases live their TTL from the grant, with no
+// background refresh: the holder extends a lease with Refresh or loses it.
+// Default: auto-refresh (WithAutoRefresh).
 func WithFixedTTL() Option {
 	return optionFunc(func(c *config) error {
 		c.fixedTTL, c.refreshSet = true, true
@@ -144,17 +140,10 @@ func WithFixedTTL() Option {
 	})
 }
 
-// WithAutoRefresh makes every lease refresh itself in the background, each
-// time a third of its TTL has passed, until it is released or lost, so a
-// live holder keeps its lease for as long as it holds it and a crashed one
-// (its process gone) loses it within one TTL. This is the default, as with
-// Redisson's lock watchdog and etcd's sessions; the option undoes an earlier
-// WithFixedTTL. Release stops the refreshing, whatever Release returns; a
-// lease dropped without Release is kept until its process exits. A
-// refresh that fails is retried every tenth of the TTL (at most every
-// second) until the lease's local deadline; then the lease ends
-// (ErrLeaseExpired), and a refresh that finds the lease gone ends it with
-// ErrLeaseLost.
+// WithAutoRefresh makes every lease refresh itself each time a third of its
+// TTL has passed, until Release or until a refresh finds it lost; a failed
+// refresh is retried until the local deadline. This is the default; the
+// option undoes an earlier WithFixedTTL.
 func WithAutoRefresh() Option {
 	return optionFunc(func(c *config) error {
 		c.fixedTTL, c.refreshSet = false, true
@@ -162,10 +151,9 @@ func WithAutoRefresh() Option {
 	})
 }
 
-// WithBlockingPool makes Acquire take the connection it blocks on from pool
-// instead of the semaphore's main pool. Every blocked Acquire holds one
-// connection for as long as it waits; a separate pool keeps waiters from
-// starving Release and Refresh of connections. Default: the main pool.
+// WithBlockingPool makes blocked acquisitions take their connections from
+// pool, so that waiters never starve Release and Refresh of connections.
+// Default: the main pool.
 func WithBlockingPool(pool Pool) Option {
 	return optionFunc(func(c *config) error {
 		c.blockPool = pool
@@ -173,13 +161,10 @@ func WithBlockingPool(pool Pool) Option {
 	})
 }
 
-// WithAdoptSize makes Acquire and TryAcquire take the size stored in Redis
-// instead of failing with ErrSizeMismatch when it differs from the size given
-// to NewSemaphore, so that a long-lived client follows Resize. The size given
-// is then used only to create the semaphore if it does not exist yet, and
-// Size still returns it (Status and Check report the size in force). Off by
-// default. A Mutex made with it stops being one once the semaphore is
-// resized above 1.
+// WithAdoptSize makes acquisitions use the size stored in Redis instead of
+// failing with ErrSizeMismatch, so a long-lived client follows a resize; the
+// size given to NewSemaphore then only creates the semaphore. Off by
+// default.
 func WithAdoptSize() Option {
 	return optionFunc(func(c *config) error {
 		c.adoptSize = true
@@ -188,10 +173,8 @@ func WithAdoptSize() Option {
 }
 
 // WithWaitConnections sets how many blocking Redis calls the goroutines
-// waiting on one Semaphore share (see wait.go). Default 1. With n = 0 every
-// waiting Acquire blocks on a connection of its own, as BLPOP-based
-// semaphores usually do: more connections, but Redis itself orders every
-// waiter. n must be between 0 and 1024.
+// waiting on one Semaphore share, 0 to 1024. Default 1; with 0 every
+// waiting Acquire blocks on a connection of its own.
 func WithWaitConnections(n int) Option {
 	return optionFunc(func(c *config) error {
 		if n < 0 || n > 1024 {
@@ -202,19 +185,10 @@ func WithWaitConnections(n int) Option {
 	})
 }
 
-// WithIdleExpiry makes the keys of a semaphore (or a mutex; not an RWMutex) expire once it has been idle
-// for d: every token free, no lease, no waiter, no weighted request and no
-// shrink draining. Any use before then keeps it, in the same script that
-// takes the token or registers the waiter; a use after then creates it
-// afresh, with a new epoch and fences above every earlier one, as the first
-// use did. A semaphore in use never expires, whatever d. It suits one
-// semaphore per tenant or per key, where most names are used now and then
-// and would otherwise stay in Redis forever.
-//
-// The setting is stored with the semaphore by every acquisition (the last
-// one's applies) and read by the release that leaves it idle. Default 0:
-// off, keys stay until Delete. d must be 0 or between MinIdleExpiry (100ms)
-// and MaxTTL, or the constructor returns ErrInvalidOption.
+// WithIdleExpiry makes a semaphore's keys (not an RWMutex's) expire once it
+// has been idle for d: no lease, no waiter. Any use before then keeps them;
+// a use after creates the semaphore afresh, fences above every earlier one.
+// Default 0: off. d is 0 or between MinIdleExpiry (100ms) and MaxTTL.
 func WithIdleExpiry(d time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if d != 0 && (d < MinIdleExpiry || d > MaxTTL) {

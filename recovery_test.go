@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -22,7 +23,7 @@ import (
 func TestLostAcquireReplyIsResolved(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
-		hp, lose := loseReply(b.pool, acquireScript, true)
+		hp, lose := loseReply(b.pool, engine.Acquire, true)
 		s, err := NewSemaphore(hp, "lost-acquire", 2)
 		require.NoError(t, err)
 		l, err := s.Acquire(ctx)
@@ -47,7 +48,7 @@ func TestLostAcquireReplyIsResolved(t *testing.T) {
 func TestLostReleaseReplyRetry(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
-		hp, lose := loseReply(b.pool, releaseScript, false)
+		hp, lose := loseReply(b.pool, engine.Release, false)
 		s, err := NewSemaphore(hp, "lost-release", 2)
 		require.NoError(t, err)
 		l, err := s.Acquire(ctx)
@@ -117,10 +118,10 @@ func TestStrandedPendingTokenReturns(t *testing.T) {
 		// A raw client goes through the protocol by hand and dies after the move.
 		c, err := redis.Dial("tcp", b.addr)
 		require.NoError(t, err)
-		acq := newAcqID()
-		r, err := parseAcquireReply(acquireScript.Do(c, s.acquireArgs(acq, 300, "fresh")...))
+		acq := engine.NewAcqID()
+		r, err := parseAcquireReply(engine.Acquire.Do(c, s.acquireArgs(acq, 300*time.Millisecond, "fresh")...))
 		require.NoError(t, err)
-		require.Equal(t, int64(0), r.code)
+		require.Equal(t, int64(0), r.Code)
 		require.NoError(t, c.Send("BLMOVE", s.k.tokens, s.k.pend(acq), "LEFT", "RIGHT", "5"))
 		require.NoError(t, c.Flush())
 		time.Sleep(50 * time.Millisecond)
@@ -319,7 +320,7 @@ func TestScriptsRejectBadArgs(t *testing.T) {
 		c, err := redis.Dial("tcp", b.addr)
 		require.NoError(t, err)
 		defer c.Close()
-		acq := newAcqID()
+		acq := engine.NewAcqID()
 		good := []interface{}{2, acq, 1000, "lbl", 0, 100, 100, "fresh"}
 		for i, bad := range []interface{}{"x", "short", "-1", "lbl", "-5", "nan", "-1", "later"} {
 			args := append([]interface{}{}, good...)
@@ -327,14 +328,14 @@ func TestScriptsRejectBadArgs(t *testing.T) {
 				continue // the label is free text
 			}
 			args[i] = bad
-			_, err := acquireScript.Do(c, append(append(s.k.all(5), s.k.pend(acq)), args...)...)
+			_, err := engine.Acquire.Do(c, append(append(s.k.all(5), s.k.pend(acq)), args...)...)
 			assert.Error(t, err, "argument %d = %v", i, bad)
 		}
-		_, err = refreshScript.Do(c, append(s.k.all(4), l.Token(), l.acqID, "soon")...)
+		_, err = engine.Refresh.Do(c, append(s.k.all(4), l.Token(), l.acqID, "soon")...)
 		assert.Error(t, err)
-		_, err = abortScript.Do(c, append(append(s.k.all(5), s.k.pend(acq)), acq, "explode", 10)...)
+		_, err = engine.Abort.Do(c, append(append(s.k.all(5), s.k.pend(acq)), acq, "explode", 10)...)
 		assert.Error(t, err)
-		_, err = reclaimScript.Do(c, append(s.k.all(5), 0)...)
+		_, err = engine.Reclaim.Do(c, append(s.k.all(5), 0)...)
 		assert.Error(t, err)
 		after, err := s.Status(ctx)
 		require.NoError(t, err)
@@ -471,7 +472,7 @@ func TestHammerInvariants(t *testing.T) {
 //
 // "Afterwards" is the documented bound (docs/failure-modes.md, FM-02): what
 // a cancelled Acquire was handed comes back by its settlement, which keeps
-// trying for settleTimeout, or failing that by lease expiry, one TTL. On an
+// trying for engine.SettleTimeout, or failing that by lease expiry, one TTL. On an
 // overloaded server a settlement can time out, and so can a Release (it did,
 // past its own 5s, on miniredis in a race build beside two CPU hogs): its
 // outcome is then unknown and the lease expires after its TTL (lease.go). The
@@ -550,7 +551,7 @@ func TestCancellationStorm(t *testing.T) {
 			return err == nil && st.Available == size && len(st.Holders) == 0
 		}
 		began := time.Now()
-		bound := settleTimeout + s.cfg.ttl + 5*time.Second
+		bound := engine.SettleTimeout + s.cfg.ttl + 5*time.Second
 		logged := false
 		// Whole, and still whole half a second later: miniredis keeps a
 		// closed client's blocked BLMOVE until its (short) timeout, so a

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/internal/redistest"
 )
 
@@ -118,10 +119,10 @@ func benchAcquireNRedisTime(b *testing.B, k int, oneByOne bool) {
 		if log.lost > 0 {
 			b.Logf("SLOWLOG lost its %d oldest entries: the figures are lower bounds", log.lost)
 		}
-		a, r := log.by[acquireNScript.Hash()], log.by[releaseScript.Hash()]
+		a, r := log.by[engine.AcquireN.Hash()], log.by[engine.Release.Hash()]
 		acqUs, acqCalls, relUs = acqUs+a.usec, acqCalls+a.calls, relUs+r.usec
 		acqMax, relMax = max(acqMax, a.max), max(relMax, r.max)
-		f := log.by[refreshScript.Hash()]
+		f := log.by[engine.Refresh.Hash()]
 		refUs, refMax = refUs+f.usec, max(refMax, f.max)
 		acqRuns = append(acqRuns, a.runs...)
 		info, err := redis.String(admin.Do("INFO", "commandstats"))
@@ -176,7 +177,7 @@ func benchTryAcquireNRedisTime(b *testing.B, k int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		a, r := log.by[acquireNScript.Hash()], log.by[releaseScript.Hash()]
+		a, r := log.by[engine.AcquireN.Hash()], log.by[engine.Release.Hash()]
 		acqUs, acqCalls, relUs = acqUs+a.usec, acqCalls+a.calls, relUs+r.usec
 		acqMax, relMax = max(acqMax, a.max), max(relMax, r.max)
 		b.StartTimer()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -38,7 +39,7 @@ func TestReleaseRetriedIntoAnErrorReplyEndsTheLease(t *testing.T) {
 	ln.Close()
 	var lose atomic.Bool
 	hp := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
-		if isScript(releaseScript, cmd, args) && lose.Swap(false) {
+		if isScript(engine.Release, cmd, args) && lose.Swap(false) {
 			b.do(t, "REPLICAOF", "127.0.0.1", strconv.Itoa(nobody))
 			return errLostReply
 		}
@@ -66,7 +67,7 @@ func TestReleaseWhoseEpochCheckFailsEndsTheLease(t *testing.T) {
 	var lose, hgetDown atomic.Bool
 	hp := &hookPool{Pool: b.pool,
 		AfterDo: func(cmd string, args []interface{}) error {
-			if isScript(releaseScript, cmd, args) && lose.Swap(false) {
+			if isScript(engine.Release, cmd, args) && lose.Swap(false) {
 				return errLostReply
 			}
 			return nil

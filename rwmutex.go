@@ -57,18 +57,15 @@ type RWMutex struct {
 	s *Semaphore // pools, options, clock and key base of the lock's leases
 }
 
-// NewRWMutex returns the read-write lock called name. Like NewSemaphore it
-// only checks its arguments; the first RLock or Lock creates the lock in
-// Redis. It takes this package's options but WithAdoptSize and
-// WithWaitConnections, which concern a semaphore's size and its shared wait
-// (every waiting RLock or Lock blocks on a connection of its own), and
-// WithIdleExpiry (a read-write lock's keys do not expire yet): they are
-// refused with ErrInvalidOption.
+// NewRWMutex returns the read-write lock called name. It checks its
+// arguments and does no I/O. It refuses WithAdoptSize, WithWaitConnections
+// and WithIdleExpiry (ErrInvalidOption): every waiting RLock or Lock blocks
+// on a connection of its own, and its keys do not expire.
 func NewRWMutex(pool Pool, name string, opts ...Option) (*RWMutex, error) {
 	if err := engine.CheckPool(pool, "pool"); err != nil {
 		return nil, err
 	}
-	if err := checkName(name); err != nil {
+	if err := engine.CheckName(name); err != nil {
 		return nil, err
 	}
 	cfg, err := buildConfig(opts)
@@ -95,13 +92,9 @@ func (m *RWMutex) Name() string { return m.s.name }
 func (m *RWMutex) TTL() time.Duration { return m.s.cfg.ttl }
 
 // RLock blocks until a read lease is granted and returns it, or until ctx
-// ends: at once when no writer holds or waits, else behind them (see
-// Fairness). An uncontended RLock is one round trip.
-//
-// When ctx ends first, RLock returns an error for which errors.Is(err,
-// ctx.Err()) holds, and nothing is held or queued: a lease Redis granted in
-// the meantime is given back. Other errors: ErrWrongType, ErrCorrupt,
-// ErrOutOfMemory, ErrStaleGrant, or a connection error.
+// ends: at once when no writer holds or waits, else behind them. When ctx
+// ends first, errors.Is(err, ctx.Err()) holds and nothing is held or
+// queued. Other errors are Acquire's.
 func (m *RWMutex) RLock(ctx context.Context) (*Lease, error) { return m.lock(ctx, "r", true) }
 
 // TryRLock returns a read lease if one can be granted now without jumping
@@ -129,20 +122,20 @@ func (m *RWMutex) drive(ctx context.Context, mode string, wait bool) (*Lease, er
 	if wait {
 		dm = engine.ModeWait
 	}
-	p := &rwSide{oneToken: oneToken{s: m.s}, m: m, mode: mode}
-	res, err := engine.Drive[acquireReply](ctx, m.s.driver(), p, dm, nil)
+	p := &rwSide{oneToken: oneToken{s: m.s}, mode: mode}
+	res, err := engine.Drive(ctx, m.s.driver(p.fail), p, dm, nil)
 	switch {
 	case err != nil:
 		return nil, err
 	case res.Granted:
 		return p.lease, nil
 	}
-	return nil, fmt.Errorf("%w: rwmutex %q is %s", ErrNoToken, printable(m.s.name), map[string]string{
+	return nil, fmt.Errorf("%w: rwmutex %q is %s", ErrNoToken, engine.Printable(m.s.name), map[string]string{
 		"r": "write-locked or has waiters", "w": "locked or has waiters"}[mode])
 }
 
 // rwLeases release and refresh an RWMutex's leases.
-var rwLeases = &leaseKind{what: "rwmutex", release: &rwReleaseScript, refresh: &rwRefreshScript,
+var rwLeases = &leaseKind{what: "rwmutex", release: &engine.RWRelease, refresh: &engine.RWRefresh,
 	keys: func(k keys) []interface{} { return k.rw() }}
 
 // rw returns the five keys every RWMutex script takes (rw_common.lua).
@@ -153,58 +146,62 @@ func (k keys) rw() []interface{} {
 // queue is an RWMutex's list of waiters, oldest first.
 func (k keys) queue() string { return k.base + "queue" }
 
-// rwSide is the driver's protocol for one side of an RWMutex: rw_acquire.lua,
-// behind BLPOP on the waiter's doorbell, and rw_abort.lua. Its replies are
+// rwSide is the protocol of one side of an RWMutex: rw_acquire.lua, behind
+// BLPOP on the waiter's doorbell, and rw_abort.lua. Its replies are
 // acquire.lua's, so a grant becomes a lease as a semaphore's does (the
-// embedded oneToken's Code, Block, Observe and Accept).
+// embedded oneToken's Accept).
 type rwSide struct {
 	oneToken
-	m    *RWMutex
 	mode string // "r" or "w"
 }
 
 func (p *rwSide) args(acq string, blockMs int64, phase string) []interface{} {
 	s := p.s
-	return engine.Args(rwAcquireScript, append(s.k.rw(), s.k.bell(acq)),
+	return engine.Args(engine.RWAcquire, append(s.k.rw(), s.k.bell(acq)),
 		engine.A("acqID", acq), engine.A("mode", p.mode), engine.A("ttlMs", s.cfg.ttl.Milliseconds()),
 		engine.A("label", s.cfg.label), engine.A("blockMs", blockMs),
 		engine.A("graceMs", s.cfg.grace.Milliseconds()), engine.A("phase", phase))
 }
 
-func (p *rwSide) First(ctx context.Context, conn redis.Conn, acq string, block time.Duration) (acquireReply, error) {
-	return parseAcquireReply(runScript(ctx, conn, rwAcquireScript, p.args(acq, block.Milliseconds(), "fresh")...))
+func (p *rwSide) First(ctx context.Context, conn redis.Conn, acq string, block time.Duration) (engine.Reply, error) {
+	return parseRWReply(engine.RunScript(ctx, conn, engine.RWAcquire, p.args(acq, block.Milliseconds(), "fresh")...))
 }
 
 // Wait writes BLPOP on the waiter's doorbell and rw_acquire.lua in one
 // write: the script that lets this waiter in rings the doorbell, and Redis
 // runs the script right behind the BLPOP, which confirms the grant before
 // the client reads a byte.
-func (p *rwSide) Wait(ctx context.Context, conn redis.Conn, acq string, r acquireReply, next time.Duration) (acquireReply, error) {
-	return parseAcquireReply(engine.BlockThenRun(ctx, conn, p.Block(r), engine.BLPOP(p.s.k.bell(acq)),
-		rwAcquireScript, p.args(acq, next.Milliseconds(), "wait"), p.Error))
+func (p *rwSide) Wait(ctx context.Context, conn redis.Conn, acq string, r engine.Reply, next time.Duration) (engine.Reply, error) {
+	return parseRWReply(engine.BlockThenRun(ctx, conn, r.Block, engine.BLPOP(p.s.k.bell(acq)),
+		engine.RWAcquire, p.args(acq, next.Milliseconds(), "wait")))
 }
 
-func (p *rwSide) Abort(ctx context.Context, acq, mode string) (acquireReply, error) {
+func (p *rwSide) Abort(ctx context.Context, acq, mode string) (engine.Reply, error) {
 	s := p.s
 	sent := monoNow()
-	args := engine.Args(rwAbortScript, append(s.k.rw(), s.k.bell(acq)),
+	args := engine.Args(engine.RWAbort, append(s.k.rw(), s.k.bell(acq)),
 		engine.A("acqID", acq), engine.A("mode", mode), engine.A("tombMs", s.tombMs()),
 		engine.A("ttlMs", s.cfg.ttl.Milliseconds()))
-	v, _, err := s.call(ctx, rwAbortScript, args...)
-	r, err := parseAcquireReply(v, err)
+	v, _, err := engine.Call(ctx, s.pool, engine.RWAbort, args...)
+	r, err := parseRWReply(v, err)
 	if err == nil {
-		s.clock.observe(sent, r.nowUs)
+		s.clock.observe(sent, r.NowUs)
 	}
 	return r, err
 }
 
-// Moves is false: a doorbell moves nothing, and a late wait's script finds
-// its registration gone.
-func (p *rwSide) Moves(acquireReply) bool { return false }
+// parseRWReply is parseAcquireReply for a doorbell: a wait moves nothing,
+// and a late wait's script finds its registration gone.
+func parseRWReply(v interface{}, err error) (engine.Reply, error) {
+	r, err := parseAcquireReply(v, err)
+	r.Moves = false
+	return r, err
+}
 
-func (p *rwSide) Error(err error) error { return p.s.scriptError("lock", err) }
-
-func (p *rwSide) Wrap(err error) error {
+func (p *rwSide) fail(err error) error {
+	if engine.IsRedisError(err) {
+		return p.s.scriptError("lock", err)
+	}
 	side := map[string]string{"r": "read", "w": "write"}[p.mode]
-	return fmt.Errorf("redsem: %s-lock rwmutex %q: %w", side, printable(p.s.name), err)
+	return fmt.Errorf("redsem: %s-lock rwmutex %q: %w", side, engine.Printable(p.s.name), err)
 }

@@ -224,12 +224,12 @@ func TestRWDeadWaiterGrantIsShort(t *testing.T) {
 		w, err := m.Lock(ctx)
 		require.NoError(t, err)
 		// A reader registers as waiting, then its process dies.
-		ghost := &rwSide{oneToken: oneToken{s: m.s}, m: m, mode: "r"}
+		ghost := &rwSide{oneToken: oneToken{s: m.s}, mode: "r"}
 		conn := b.pool.Get()
 		r, err := ghost.First(ctx, conn, "0123456789abcdef0123456789abcdef", 20*time.Second)
 		conn.Close()
 		require.NoError(t, err)
-		require.EqualValues(t, 0, r.code)
+		require.EqualValues(t, 0, r.Code)
 		require.NoError(t, w.Release(ctx)) // the ghost is granted, provisionally
 		st, err := m.Status(ctx)
 		require.NoError(t, err)

@@ -42,14 +42,14 @@ func (m *RWMutex) Status(ctx context.Context) (RWStatus, error) {
 	k := s.k
 	// status.lua reads any semaphore-shaped key set: the queue stands in the
 	// free list's place.
-	v, _, err := s.call(ctx, statusScript, k.meta, k.queue(), k.leases, k.holders, k.waits)
+	v, _, err := engine.Call(ctx, s.pool, engine.Status, k.meta, k.queue(), k.leases, k.holders, k.waits)
 	vals, err := redis.Values(v, err)
 	if err != nil {
 		return RWStatus{}, s.scriptError("status", err)
 	}
 	r, err := engine.ParseStatus(vals)
 	if err != nil {
-		return RWStatus{}, fmt.Errorf("redsem: status of rwmutex %q: %w", printable(s.name), err)
+		return RWStatus{}, fmt.Errorf("redsem: status of rwmutex %q: %w", engine.Printable(s.name), err)
 	}
 	st := RWStatus{Name: s.name, Exists: len(r.Meta) > 0, Epoch: r.Meta["epoch"], ServerTime: time.UnixMicro(r.NowUs)}
 	for i := 0; i+1 < len(r.Leases); i += 2 {

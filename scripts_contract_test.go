@@ -90,10 +90,10 @@ func TestScriptCallsMatchArgvHeaders(t *testing.T) {
 	ctx := context.Background()
 	s, err := NewSemaphore(newPool(t, miniredisT(t).Addr()), "arity", 2)
 	require.NoError(t, err)
-	args := s.acquireArgs(newAcqID(), 0, "fresh") // the defaults left out: 6 keys, 8 arguments
+	args := s.acquireArgs(engine.NewAcqID(), 0, "fresh") // the defaults left out: 6 keys, 8 arguments
 	require.Len(t, args, 14)
 	for _, bad := range [][]interface{}{args[:len(args)-1], append(args, "fixed", 0, "extra")} {
-		_, err := runScript(ctx, nil, acquireScript, bad...) // a nil conn: nothing may be sent
+		_, err := engine.RunScript(ctx, nil, engine.Acquire, bad...) // a nil conn: nothing may be sent
 		require.ErrorIs(t, err, engine.ErrArity)
 	}
 	lo, hi, err := engine.HeaderArgs("acquire.lua")
@@ -135,35 +135,35 @@ func TestScriptCallsNameTheirArguments(t *testing.T) {
 	require.NoError(t, err)
 	keys := s.k.all(5)
 	good := []engine.Arg{engine.A("limit", 10)}
-	require.Equal(t, append(keys, 10), engine.Args(reclaimScript, keys, good...))
+	require.Equal(t, append(keys, 10), engine.Args(engine.Reclaim, keys, good...))
 	for name, bad := range map[string][]engine.Arg{
 		"renamed":  {engine.A("max", 10)},
 		"extra":    {engine.A("limit", 10), engine.A("limit", 10)},
 		"left out": {},
 		"rest":     {engine.A("limit", 10), engine.Rest("x")},
 	} {
-		_, err := runScript(ctx, nil, reclaimScript, engine.Args(reclaimScript, keys, bad...)...) // a nil conn: nothing may be sent
+		_, err := engine.RunScript(ctx, nil, engine.Reclaim, engine.Args(engine.Reclaim, keys, bad...)...) // a nil conn: nothing may be sent
 		require.ErrorIs(t, err, engine.ErrArity, name)
 	}
 	// A list of values goes last.
 	rel := []interface{}{s.k.meta, s.k.tokens, s.k.leases, s.k.holders}
-	_, err = runScript(ctx, nil, releaseScript, engine.Args(releaseScript, rel,
-		engine.A("token", "e:1"), engine.Rest("e:2"), engine.A("acqID", newAcqID()))...)
+	_, err = engine.RunScript(ctx, nil, engine.Release, engine.Args(engine.Release, rel,
+		engine.A("token", "e:1"), engine.Rest("e:2"), engine.A("acqID", engine.NewAcqID()))...)
 	require.ErrorIs(t, err, engine.ErrArity)
-	assert.Len(t, engine.Args(releaseScript, rel, engine.A("token", "e:1"), engine.A("acqID", "a"), engine.Rest("e:2", "e:3")), 4+4)
+	assert.Len(t, engine.Args(engine.Release, rel, engine.A("token", "e:1"), engine.A("acqID", "a"), engine.Rest("e:2", "e:3")), 4+4)
 	// Shifted: acqID and size swapped, the count right.
-	acq := newAcqID()
+	acq := engine.NewAcqID()
 	args := []engine.Arg{engine.A("acqID", acq), engine.A("size", 2), engine.A("ttlMs", 1000), engine.A("label", ""),
 		engine.A("blockMs", 0), engine.A("graceMs", 100), engine.A("tombMs", 100), engine.A("phase", "fresh")}
-	_, err = runScript(ctx, nil, acquireScript, engine.Args(acquireScript, append(keys, s.k.pend(acq)), args...)...)
+	_, err = engine.RunScript(ctx, nil, engine.Acquire, engine.Args(engine.Acquire, append(keys, s.k.pend(acq)), args...)...)
 	require.ErrorIs(t, err, engine.ErrArity)
 	assert.ErrorContains(t, err, `argument 1 is "size", called as "acqID"`)
 	// Optional ones: any first few, in order.
 	args[0], args[1] = engine.A("size", 2), engine.A("acqID", acq)
 	for _, tail := range [][]engine.Arg{nil, {engine.A("sizeMode", "fixed")}, {engine.A("sizeMode", "fixed"), engine.A("idleMs", 0)}} {
-		all := engine.Args(acquireScript, append(keys, s.k.pend(acq)), append(args, tail...)...)
+		all := engine.Args(engine.Acquire, append(keys, s.k.pend(acq)), append(args, tail...)...)
 		assert.Len(t, all, 6+8+len(tail), "nothing appended to refuse the call")
 	}
-	_, err = runScript(ctx, nil, acquireScript, engine.Args(acquireScript, append(keys, s.k.pend(acq)), append(args, engine.A("idleMs", 0))...)...)
+	_, err = engine.RunScript(ctx, nil, engine.Acquire, engine.Args(engine.Acquire, append(keys, s.k.pend(acq)), append(args, engine.A("idleMs", 0))...)...)
 	require.ErrorIs(t, err, engine.ErrArity, "idleMs without sizeMode")
 }

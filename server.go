@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/redsem/redsem/internal/engine"
 )
 
 var (
@@ -35,7 +36,7 @@ func CheckServer(ctx context.Context, pool Pool) error {
 	defer conn.Close()
 	info, err := redis.String(redis.DoContext(conn, ctx, "INFO", "server"))
 	if err != nil {
-		if isRedisError(err) && strings.Contains(err.Error(), "NOPERM") {
+		if engine.IsRedisError(err) && strings.Contains(err.Error(), "NOPERM") {
 			return nil
 		}
 		return fmt.Errorf("redsem: check server: %w", err)
@@ -45,7 +46,7 @@ func CheckServer(ctx context.Context, pool Pool) error {
 	}
 	mem, err := redis.String(redis.DoContext(conn, ctx, "INFO", "memory"))
 	if err != nil {
-		if isRedisError(err) {
+		if engine.IsRedisError(err) {
 			return nil
 		}
 		return fmt.Errorf("redsem: check server: %w", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/internal/redistest"
 )
 
@@ -35,7 +36,7 @@ func BenchmarkShrinkReleaseRedisTime(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer admin.Close()
-	for _, sc := range []*redis.Script{releaseScript, resizeScript} {
+	for _, sc := range []*redis.Script{engine.Release, engine.Resize} {
 		if err := sc.Load(admin); err != nil {
 			b.Fatal(err)
 		}
@@ -49,7 +50,7 @@ func BenchmarkShrinkReleaseRedisTime(b *testing.B) {
 			var times, resizes []float64
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				s, err := NewSemaphore(pool, "shrinkbench-"+newAcqID(), size, WithFixedTTL(), WithTTL(time.Hour))
+				s, err := NewSemaphore(pool, "shrinkbench-"+engine.NewAcqID(), size, WithFixedTTL(), WithTTL(time.Hour))
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -63,16 +64,16 @@ func TestShrinkWithholdsAPendingToken(t *testing.T) {
 			require.Len(t, held, 3)
 
 			// The waiter's first script found no token and registered it.
-			_, reg, err := s.acquireFrom(ctx, modeRegister, nil)
+			_, reg, err := s.acquire(ctx, engine.ModeRegister, nil)
 			require.NoError(t, err)
 			require.NotNil(t, reg)
 			_, conn := moveToWaiter(t, b, s, reg.Acq, held[moved])
 			delete(held, moved)
 			require.NoError(t, s.Resize(ctx, 1))
 
-			r, err := parseAcquireReply(runScript(ctx, conn, acquireScript, s.acquireArgs(reg.Acq, 1000, "wait")...))
+			r, err := parseAcquireReply(engine.RunScript(ctx, conn, engine.Acquire, s.acquireArgs(reg.Acq, time.Second, "wait")...))
 			require.NoError(t, err)
-			assert.NotEqual(t, int64(1), r.code, "moved %d: granted %s with retired leases out on size 1", moved, r.token)
+			assert.NotEqual(t, int64(1), r.Code, "moved %d: granted %v with retired leases out on size 1", moved, r.Tokens)
 			st, err := s.Status(ctx)
 			require.NoError(t, err)
 			assert.Equal(t, 1, st.Size)
@@ -123,18 +124,18 @@ func TestShrinkWithholdsACollectorsPendingToken(t *testing.T) {
 		held := takeAll(t, ctx, s)
 		require.Len(t, held, 4)
 
-		acq := newAcqID()
-		r, err := parseAcquireNReply(runScript(ctx, b.pool.Get(), acquireNScript, s.acquireNArgs(acq, 2, 5000, "fresh")...))
+		acq := engine.NewAcqID()
+		r, err := parseAcquireNReply(engine.RunScript(ctx, b.pool.Get(), engine.AcquireN, s.acquireNArgs(acq, 2, 5000, "fresh")...))
 		require.NoError(t, err)
-		require.Equal(t, int64(0), r.code)
-		require.Equal(t, int64(modeMove), r.mode, "the collector waits in the token queue")
+		require.Equal(t, int64(0), r.Code)
+		require.Equal(t, int64(modeMove), r.Mode, "the collector waits in the token queue")
 		_, conn := moveToWaiter(t, b, s, acq, held[1])
 		delete(held, 1)
 		require.NoError(t, s.Resize(ctx, 2))
 
-		r, err = parseAcquireNReply(runScript(ctx, conn, acquireNScript, s.acquireNArgs(acq, 2, 5000, "wait")...))
+		r, err = parseAcquireNReply(engine.RunScript(ctx, conn, engine.AcquireN, s.acquireNArgs(acq, 2, 5000, "wait")...))
 		require.NoError(t, err)
-		assert.NotEqual(t, int64(1), r.code)
+		assert.NotEqual(t, int64(1), r.Code)
 		st, err := s.Status(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, 2, st.Size)
@@ -169,10 +170,10 @@ func TestShrinkDoesNotRouteToACollector(t *testing.T) {
 		ctx := ctxT(t, 20*time.Second)
 		s := newSem(t, b, "shrink-route", 4, WithTTL(time.Minute), WithAdoptSize())
 		held := holdN(t, ctx, s.TryAcquire, 3)
-		coll := newAcqID()
-		r, err := parseAcquireNReply(runScript(ctx, b.pool.Get(), acquireNScript, s.acquireNArgs(coll, 2, 5000, "fresh")...))
+		coll := engine.NewAcqID()
+		r, err := parseAcquireNReply(engine.RunScript(ctx, b.pool.Get(), engine.AcquireN, s.acquireNArgs(coll, 2, 5000, "fresh")...))
 		require.NoError(t, err)
-		require.Equal(t, int64(modeCollect), r.mode, "the collector holds the last token: %+v", r)
+		require.Equal(t, int64(modeCollect), r.Mode, "the collector holds the last token: %+v", r)
 		require.NoError(t, s.Resize(ctx, 2))
 
 		require.NoError(t, held[0].Release(ctx))

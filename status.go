@@ -66,14 +66,14 @@ func (s *Semaphore) Status(ctx context.Context) (Status, error) {
 	}
 	st, err := parseStatus(vals)
 	if err != nil {
-		return Status{}, fmt.Errorf("redsem: status %q: %w", printable(s.name), err)
+		return Status{}, fmt.Errorf("redsem: status %q: %w", engine.Printable(s.name), err)
 	}
 	st.Name = s.name
 	return st, nil
 }
 
 func statusOnce(ctx context.Context, s *Semaphore) (interface{}, error) {
-	v, _, err := s.call(ctx, statusScript, s.k.all(5)...)
+	v, _, err := engine.Call(ctx, s.pool, engine.Status, s.k.all(5)...)
 	return v, err
 }
 
@@ -123,7 +123,7 @@ func parseStatus(vals []interface{}) (Status, error) {
 	})
 	seen := map[string]bool{}
 	for _, tok := range toks {
-		if st.Exists && validToken(tok, st.Epoch, st.Size) && !seen[tok] && deadlines[tok] == 0 {
+		if st.Exists && engine.ValidToken(tok, st.Epoch, st.Size) && !seen[tok] && deadlines[tok] == 0 {
 			seen[tok] = true
 			st.Available++
 			continue

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -57,7 +58,7 @@ func TestStaleGrantsDoNotLoop(t *testing.T) {
 
 		var grants atomic.Int64
 		hp := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
-			if isScript(acquireScript, cmd, args) || isScript(acquireNScript, cmd, args) {
+			if isScript(engine.Acquire, cmd, args) || isScript(engine.AcquireN, cmd, args) {
 				grants.Add(1)
 				time.Sleep(2 * ttl)
 			}
@@ -72,7 +73,7 @@ func TestStaleGrantsDoNotLoop(t *testing.T) {
 			cancel()
 			assert.Nil(t, l, mode.name)
 			assert.ErrorIs(t, err, ErrStaleGrant, mode.name)
-			assert.EqualValues(t, maxStaleGrants, grants.Load(), "%s: acquire scripts run", mode.name)
+			assert.EqualValues(t, engine.MaxStaleGrants, grants.Load(), "%s: acquire scripts run", mode.name)
 			require.True(t, s.pumpsIdleWithin(5*time.Second), mode.name)
 			requireInventory(t, plain, 2, 0)
 		}
@@ -81,7 +82,7 @@ func TestStaleGrantsDoNotLoop(t *testing.T) {
 
 // A stale grant is given back with a release that Redis may never answer
 // (here the server is stopped right after the grant): the acquisition must
-// still return within settleWait of its context's end, as a cancelled
+// still return within engine.SettleWait of its context's end, as a cancelled
 // Acquire does, and the token is back once Redis answers again.
 func TestStaleGrantReleaseDoesNotOutliveContext(t *testing.T) {
 	b := realRedis(t)
@@ -96,7 +97,7 @@ func TestStaleGrantReleaseDoesNotOutliveContext(t *testing.T) {
 
 	var armed atomic.Bool
 	hp := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
-		if (isScript(acquireScript, cmd, args) || isScript(acquireNScript, cmd, args)) && armed.Swap(false) {
+		if (isScript(engine.Acquire, cmd, args) || isScript(engine.AcquireN, cmd, args)) && armed.Swap(false) {
 			time.Sleep(2 * ttl) // the grant is stale on arrival
 			_ = b.srv.Signal(syscall.SIGSTOP)
 		}
@@ -118,10 +119,10 @@ func TestStaleGrantReleaseDoesNotOutliveContext(t *testing.T) {
 		require.NoError(t, b.srv.Signal(syscall.SIGCONT))
 		assert.Nil(t, l, mode.name)
 		assert.ErrorIs(t, err, context.DeadlineExceeded, mode.name)
-		// settleWait (250ms) after the deadline, with room for a loaded
+		// engine.SettleWait (250ms) after the deadline, with room for a loaded
 		// machine; a release without a bound held it until the server
 		// answered again.
-		assert.Less(t, late, settleWait+time.Second, "%s returned %v after its context's deadline", mode.name, late)
+		assert.Less(t, late, engine.SettleWait+time.Second, "%s returned %v after its context's deadline", mode.name, late)
 		require.Eventually(t, func() bool {
 			st, err := plain.Status(context.Background())
 			return err == nil && st.Available == 2 && len(st.Holders) == 0

@@ -17,13 +17,13 @@ import (
 
 // tryRuns runs a TryAcquireN of k on s by hand, one run of acquire_n.lua at
 // a time on one connection: run("fresh") first, then run("more").
-func tryRuns(t *testing.T, b *backend, s *Semaphore, k int) (string, func(phase string) acquireNReply) {
+func tryRuns(t *testing.T, b *backend, s *Semaphore, k int) (string, func(phase string) engine.Reply) {
 	acq := engine.NewAcqID()
 	c := b.pool.Get()
 	t.Cleanup(func() { c.Close() })
-	return acq, func(phase string) acquireNReply {
+	return acq, func(phase string) engine.Reply {
 		t.Helper()
-		r, err := parseAcquireNReply(acquireNScript.Do(c, s.acquireNArgs(acq, k, 0, phase)...))
+		r, err := parseAcquireNReply(engine.AcquireN.Do(c, s.acquireNArgs(acq, k, 0, phase)...))
 		require.NoError(t, err)
 		return r
 	}
@@ -53,34 +53,34 @@ func TestTryAcquireNLargeTakesSteps(t *testing.T) {
 		// most.
 		acq, run := tryRuns(t, b, s, size)
 		phase, have, runs := "fresh", 0, 0
-		var r acquireNReply
+		var r engine.Reply
 		for {
 			r = run(phase)
 			runs++
-			if r.code == engine.CodeGranted {
+			if r.Code == engine.CodeGranted {
 				break
 			}
-			require.Equal(t, int64(engine.CodeWaiting), r.code)
-			require.Equal(t, int64(modeMore), r.mode, "run %d asks to run again", runs)
+			require.Equal(t, int64(engine.CodeWaiting), r.Code)
+			require.Equal(t, int64(modeMore), r.Mode, "run %d asks to run again", runs)
 			now := len(collecting(t, s))
 			require.LessOrEqual(t, now-have, tryStep, "run %d took %d tokens", runs, now-have)
 			have, phase = now, "more"
 			require.Less(t, runs, 20)
 		}
 		assert.GreaterOrEqual(t, runs, 3)
-		require.Len(t, r.tokens, size)
+		require.Len(t, r.Tokens, size)
 		st, err := s.Status(ctx)
 		require.NoError(t, err)
 		require.Len(t, st.Holders, size)
 		for _, h := range st.Holders {
-			require.Equal(t, r.fence, h.Fence, "one fence for the whole lease")
+			require.Equal(t, r.Fence, h.Fence, "one fence for the whole lease")
 		}
-		l := s.newLeaseN(acq, r.tokens, r.fence, r.deadlineMs, monoNow())
+		l := s.newLease(acq, r, monoNow())
 		require.NoError(t, l.Release(ctx))
 		requireInventory(t, s, size, 0)
 
 		// Through the API.
-		cp, runsN := countRuns(b.pool, acquireNScript)
+		cp, runsN := countRuns(b.pool, engine.AcquireN)
 		s2, err := NewSemaphore(cp, "try-steps", size)
 		require.NoError(t, err)
 		l, err = s2.TryAcquireN(ctx, size)
@@ -115,7 +115,7 @@ func TestTryAcquireNLargeGivesUpHalfWay(t *testing.T) {
 		s := newSem(t, b, "try-gives-up", size)
 		_, run := tryRuns(t, b, s, size)
 		r := run("fresh")
-		require.Equal(t, int64(modeMore), r.mode)
+		require.Equal(t, int64(modeMore), r.Mode)
 		require.Len(t, collecting(t, s), tryStep)
 
 		_, err := s.TryAcquireN(ctx, 2)
@@ -123,8 +123,8 @@ func TestTryAcquireNLargeGivesUpHalfWay(t *testing.T) {
 		singles := holdN(t, ctx, s.TryAcquire, 100)
 
 		r = run("more")
-		assert.Equal(t, int64(engine.CodeWaiting), r.code)
-		assert.Equal(t, int64(0), r.mode, "refused")
+		assert.Equal(t, int64(engine.CodeWaiting), r.Code)
+		assert.Equal(t, int64(0), r.Mode, "refused")
 		requireInventory(t, s, size-100, 100)
 		assert.Equal(t, 0, extraKeys(t, b, s))
 
@@ -155,7 +155,7 @@ func TestReleaseLargeLeaseInChunks(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 30*time.Second)
 		const size = 2*releaseChunk + 50
-		cp, runs := countRuns(b.pool, releaseScript)
+		cp, runs := countRuns(b.pool, engine.Release)
 		s, err := NewSemaphore(cp, "release-chunks", size, WithFixedTTL(), WithTTL(time.Minute))
 		require.NoError(t, err)
 		l, err := s.AcquireN(ctx, size)
@@ -202,18 +202,18 @@ func TestTryAcquireNLeavesNoDoorbell(t *testing.T) {
 		s := newSem(t, b, "try-bell", size)
 		acq, run := tryRuns(t, b, s, size)
 		r := run("fresh")
-		require.Equal(t, int64(modeMore), r.mode)
+		require.Equal(t, int64(modeMore), r.Mode)
 		singles := holdN(t, ctx, s.TryAcquire, size-tryStep)
 		for _, h := range singles {
 			require.NoError(t, h.Release(ctx)) // each goes to the try
 		}
 		require.Equal(t, 1, b.llen(t, s.k.bell(acq)), "rung by the release that completed it")
-		for i := 0; i < 10 && r.code != engine.CodeGranted; i++ {
+		for i := 0; i < 10 && r.Code != engine.CodeGranted; i++ {
 			r = run("more")
 		}
-		require.Equal(t, int64(engine.CodeGranted), r.code)
+		require.Equal(t, int64(engine.CodeGranted), r.Code)
 		assert.Equal(t, 0, b.llen(t, s.k.bell(acq)), "doorbell of a granted try")
-		l := s.newLeaseN(acq, r.tokens, r.fence, r.deadlineMs, monoNow())
+		l := s.newLease(acq, r, monoNow())
 		require.NoError(t, l.Release(ctx))
 		assert.Equal(t, 0, extraKeys(t, b, s))
 	})
@@ -229,7 +229,7 @@ func TestReleaseHalfDoneEndsTheLease(t *testing.T) {
 		var runs, failFrom atomic.Int64
 		failFrom.Store(2)
 		hp := &hookPool{Pool: b.pool, BeforeDo: func(cmd string, args []interface{}) error {
-			if isScript(releaseScript, cmd, args) && runs.Add(1) >= failFrom.Load() {
+			if isScript(engine.Release, cmd, args) && runs.Add(1) >= failFrom.Load() {
 				return errLink
 			}
 			return nil
@@ -264,7 +264,7 @@ func TestReleaseOfUnknownOutcomeEndsTheLease(t *testing.T) {
 		var down atomic.Bool
 		down.Store(true)
 		hp := &hookPool{Pool: b.pool, BeforeDo: func(cmd string, args []interface{}) error {
-			if down.Load() && isScript(releaseScript, cmd, args) {
+			if down.Load() && isScript(engine.Release, cmd, args) {
 				return errLink
 			}
 			return nil
@@ -294,7 +294,7 @@ func TestRefreshLargeLeaseInRuns(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 30*time.Second)
 		const size = 2*refreshChunk + 50
-		cp, runs := countRuns(b.pool, refreshScript)
+		cp, runs := countRuns(b.pool, engine.Refresh)
 		s, err := NewSemaphore(cp, "refresh-runs", size, WithFixedTTL(), WithTTL(10*time.Second))
 		require.NoError(t, err)
 		l, err := s.AcquireN(ctx, size)
@@ -353,10 +353,10 @@ func TestRefreshEndedBetweenRunsExtendsNoMore(t *testing.T) {
 		// not an EVALSHA answered NOSCRIPT (whose EVAL would then come after
 		// the lease ended, and find it lost).
 		conn := b.pool.Get()
-		require.NoError(t, refreshScript.Load(conn))
+		require.NoError(t, engine.Refresh.Load(conn))
 		conn.Close()
 		hp := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
-			if isScript(refreshScript, cmd, args) && runs.Add(1) == 1 {
+			if isScript(engine.Refresh, cmd, args) && runs.Add(1) == 1 {
 				for l.Valid() { // the lease expires while the first run is on the wire
 					time.Sleep(time.Millisecond)
 				}
@@ -386,7 +386,7 @@ func TestRefreshRunsTakeTheEarliestDeadline(t *testing.T) {
 	var runs atomic.Int64
 	var stepped time.Time // miniredis's TIME from the second run on (fixed)
 	hp := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
-		if isScript(refreshScript, cmd, args) && runs.Add(1) == 1 {
+		if isScript(engine.Refresh, cmd, args) && runs.Add(1) == 1 {
 			stepped = time.Now().Add(-3 * time.Second)
 			m.SetTime(stepped)
 		}
@@ -397,7 +397,7 @@ func TestRefreshRunsTakeTheEarliestDeadline(t *testing.T) {
 	l, err := s.AcquireN(ctx, size)
 	require.NoError(t, err)
 	c := b.pool.Get()
-	require.NoError(t, refreshScript.Load(c)) // the first run is EVALSHA's, not a NOSCRIPT
+	require.NoError(t, engine.Refresh.Load(c)) // the first run is EVALSHA's, not a NOSCRIPT
 	c.Close()
 	require.NoError(t, l.Refresh(ctx, 10*time.Second))
 	require.Equal(t, int64(3), runs.Load())
@@ -429,7 +429,7 @@ func TestLateWeightedRunKeepsTheIdleExpiry(t *testing.T) {
 
 		_, run := tryRuns(t, b, s, 200)
 		r := run("more") // never ran "fresh": it holds no ticket
-		require.Equal(t, int64(engine.CodeSettled), r.code)
+		require.Equal(t, int64(engine.CodeSettled), r.Code)
 		st, err = s.Status(ctx)
 		require.NoError(t, err)
 		assert.Greater(t, st.IdleExpiresIn, time.Duration(0), "still idle: the expiry is back")

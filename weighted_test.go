@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/internal/failpoint"
 )
 
@@ -277,12 +278,12 @@ func TestAcquireNCrashedCollector(t *testing.T) {
 		c, err := redis.Dial("tcp", b.addr)
 		require.NoError(t, err)
 		const block = 300
-		r, err := parseAcquireNReply(acquireNScript.Do(c, s.acquireNArgs(newAcqID(), 3, block, "fresh")...))
+		r, err := parseAcquireNReply(engine.AcquireN.Do(c, s.acquireNArgs(engine.NewAcqID(), 3, block, "fresh")...))
 		c.Close()
 		crashed := time.Now()
 		require.NoError(t, err)
-		require.Equal(t, int64(0), r.code)
-		require.Equal(t, int64(modeCollect), r.mode)
+		require.Equal(t, int64(0), r.Code)
+		require.Equal(t, int64(modeCollect), r.Mode)
 		require.Len(t, collecting(t, s), 2, "the dead collector holds the two free tokens")
 
 		// A live weighted request queues for the ticket, takes it over at the
@@ -308,7 +309,7 @@ func TestAcquireNCrashedCollector(t *testing.T) {
 		require.NoError(t, err)
 		c, err = redis.Dial("tcp", b.addr)
 		require.NoError(t, err)
-		_, err = acquireNScript.Do(c, s.acquireNArgs(newAcqID(), 4, block, "fresh")...)
+		_, err = engine.AcquireN.Do(c, s.acquireNArgs(engine.NewAcqID(), 4, block, "fresh")...)
 		require.NoError(t, err)
 		c.Close()
 		crashed = time.Now()
@@ -623,7 +624,7 @@ func TestAcquireNRefresh(t *testing.T) {
 func TestAcquireNLostReleaseReply(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
-		hp, lose := loseReply(b.pool, releaseScript, false)
+		hp, lose := loseReply(b.pool, engine.Release, false)
 		s, err := NewSemaphore(hp, "lost-release-n", 3)
 		require.NoError(t, err)
 		l, err := s.AcquireN(ctx, 3)
@@ -641,7 +642,7 @@ func TestAcquireNLostReleaseReply(t *testing.T) {
 func TestAcquireNLostGrantReply(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
-		hp, _ := loseReply(b.pool, acquireNScript, true)
+		hp, _ := loseReply(b.pool, engine.AcquireN, true)
 		s, err := NewSemaphore(hp, "lost-grant-n", 3)
 		require.NoError(t, err)
 		l, err := s.AcquireN(ctx, 2)
@@ -684,7 +685,7 @@ func TestAcquireNAndResize(t *testing.T) {
 		assert.True(t, strings.HasSuffix(retired, ":4"), retired)
 		assert.NotContains(t, l.Tokens(), retired, "a retired token is never granted")
 		for _, tok := range l.Tokens() {
-			assert.True(t, validToken(tok, tokenEpoch(tok), 3), tok)
+			assert.True(t, engine.ValidToken(tok, tokenEpoch(tok), 3), tok)
 		}
 		require.NoError(t, l.Release(ctx))
 		require.NoError(t, hs[2].Release(ctx))
@@ -724,7 +725,7 @@ func TestWeightedScriptsRejectBadArgs(t *testing.T) {
 		c, err := redis.Dial("tcp", b.addr)
 		require.NoError(t, err)
 		defer c.Close()
-		acq := newAcqID()
+		acq := engine.NewAcqID()
 		good := s.acquireNArgs(acq, 2, 100, "fresh")
 		nk := len(good) - 12
 		for i, bad := range []interface{}{"x", "short", 0, "-1", nil, "nan", "-5", "inf", 0, "later", nil, "-3"} {
@@ -733,19 +734,19 @@ func TestWeightedScriptsRejectBadArgs(t *testing.T) {
 			}
 			args := append([]interface{}{}, good...)
 			args[nk+i] = bad
-			_, err := acquireNScript.Do(c, args...)
+			_, err := engine.AcquireN.Do(c, args...)
 			assert.Error(t, err, "argument %d = %v", i, bad)
 		}
 		args := append([]interface{}{}, good...)
 		args[nk+9] = "wait"
 		args[nk+5] = 0
-		_, err = acquireNScript.Do(c, args...)
+		_, err = engine.AcquireN.Do(c, args...)
 		assert.Error(t, err, "a wait phase never tries only")
-		_, err = abortNScript.Do(c, append(good[:nk:nk], acq, 2, "explode", 10)...)
+		_, err = engine.AbortN.Do(c, append(good[:nk:nk], acq, 2, "explode", 10)...)
 		assert.Error(t, err)
-		_, err = abortNScript.Do(c, append(good[:nk:nk], acq, 0, "release", 10)...)
+		_, err = engine.AbortN.Do(c, append(good[:nk:nk], acq, 0, "release", 10)...)
 		assert.Error(t, err)
-		_, err = refreshScript.Do(c, append(s.k.all(4), l.Token(), l.acqID, "soon", l.Tokens()[1])...)
+		_, err = engine.Refresh.Do(c, append(s.k.all(4), l.Token(), l.acqID, "soon", l.Tokens()[1])...)
 		assert.Error(t, err)
 		after, err := s.Status(ctx)
 		require.NoError(t, err)
@@ -820,7 +821,7 @@ func TestDeleteRemovesWeightedKeys(t *testing.T) {
 // the goroutine is let go when the test ends.
 func freezeCollector(t *testing.T, ctx context.Context, b *backend, s *Semaphore, k int) {
 	t.Helper()
-	name := "collector-" + newAcqID()[:12]
+	name := "collector-" + engine.NewAcqID()[:12]
 	pool := &redis.Pool{DialContext: func(ctx context.Context) (redis.Conn, error) {
 		return redis.DialContext(ctx, "tcp", b.addr, redis.DialClientName(name))
 	}}
@@ -913,7 +914,7 @@ func TestAcquireNDeadCollectorHandsOn(t *testing.T) {
 func acquireNWith(t testing.TB, from, to string) *redis.Script {
 	var src string
 	for _, f := range []string{"codes.lua", "common.lua", "weighted.lua", "acquire_n.lua"} {
-		src += mustRead(f) + "\n"
+		src += engine.MustRead(f) + "\n"
 	}
 	require.Contains(t, src, from)
 	return redis.NewScript(8, strings.Replace(src, from, to, 1))
@@ -923,9 +924,9 @@ func acquireNWith(t testing.TB, from, to string) *redis.Script {
 // (PARTIAL_MS, an hour; 3s here) keeps them: the collector pushes them
 // forward as it checks in, and the token it took first is granted.
 func TestAcquireNPartialLeasesOutliveTheirBackstop(t *testing.T) {
-	saved := acquireNScript
-	acquireNScript = acquireNWith(t, "local PARTIAL_MS = 3600000\n", "local PARTIAL_MS = 3000\n")
-	defer func() { acquireNScript = saved }()
+	saved := engine.AcquireN
+	engine.AcquireN = acquireNWith(t, "local PARTIAL_MS = 3600000\n", "local PARTIAL_MS = 3000\n")
+	defer func() { engine.AcquireN = saved }()
 	b := realRedis(t)
 	ctx := ctxT(t, 20*time.Second)
 	s := newSem(t, b, "backstop", 3)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/stretchr/testify/require"
 )
 
@@ -43,7 +44,7 @@ func acquireScriptOp(st *wrongTypeState, blockMs int64) func(context.Context) er
 	return func(ctx context.Context) error {
 		c := st.s.pool.(testPool).Get()
 		defer c.Close()
-		_, err := parseAcquireReply(runScript(ctx, c, acquireScript, st.s.acquireArgs(newAcqID(), blockMs, "fresh")...))
+		_, err := parseAcquireReply(engine.RunScript(ctx, c, engine.Acquire, st.s.acquireArgs(engine.NewAcqID(), time.Duration(blockMs)*time.Millisecond, "fresh")...))
 		return mapErr(err, st.s.scriptError, "acquire")
 	}
 }
@@ -65,7 +66,7 @@ func shrinkState(t *testing.T, b *backend, ctx context.Context) (st *wrongTypeSt
 	require.Equal(t, "2", m["held"], "two tokens withheld: %v", m)
 	require.Equal(t, int64(1), b.do(t, "LLEN", s.k.tokens), "one free token on the list")
 	s = newSem(t, b, "wt", 5, WithTTL(time.Minute), WithFixedTTL())
-	return &wrongTypeState{s: s, holder: ls[0], keys: semKeys(s, newAcqID())}, ls[4], ls[5]
+	return &wrongTypeState{s: s, holder: ls[0], keys: semKeys(s, engine.NewAcqID())}, ls[4], ls[5]
 }
 
 func moreWrongTypeOps() []wrongTypeOp {

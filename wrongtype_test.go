@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/internal/redistest"
 )
 
@@ -58,7 +59,7 @@ func semStateAt(t *testing.T, b *backend, ctx context.Context, sweep bool, waits
 	s := newSem(t, b, "wt", 6, WithTTL(time.Minute), WithFixedTTL())
 	held := holdN(t, ctx, s.TryAcquire, 2)
 	b.do(t, "ZADD", s.k.leases, "XX", 1, held[1].Token())
-	waiter = newAcqID()
+	waiter = engine.NewAcqID()
 	b.do(t, "LMOVE", s.k.tokens, s.k.pend(waiter), "LEFT", "RIGHT")
 	b.do(t, "ZADD", s.k.waits, waitsMs, "w:"+waiter)
 	r, err := s.TryAcquire(ctx)
@@ -74,10 +75,10 @@ func semStateAt(t *testing.T, b *backend, ctx context.Context, sweep bool, waits
 func collectorState(t *testing.T, b *backend, ctx context.Context) (st *wrongTypeState, coll string, x *Lease) {
 	s := newSem(t, b, "wt", 3, WithTTL(time.Minute), WithFixedTTL())
 	held := holdN(t, ctx, s.TryAcquire, 2)
-	coll = newAcqID()
-	r, err := parseAcquireNReply(runScript(ctx, b.pool.Get(), acquireNScript, s.acquireNArgs(coll, 2, 5000, "fresh")...))
+	coll = engine.NewAcqID()
+	r, err := parseAcquireNReply(engine.RunScript(ctx, b.pool.Get(), engine.AcquireN, s.acquireNArgs(coll, 2, 5000, "fresh")...))
 	require.NoError(t, err)
-	require.Equal(t, int64(modeCollect), r.mode, "%+v", r)
+	require.Equal(t, int64(modeCollect), r.Mode, "%+v", r)
 	return &wrongTypeState{s: s, holder: held[0], keys: semKeys(s, coll)}, coll, held[1]
 }
 
@@ -123,7 +124,7 @@ func wrongTypeOps() []wrongTypeOp {
 			return func(ctx context.Context) error {
 				c := st.s.pool.(testPool).Get()
 				defer c.Close()
-				_, err := parseAcquireReply(runScript(ctx, c, acquireScript, st.s.acquireArgs(w, 1000, "wait")...))
+				_, err := parseAcquireReply(engine.RunScript(ctx, c, engine.Acquire, st.s.acquireArgs(w, time.Second, "wait")...))
 				return mapErr(err, st.s.scriptError, "acquire")
 			}
 		}),
@@ -131,7 +132,7 @@ func wrongTypeOps() []wrongTypeOp {
 			return func(ctx context.Context) error {
 				c := st.s.pool.(testPool).Get()
 				defer c.Close()
-				_, err := parseAcquireReply(runScript(ctx, c, acquireScript, st.s.acquireArgs(w, 1000, "wait")...))
+				_, err := parseAcquireReply(engine.RunScript(ctx, c, engine.Acquire, st.s.acquireArgs(w, time.Second, "wait")...))
 				return mapErr(err, st.s.scriptError, "acquire")
 			}
 		}),
@@ -190,7 +191,7 @@ func wrongTypeOps() []wrongTypeOp {
 			st.run = func(ctx context.Context) error {
 				c := st.s.pool.(testPool).Get()
 				defer c.Close()
-				_, err := parseAcquireNReply(runScript(ctx, c, acquireNScript, st.s.acquireNArgs(coll, 2, 5000, "wait")...))
+				_, err := parseAcquireNReply(engine.RunScript(ctx, c, engine.AcquireN, st.s.acquireNArgs(coll, 2, 5000, "wait")...))
 				return mapErr(err, st.s.scriptError, "acquire")
 			}
 			return st

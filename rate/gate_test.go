@@ -535,17 +535,17 @@ func TestRateGateCrashedClientLosesNothing(t *testing.T) {
 		// take is then granted, and the next one tried, until one queues.
 		conn, err := b.pool.GetContext(ctx)
 		require.NoError(t, err)
-		var r rateReply
+		var r engine.Reply
 		for tries := 0; ; tries++ {
 			require.Less(t, tries, 100, "the dead waiter never had to queue")
 			r, err = parseRateReply(takeScript.Do(conn, g.q.takeArgs(engine.NewAcqID(), (10*time.Second).Microseconds(), "fresh", []int{1})...))
 			require.NoError(t, err)
-			if r.code == 0 {
+			if r.Code == 0 {
 				break
 			}
-			require.Equal(t, int64(1), r.code)
+			require.Equal(t, int64(1), r.Code)
 		}
-		require.True(t, r.head, "the dead waiter is the head of the queue")
+		require.True(t, r.Head, "the dead waiter is the head of the queue")
 		conn.Close()
 		began := time.Now()
 		st, err := g.Wait(ctx)

@@ -248,23 +248,25 @@ func (q *Quota) take(ctx context.Context, units []int, wait bool) (Start, error)
 	if wait {
 		mode = engine.ModeWait
 	}
-	res, err := engine.Drive[rateReply](ctx, q.driver(), &takeUnits{q: q, units: units}, mode, nil)
+	p := &takeUnits{q: q, units: units}
+	res, err := engine.Drive(ctx, q.driver(p.fail), p, mode, nil)
 	switch {
 	case err != nil:
 		return Start{}, err
 	case res.Granted:
 		return Start{
-			At:         time.UnixMicro(res.Reply.grantUs),
+			At:         time.UnixMicro(res.Reply.GrantUs),
 			Waited:     time.Since(began),
-			RetryAfter: usDuration(res.Reply.waitUs),
+			RetryAfter: res.Reply.Block,
 		}, nil
 	}
-	after := usDuration(res.Reply.waitUs)
+	after := res.Reply.Block
 	return Start{Waited: time.Since(began), RetryAfter: after},
 		&LimitedError{Name: engine.Printable(q.name), RetryAfter: after}
 }
 
-// driver is the acquisition driver of q (engine.Drive), on q's pools.
-func (q *Quota) driver() *engine.Driver {
-	return &engine.Driver{Pool: q.pool, Block: q.block, MaxBlock: &q.maxBlock, Grace: q.cfg.grace}
+// driver is the acquisition driver of q, on q's pools; fail maps the
+// protocol's errors.
+func (q *Quota) driver(fail func(error) error) *engine.Driver {
+	return &engine.Driver{Pool: q.pool, Block: q.block, MaxBlock: &q.maxBlock, Grace: q.cfg.grace, Fail: fail}
 }

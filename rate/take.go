@@ -26,32 +26,23 @@ var (
 // out on its cron tick (1/hz, 100ms by default), far too coarse for a rate.
 const localWake = 250 * time.Millisecond
 
-// rateReply is a decoded reply of rate_take.lua or rate_abort.lua.
-type rateReply struct {
-	code    int64 // engine.CodeGranted, CodeWaiting (not granted), CodeSettled (start over), CodeReleased
-	grantUs int64
-	waitUs  int64 // granted: until another as large may start; waiting: how long to wait
-	nowUs   int64
-	head    bool
-}
-
-func parseRateReply(v interface{}, err error) (rateReply, error) {
+// parseRateReply decodes a reply of rate_take.lua or rate_abort.lua:
+// {1, grantUs, waitUs, nowUs} granted (Block: until another as large may
+// start), {0, waitUs, nowUs, head} waiting, {code, waitUs, nowUs} otherwise.
+func parseRateReply(v interface{}, err error) (engine.Reply, error) {
 	vals, err := redis.Int64s(v, err)
 	if err != nil {
-		return rateReply{}, err
+		return engine.Reply{}, err
 	}
-	var r rateReply
 	switch {
 	case len(vals) == 4 && vals[0] == engine.CodeGranted:
-		r = rateReply{code: vals[0], grantUs: vals[1], waitUs: vals[2], nowUs: vals[3]}
+		return engine.Reply{Code: vals[0], GrantUs: vals[1], Block: usDuration(vals[2]), NowUs: vals[3]}, nil
 	case len(vals) == 4 && vals[0] == engine.CodeWaiting:
-		r = rateReply{code: vals[0], waitUs: vals[1], nowUs: vals[2], head: vals[3] == 1}
+		return engine.Reply{Code: vals[0], Block: usDuration(vals[1]), NowUs: vals[2], Head: vals[3] == 1}, nil
 	case len(vals) == 3:
-		r = rateReply{code: vals[0], waitUs: vals[1], nowUs: vals[2]}
-	default:
-		return rateReply{}, fmt.Errorf("unexpected reply %v", vals)
+		return engine.Reply{Code: vals[0], Block: usDuration(vals[1]), NowUs: vals[2]}, nil
 	}
-	return r, nil
+	return engine.Reply{}, fmt.Errorf("unexpected reply %v", vals)
 }
 
 // takeArgs are rate_take.lua's keys and arguments for acquisition acq of
@@ -77,7 +68,7 @@ type takeUnits struct {
 	units []int
 }
 
-func (p *takeUnits) First(ctx context.Context, conn redis.Conn, acq string, block time.Duration) (rateReply, error) {
+func (p *takeUnits) First(ctx context.Context, conn redis.Conn, acq string, block time.Duration) (engine.Reply, error) {
 	return parseRateReply(engine.RunScript(ctx, conn, takeScript, p.q.takeArgs(acq, block.Microseconds(), "fresh", p.units)...))
 }
 
@@ -86,30 +77,30 @@ func (p *takeUnits) First(ctx context.Context, conn redis.Conn, acq string, bloc
 // the same write, so the script runs the moment the doorbell rings. The
 // queue's head sleeps its last localWake on a local timer, because Redis
 // times BLPOP out only on its cron tick.
-func (p *takeUnits) Wait(ctx context.Context, conn redis.Conn, acq string, r rateReply, next time.Duration) (rateReply, error) {
+func (p *takeUnits) Wait(ctx context.Context, conn redis.Conn, acq string, r engine.Reply, next time.Duration) (engine.Reply, error) {
 	q := p.q
 	args := q.takeArgs(acq, next.Microseconds(), "wait", p.units)
-	d := usDuration(r.waitUs)
-	if r.head && d <= localWake {
+	d := r.Block
+	if r.Head && d <= localWake {
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return rateReply{}, ctx.Err()
+			return engine.Reply{}, ctx.Err()
 		case <-t.C:
 		}
 		return parseRateReply(engine.RunScript(ctx, conn, takeScript, args...))
 	}
-	if r.head {
+	if r.Head {
 		d -= localWake
 	}
 	return parseRateReply(engine.BlockThenRun(ctx, conn, d, engine.BLPOP(q.k.inbox(acq)),
-		takeScript, args, func(err error) error { return q.scriptError("wait", err) }))
+		takeScript, args))
 }
 
 // Abort runs rate_abort.lua (idempotent: it settles by acquisition id),
 // once more on another connection if the pooled one was dead.
-func (p *takeUnits) Abort(ctx context.Context, acq, mode string) (rateReply, error) {
+func (p *takeUnits) Abort(ctx context.Context, acq, mode string) (engine.Reply, error) {
 	q := p.q
 	args := engine.Args(abortScript, q.k.args(acq),
 		engine.A("acqID", acq), engine.A("mode", mode), engine.A("tombUs", q.tomb().Microseconds()))
@@ -117,21 +108,13 @@ func (p *takeUnits) Abort(ctx context.Context, acq, mode string) (rateReply, err
 	return parseRateReply(v, err)
 }
 
-func (p *takeUnits) Code(r rateReply) int64 { return r.code }
+// Accept takes every grant: a start has no lease to outlive.
+func (p *takeUnits) Accept(context.Context, string, engine.Reply, time.Time) bool { return true }
 
-func (p *takeUnits) Block(r rateReply) time.Duration { return usDuration(r.waitUs) }
-
-func (p *takeUnits) Moves(rateReply) bool { return false }
-
-func (p *takeUnits) Observe(rateReply, time.Time) {}
-
-func (p *takeUnits) Accept(context.Context, string, rateReply, time.Time) (bool, error) {
-	return true, nil
-}
-
-func (p *takeUnits) Error(err error) error { return p.q.scriptError("wait", err) }
-
-func (p *takeUnits) Wrap(err error) error {
+func (p *takeUnits) fail(err error) error {
+	if engine.IsRedisError(err) {
+		return p.q.scriptError("wait", err)
+	}
 	return fmt.Errorf("redsem: rate gate %q: %w", engine.Printable(p.q.name), err)
 }
 

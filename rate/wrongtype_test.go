@@ -42,7 +42,7 @@ func gateOps() []gateOp {
 			require.NoError(t, err)
 			r, err := parseRateReply(takeScript.Do(b.pool.Get(), g.q.takeArgs(acq, 5e6, "fresh", []int{1})...))
 			require.NoError(t, err)
-			require.Equal(t, int64(0), r.code, "the gate is full: queued")
+			require.Equal(t, int64(0), r.Code, "the gate is full: queued")
 			return func(ctx context.Context) error {
 				c := b.pool.Get()
 				defer c.Close()

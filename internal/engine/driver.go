@@ -60,13 +60,25 @@ const (
 	ModeWait
 )
 
-// Clock is where the driver reads the time, waits briefly for a settle and
-// starts the goroutine that settles in the background. The semaphore's
-// protocol explorer installs a virtual one.
+// Clock is where an acquisition and a lease read the time, arm a timer,
+// wait briefly and start goroutines: the driver and its settling, shared
+// waiting's pumps, a lease's deadline timer and its auto-refresh goroutine.
+// Not through it: auto-refresh's sleeps between refreshes, BlockFor's
+// reading of the context's deadline, a rate gate's local wake-up timer, and
+// the durations reported to an Observer. RealClock is the standard
+// library's; the protocol explorer's tests install a virtual one.
 type Clock interface {
 	Now() time.Time
+	AfterFunc(d time.Duration, f func()) Timer
+	// WaitOrDone returns once done is closed, ctx ends, or d has passed.
 	WaitOrDone(ctx context.Context, done <-chan struct{}, d time.Duration)
 	Go(f func())
+}
+
+// Timer is the part of *time.Timer a lease uses.
+type Timer interface {
+	Stop() bool
+	Reset(d time.Duration) bool
 }
 
 // RealClock is the standard library's Clock.
@@ -74,6 +86,9 @@ type RealClock struct{}
 
 // Now is time.Now.
 func (RealClock) Now() time.Time { return time.Now() }
+
+// AfterFunc is time.AfterFunc.
+func (RealClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
 // WaitOrDone returns once done is closed, ctx ends, or d has passed.
 func (RealClock) WaitOrDone(ctx context.Context, done <-chan struct{}, d time.Duration) {
@@ -89,51 +104,56 @@ func (RealClock) WaitOrDone(ctx context.Context, done <-chan struct{}, d time.Du
 // Go runs f in a new goroutine.
 func (RealClock) Go(f func()) { go f() }
 
-// Protocol is what one kind of acquisition supplies to Drive. R is its
-// decoded script reply.
-type Protocol[R any] interface {
+// Reply is an acquisition script's reply, decoded. Every protocol's replies
+// fit it; a field a protocol's scripts do not send stays zero.
+type Reply struct {
+	Code  int64         // CodeWaiting ... CodeReleased
+	Block time.Duration // CodeWaiting: how long the next wait blocks (a try: when to try again)
+	// Moves: the wait moves a token into the waiter's pending list
+	// (BLMOVE), so it must not be sent once Redis may have dropped the
+	// registration (see driveOn). A doorbell (BLPOP) moves nothing.
+	Moves bool
+	NowUs int64 // Redis TIME, µs, when the script ran
+
+	// A grant's.
+	Tokens     []string
+	Fence      int64
+	DeadlineMs int64
+
+	Mode    int64 // a weighted wait's kind (acquire_n.lua)
+	Head    bool  // a rate waiter at the head of its queue
+	GrantUs int64 // a rate start's time
+}
+
+// Protocol is what differs between the kinds of acquisition: its scripts,
+// and what a grant turns into.
+type Protocol interface {
 	// First runs the acquisition's first script for acq on conn. block is
 	// how long it may wait afterwards (0: a try, never registered).
-	First(ctx context.Context, conn redis.Conn, acq string, block time.Duration) (R, error)
+	First(ctx context.Context, conn redis.Conn, acq string, block time.Duration) (Reply, error)
 	// Wait writes the blocking command r asks for and the protocol's script
 	// behind it in one write (BlockThenRun), and returns the script's reply.
 	// next is how long the wait after it may block.
-	Wait(ctx context.Context, conn redis.Conn, acq string, r R, next time.Duration) (R, error)
+	Wait(ctx context.Context, conn redis.Conn, acq string, r Reply, next time.Duration) (Reply, error)
 	// Abort settles acq by its id in mode "resolve" (keep a grant, report it)
 	// or "release" (give everything back). It must be idempotent.
-	Abort(ctx context.Context, acq, mode string) (R, error)
-	// Code is r's reply code (CodeWaiting...CodeReleased).
-	Code(r R) int64
-	// Block is how long the wait r asks for blocks.
-	Block(r R) time.Duration
-	// Moves reports whether the wait r asks for moves a token into the
-	// waiter's pending list (BLMOVE): such a wait must not be sent after
-	// Redis may have dropped the registration (see driveOn).
-	Moves(r R) bool
-	// Observe sees every reply and when (Clock.Now) its request was sent.
-	Observe(r R, sent time.Time)
-	// Accept is called with a grant. It returns true to end the drive, or
-	// false when the grant cannot be used (it arrived past its lease's
-	// local deadline) and was given back: then the drive starts a new
-	// acquisition, unless Accept returns an error.
-	Accept(ctx context.Context, acq string, r R, sent time.Time) (bool, error)
-	// Error maps an error reply of the protocol's scripts (a redis.Error)
-	// to the package's errors.
-	Error(err error) error
-	// Wrap wraps any other error the caller returns (the context's, a
-	// connection's) with what was being acquired.
-	Wrap(err error) error
+	Abort(ctx context.Context, acq, mode string) (Reply, error)
+	// Accept takes a grant and returns true, or gives it back and returns
+	// false when it cannot be used (it arrived past its lease's local
+	// deadline): then the drive starts a new acquisition, MaxStaleGrants
+	// times in a row at most.
+	Accept(ctx context.Context, acq string, r Reply, sent time.Time) bool
 }
 
 // Pending is an acquisition registered as waiting by ModeRegister, for a
 // later Drive to go on with (straight to its blocking wait).
-type Pending[R any] struct {
+type Pending struct {
 	Acq   string
-	Reply R
+	Reply Reply
 	Sent  time.Time
 }
 
-// Driver holds what the drives of one semaphore or gate share.
+// Driver holds what the drives of one semaphore, lock or gate share.
 type Driver struct {
 	// Pool serves tries and settling; Block serves blocking waits.
 	Pool, Block Pool
@@ -145,15 +165,23 @@ type Driver struct {
 	Grace time.Duration
 	// Clock is the time source; nil means RealClock.
 	Clock Clock
+	// Observe, if set, sees the server time of every reply and when
+	// (Clock.Now) its request was sent.
+	Observe func(sent time.Time, nowUs int64)
+	// Fail turns an error into the caller's: an error reply of the
+	// protocol's scripts (a redis.Error) into the package's sentinels,
+	// anything else (the context's, a connection's) wrapped with what was
+	// being acquired.
+	Fail func(err error) error
 }
 
 // Result is how a drive ended without an error: granted (and accepted), or,
 // for a try, refused with the reply that says so. Pending is set when
 // ModeRegister left the acquisition registered.
-type Result[R any] struct {
+type Result struct {
 	Granted bool
-	Reply   R
-	Pending *Pending[R]
+	Reply   Reply
+	Pending *Pending
 }
 
 func (d *Driver) clock() Clock {
@@ -165,12 +193,12 @@ func (d *Driver) clock() Clock {
 
 // Drive runs one acquisition of protocol p in mode, going on with start
 // (a registration made by ModeRegister) if it is not nil.
-func Drive[R any](ctx context.Context, d *Driver, p Protocol[R], mode Mode, start *Pending[R]) (Result[R], error) {
+func Drive(ctx context.Context, d *Driver, p Protocol, mode Mode, start *Pending) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		if start != nil {
 			Settle(ctx, d, p, start.Acq)
 		}
-		return Result[R]{}, p.Wrap(err)
+		return Result{}, d.Fail(err)
 	}
 	pool := d.Pool
 	if mode == ModeWait {
@@ -183,10 +211,10 @@ func Drive[R any](ctx context.Context, d *Driver, p Protocol[R], mode Mode, star
 			if start != nil {
 				Settle(ctx, d, p, start.Acq)
 			}
-			if err := CtxErr(ctx); err != nil {
-				return Result[R]{}, p.Wrap(err)
+			if cerr := CtxErr(ctx); cerr != nil {
+				err = cerr
 			}
-			return Result[R]{}, p.Wrap(err)
+			return Result{}, d.Fail(err)
 		}
 		res, err := driveOn(ctx, d, p, conn, mode, start)
 		start = nil
@@ -196,7 +224,7 @@ func Drive[R any](ctx context.Context, d *Driver, p Protocol[R], mode Mode, star
 			return res, err
 		}
 		if broken++; broken >= MaxBrokenWaits {
-			return Result[R]{}, p.Wrap(be.err)
+			return Result{}, d.Fail(be.err)
 		}
 	}
 }
@@ -208,11 +236,11 @@ type brokenWait struct{ err error }
 
 func (e *brokenWait) Error() string { return e.err.Error() }
 
-// mappedErr carries an error reply of the blocking command, already mapped
-// by the protocol.
-type mappedErr struct{ err error }
+// waitReplyErr carries an error reply of the blocking command (a key of the
+// wrong type, say): the wait may have left something to settle.
+type waitReplyErr struct{ err error }
 
-func (e *mappedErr) Error() string { return e.err.Error() }
+func (e *waitReplyErr) Error() string { return e.err.Error() }
 
 // BlockFor is how long the next blocking wait may last: at most MaxBlock,
 // at most what is left of ctx, at least MinBlock.
@@ -229,15 +257,16 @@ func (d *Driver) BlockFor(ctx context.Context) time.Duration {
 // driveOn runs one acquisition on conn: the first script (unless start says
 // it ran), then, in ModeWait, blocking waits until a grant, the context's
 // end, or a broken connection (a *brokenWait).
-func driveOn[R any](ctx context.Context, d *Driver, p Protocol[R], conn redis.Conn, mode Mode, start *Pending[R]) (Result[R], error) {
+func driveOn(ctx context.Context, d *Driver, p Protocol, conn redis.Conn, mode Mode, start *Pending) (Result, error) {
 	clk := d.clock()
 	var (
 		acq  string
-		r    R
+		r    Reply
 		err  error
 		sent time.Time
 	)
 	waited := start != nil // whether acq has been registered as waiting
+	stale := 0             // grants in a row that were unusable on arrival
 	first := func() {
 		var block time.Duration
 		switch mode {
@@ -259,27 +288,30 @@ func driveOn[R any](ctx context.Context, d *Driver, p Protocol[R], conn redis.Co
 	for {
 		if err != nil {
 			if r, err = failed(ctx, d, p, acq, err, blockLeft, waited); err != nil {
-				return Result[R]{}, err
+				return Result{}, err
 			}
 		}
-		p.Observe(r, sent)
-		code := p.Code(r)
+		if d.Observe != nil {
+			d.Observe(sent, r.NowUs)
+		}
+		code := r.Code
 		switch code {
 		case CodeGranted:
 			failpoint.Hit("acquire.granted")
-			ok, err := p.Accept(ctx, acq, r, sent)
-			if err != nil {
-				return Result[R]{}, err
+			if p.Accept(ctx, acq, r, sent) {
+				return Result{Granted: true, Reply: r}, nil
 			}
-			if ok {
-				return Result[R]{Granted: true, Reply: r}, nil
+			if stale++; stale >= MaxStaleGrants {
+				return Result{}, d.Fail(fmt.Errorf("%w: %d grants in a row were past their local deadline on arrival",
+					ErrStaleGrant, stale))
 			}
 		case CodeWaiting:
+			stale = 0
 			switch mode {
 			case ModeTry:
-				return Result[R]{Reply: r}, nil
+				return Result{Reply: r}, nil
 			case ModeRegister:
-				return Result[R]{Reply: r, Pending: &Pending[R]{Acq: acq, Reply: r, Sent: sent}}, nil
+				return Result{Reply: r, Pending: &Pending{Acq: acq, Reply: r, Sent: sent}}, nil
 			}
 		}
 		if err := CtxErr(ctx); err != nil {
@@ -288,15 +320,14 @@ func driveOn[R any](ctx context.Context, d *Driver, p Protocol[R], conn redis.Co
 				// than leave it to Redis's sweep of dead waiters.
 				Settle(ctx, d, p, acq)
 			}
-			return Result[R]{}, p.Wrap(err)
+			return Result{}, d.Fail(err)
 		}
-		if code == CodeWaiting && p.Moves(r) && clk.Now().Sub(sent) >= p.Block(r)+d.Grace {
+		if code == CodeWaiting && r.Moves && clk.Now().Sub(sent) >= r.Block+d.Grace {
 			// This process came back too late to wait on the registration
 			// the reply made: Redis may have dropped it as dead, and a
 			// BLMOVE now would move a token into a pending list only the
 			// drop's tombstone still covers. Register afresh (the tombstone
-			// turns the old id's script into "settled"). A wait on a
-			// doorbell risks nothing: its script finds it dropped.
+			// turns the old id's script into "settled").
 			code = CodeSettled
 		}
 		if code != CodeWaiting {
@@ -306,7 +337,7 @@ func driveOn[R any](ctx context.Context, d *Driver, p Protocol[R], conn redis.Co
 			first()
 			continue
 		}
-		used, began := p.Block(r), clk.Now()
+		used, began := r.Block, clk.Now()
 		sent, waited = began, true
 		r, err = p.Wait(ctx, conn, acq, r, d.BlockFor(ctx))
 		blockLeft = used - clk.Now().Sub(began)
@@ -323,39 +354,39 @@ func driveOn[R any](ctx context.Context, d *Driver, p Protocol[R], conn redis.Co
 // before it writes anything, so there is nothing to settle (and bad input
 // writes nothing); but behind a wait a token may sit in the waiter's pending
 // list, or a weighted collector hold tokens: then it settles too.
-func failed[R any](ctx context.Context, d *Driver, p Protocol[R], acq string, err error, blockLeft time.Duration, waited bool) (R, error) {
-	var zero R
+func failed(ctx context.Context, d *Driver, p Protocol, acq string, err error, blockLeft time.Duration, waited bool) (Reply, error) {
+	var zero Reply
 	if errors.Is(err, ErrArity) {
 		// Nothing was sent: a bug to report, not a wait to settle.
-		return zero, p.Wrap(err)
+		return zero, d.Fail(err)
 	}
 	if IsRedisError(err) {
 		if waited {
 			Settle(ctx, d, p, acq)
 		}
-		return zero, p.Error(err)
+		return zero, d.Fail(err)
 	}
-	var me *mappedErr
-	if errors.As(err, &me) {
+	var we *waitReplyErr
+	if errors.As(err, &we) {
 		Settle(ctx, d, p, acq)
-		return zero, me.err
+		return zero, d.Fail(we.err)
 	}
 	if CtxErr(ctx) == nil {
 		rctx, cancel := context.WithTimeout(ctx, SettleTimeout)
 		r, aerr := p.Abort(rctx, acq, "resolve")
 		cancel()
 		switch {
-		case aerr == nil && p.Code(r) == CodeGranted:
+		case aerr == nil && r.Code == CodeGranted:
 			return r, nil
 		case aerr == nil:
 			d.fitBlock(err, blockLeft)
 			return zero, &brokenWait{err}
 		case CtxErr(ctx) == nil:
-			return zero, p.Wrap(fmt.Errorf("%w (settling it failed too: %v)", err, aerr))
+			return zero, d.Fail(fmt.Errorf("%w (settling it failed too: %v)", err, aerr))
 		}
 	}
 	Settle(ctx, d, p, acq)
-	return zero, p.Wrap(CtxErr(ctx))
+	return zero, d.Fail(CtxErr(ctx))
 }
 
 // Settle gives back whatever acquisition acq may hold or be registered for.
@@ -363,7 +394,7 @@ func failed[R any](ctx context.Context, d *Driver, p Protocol[R], acq string, er
 // settled when the caller returns, but never holds the caller long against a
 // server that does not answer: the settle goes on in the background for at
 // most SettleTimeout.
-func Settle[R any](ctx context.Context, d *Driver, p Protocol[R], acq string) {
+func Settle(ctx context.Context, d *Driver, p Protocol, acq string) {
 	clk := d.clock()
 	done := make(chan struct{})
 	clk.Go(func() {
@@ -407,10 +438,10 @@ func BLPOP(key string) Blocking { return Blocking{src: key} }
 // script with scriptArgs behind it, in one write, and returns the script's
 // reply: when the blocking command returns, Redis runs the script right
 // behind it, before the client reads a byte. An error reply of the blocking
-// command is returned mapped by mapErr. A script unknown to the server
+// command is returned for Drive to settle and map. A script unknown to the server
 // (NOSCRIPT) is run again with its source.
 func BlockThenRun(ctx context.Context, conn redis.Conn, block time.Duration, wait Blocking,
-	script *redis.Script, scriptArgs []interface{}, mapErr func(error) error) (interface{}, error) {
+	script *redis.Script, scriptArgs []interface{}) (interface{}, error) {
 	if err := checkArity(script, scriptArgs); err != nil {
 		return nil, err
 	}
@@ -450,7 +481,7 @@ func BlockThenRun(ctx context.Context, conn redis.Conn, block time.Duration, wai
 		v, err = script.DoContext(ctx, conn, scriptArgs...)
 	}
 	if waitErr != nil {
-		return nil, &mappedErr{mapErr(waitErr)}
+		return nil, &waitReplyErr{waitErr}
 	}
 	return v, err
 }

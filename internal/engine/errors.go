@@ -17,6 +17,7 @@ var (
 	ErrInvalidName   = errors.New("redsem: invalid name")
 	ErrInvalidSize   = errors.New("redsem: invalid size")
 	ErrInvalidOption = errors.New("redsem: invalid option")
+	ErrStaleGrant    = errors.New("redsem: grants arrive after their lease ends")
 	// ErrRateLimited is rate.ErrRateLimited, here so that redsem.Counters
 	// can count a refused start as busy.
 	ErrRateLimited = errors.New("redsem: rate limited")

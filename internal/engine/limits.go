@@ -26,6 +26,9 @@ const (
 	// MaxBrokenWaits bounds how many times in a row a wait starts over after
 	// its blocked connection broke before it gives up and returns the error.
 	MaxBrokenWaits = 5
+	// MaxStaleGrants bounds how many grants in a row an acquisition gives
+	// back because they reached it after their lease's local deadline.
+	MaxStaleGrants = 3
 	// SettleTimeout bounds settling an acquisition or a rate gate's wait by
 	// its id after its reply was lost or its context ended.
 	SettleTimeout = 5 * time.Second

@@ -1,0 +1,396 @@
+package redsem
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/redsem/redsem/internal/engine"
+)
+
+// Acquire and TryAcquire, from the call to Redis and back:
+//
+//	Acquire ─ shared waiting (default): the first waiter tries once, then a
+//	│         pump goroutine waits in Redis for the whole queue (acquireShared)
+//	└─ acquire ─ engine.Drive: the loop every acquisition kind shares
+//	             ├─ oneToken.First: acquire.lua (acquire_fast.lua first)
+//	             ├─ oneToken.Wait:  BLMOVE tokens → pend, acquire.lua behind it
+//	             ├─ oneToken.Abort: abort.lua, to settle a lost reply or a cancel
+//	             └─ oneToken.Accept: the grant becomes a *Lease (lease.go)
+//
+// Replies carry Redis TIME, from which the lease's local deadline is
+// computed (clock.go).
+
+// Acquire blocks until a token is free and returns a lease on it, or until
+// ctx ends: then it returns an error for which errors.Is(err, ctx.Err())
+// holds, and no token is lost. Waiters sleep in Redis and are served first
+// come, first served; an uncontended Acquire is one round trip.
+func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
+	start := time.Now()
+	var l *Lease
+	var err error
+	if s.cfg.waitConns > 0 {
+		l, err = s.acquireShared(ctx)
+	} else {
+		l, _, err = s.acquire(ctx, engine.ModeWait, nil)
+	}
+	return s.observeAcquire(start, l, err)
+}
+
+// TryAcquire returns a lease if a token is free now, and ErrNoToken if none
+// is. It never waits for a token: one round trip, a few at most when grants
+// arrive past their lease's local deadline (then ErrStaleGrant).
+func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
+	start := time.Now()
+	l, _, err := s.acquire(ctx, engine.ModeTry, nil)
+	return s.observeAcquire(start, l, err)
+}
+
+// acquire runs an acquisition of one token in mode, continuing start if
+// given. In ModeRegister a refusal returns the registration.
+func (s *Semaphore) acquire(ctx context.Context, mode engine.Mode, start *engine.Pending) (*Lease, *engine.Pending, error) {
+	p := &oneToken{s: s}
+	res, err := engine.Drive(ctx, s.driver(p.fail), p, mode, start)
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case res.Granted:
+		return p.lease, nil, nil
+	case res.Pending != nil:
+		return nil, res.Pending, nil
+	}
+	return nil, nil, fmt.Errorf("%w: semaphore %q", ErrNoToken, engine.Printable(s.name))
+}
+
+// driver is the acquisition driver of s, on s's pools and time source;
+// fail maps the protocol's errors.
+func (s *Semaphore) driver(fail func(error) error) *engine.Driver {
+	return &engine.Driver{Pool: s.pool, Block: s.block, MaxBlock: &s.maxBlock, Grace: s.cfg.grace, Clock: clk,
+		Observe: func(sent time.Time, nowUs int64) { s.clock.observe(monoUs(sent), nowUs) }, Fail: fail}
+}
+
+// oneToken is the protocol of one token: acquire.lua, BLMOVE from the
+// token list into the waiter's pending list, abort.lua.
+type oneToken struct {
+	s     *Semaphore
+	lease *Lease
+}
+
+func (p *oneToken) First(ctx context.Context, conn redis.Conn, acq string, block time.Duration) (engine.Reply, error) {
+	return parseAcquireReply(engine.RunScript(ctx, conn, engine.Acquire, p.s.acquireArgs(acq, block, "fresh")...))
+}
+
+// Wait writes BLMOVE and acquire.lua in one write: when a token reaches
+// this waiter, Redis runs the script right behind the BLMOVE and the lease
+// is recorded before the client reads a byte.
+func (p *oneToken) Wait(ctx context.Context, conn redis.Conn, acq string, r engine.Reply, next time.Duration) (engine.Reply, error) {
+	s := p.s
+	return parseAcquireReply(engine.BlockThenRun(ctx, conn, r.Block, engine.BLMOVE(s.k.tokens, s.k.pend(acq)),
+		engine.Acquire, s.acquireArgs(acq, next, "wait")))
+}
+
+func (p *oneToken) Abort(ctx context.Context, acq, mode string) (engine.Reply, error) {
+	s := p.s
+	sent := monoNow()
+	v, _, err := engine.Call(ctx, s.pool, engine.Abort, engine.Args(engine.Abort, append(s.k.all(5), s.k.pend(acq)),
+		engine.A("acqID", acq), engine.A("mode", mode), engine.A("tombMs", s.tombMs()))...)
+	r, err := parseAcquireReply(v, err)
+	if err == nil {
+		s.clock.observe(sent, r.NowUs)
+	}
+	return r, err
+}
+
+// Accept takes a grant, unless this process was frozen while Redis handed
+// it over and the lease's local deadline has passed: such a grant is given
+// back, never used.
+func (p *oneToken) Accept(ctx context.Context, acq string, r engine.Reply, sent time.Time) bool {
+	l := p.s.newLease(acq, r, monoUs(sent))
+	if !l.Valid() {
+		p.s.giveBack(ctx, l)
+		return false
+	}
+	p.lease = l.use()
+	return true
+}
+
+func (p *oneToken) fail(err error) error {
+	if engine.IsRedisError(err) {
+		return p.s.scriptError("acquire", err)
+	}
+	return p.s.ctxError(err)
+}
+
+// acquireArgs are acquire.lua's keys and arguments. phase is "fresh" for an
+// acquisition's first call and "wait" behind its BLMOVE.
+func (s *Semaphore) acquireArgs(acq string, block time.Duration, phase string) []interface{} {
+	args := []engine.Arg{
+		engine.A("size", s.size), engine.A("acqID", acq), engine.A("ttlMs", s.cfg.ttl.Milliseconds()),
+		engine.A("label", s.cfg.label), engine.A("blockMs", block.Milliseconds()), engine.A("graceMs", s.cfg.grace.Milliseconds()),
+		engine.A("tombMs", s.tombMs()), engine.A("phase", phase),
+	}
+	// The size mode and idle time are left out at their defaults: each
+	// argument costs Redis time on every call.
+	switch idle := s.cfg.idle.Milliseconds(); {
+	case idle > 0:
+		args = append(args, engine.A("sizeMode", s.sizeMode()), engine.A("idleMs", idle))
+	case s.cfg.adoptSize:
+		args = append(args, engine.A("sizeMode", s.sizeMode()))
+	}
+	return engine.Args(engine.Acquire, append(s.k.all(5), s.k.pend(acq)), args...)
+}
+
+// parseAcquireReply decodes a reply of acquire.lua, abort.lua or their
+// read-write lock twins: {1, token, fence, deadlineMs, nowUs} granted,
+// {code, blockMs, nowUs} otherwise.
+func parseAcquireReply(v interface{}, err error) (engine.Reply, error) {
+	vals, err := redis.Values(v, err)
+	if err != nil {
+		return engine.Reply{}, err
+	}
+	var r engine.Reply
+	var tok string
+	var blockMs int64
+	switch len(vals) {
+	case 5:
+		_, err = redis.Scan(vals, &r.Code, &tok, &r.Fence, &r.DeadlineMs, &r.NowUs)
+		r.Tokens = []string{tok}
+	case 3:
+		_, err = redis.Scan(vals, &r.Code, &blockMs, &r.NowUs)
+		r.Block, r.Moves = time.Duration(blockMs)*time.Millisecond, true
+	default:
+		err = fmt.Errorf("unexpected reply %v", vals)
+	}
+	return r, err
+}
+
+// tombMs is how long an aborted acquisition's tombstone lives: longer than
+// any BLMOVE of it can still be registered in Redis.
+func (s *Semaphore) tombMs() int64 {
+	return (engine.MaxBlock + engine.BlockSlack + s.cfg.grace).Milliseconds()
+}
+
+// settle gives back whatever acquisition acq may hold (engine.Settle).
+func (s *Semaphore) settle(ctx context.Context, acq string) {
+	p := &oneToken{s: s}
+	engine.Settle(ctx, s.driver(p.fail), p, acq)
+}
+
+// giveBack releases a grant the acquisition will not use. After ctx has
+// ended it waits engine.SettleWait at most; the release goes on in the
+// background (bounded by releaseTimeout).
+func (s *Semaphore) giveBack(ctx context.Context, l *Lease) {
+	done := make(chan struct{})
+	clk.Go(func() {
+		defer close(done)
+		_ = l.Release(ctx)
+	})
+	clk.WaitOrDone(ctx, done, releaseTimeout+time.Second)
+	if ctx.Err() != nil {
+		clk.WaitOrDone(context.Background(), done, engine.SettleWait)
+	}
+}
+
+func (s *Semaphore) ctxError(err error) error {
+	return fmt.Errorf("redsem: acquire semaphore %q: %w", engine.Printable(s.name), err)
+}
+
+// Shared waiting (WithWaitConnections, on by default). Goroutines that wait
+// on the same Semaphore queue up in this process, first come, first served,
+// behind a few pumps: each pump runs the ordinary acquisition in ModeWait on
+// its own connection and hands every lease it is granted to the goroutine
+// at the head of the queue. A thousand waiting goroutines hold one
+// connection, not a thousand. Between processes, Redis serves the pumps in
+// arrival order, and a pump that was served queues again behind the others.
+//
+// A waiter whose context ends leaves the queue with no round trip; a lease
+// that reaches it as it leaves goes to the next waiter, or back to Redis.
+// When the queue empties, the pumps' acquisitions are cancelled, which
+// settles them as any cancelled Acquire.
+
+// waitQueue is a Semaphore's local queue of waiting goroutines.
+type waitQueue struct {
+	mu      sync.Mutex
+	waiters list.List // of *waiter, oldest first
+	pumps   int       // pumps running
+	gen     *pumpGen  // the pumps' current run, cancelled when the queue empties
+	// registering: a try is under way that will stay registered in Redis
+	// for a pump to go on with.
+	registering bool
+}
+
+// pumpGen is one run of the pumps, from the first waiter to an empty queue.
+// busy counts the acquisitions started under it, so that the waiter that
+// empties the queue can wait for them to be settled.
+type pumpGen struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	busy   sync.WaitGroup
+}
+
+// waiter is one goroutine in Acquire. ch is buffered, so handing over never
+// blocks a pump.
+type waiter struct {
+	ch   chan waitResult
+	elem *list.Element
+}
+
+type waitResult struct {
+	lease *Lease
+	err   error
+}
+
+// acquireShared is Acquire with shared waiting.
+func (s *Semaphore) acquireShared(ctx context.Context) (*Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, s.ctxError(err)
+	}
+	q := &s.q
+	q.mu.Lock()
+	empty := q.waiters.Len() == 0
+	// One try at a time may stay registered for the pump to go on with.
+	register := empty && q.pumps == 0 && !q.registering
+	q.registering = q.registering || register
+	q.mu.Unlock()
+	var start *engine.Pending
+	if empty {
+		// Nobody here waits: try once, without queueing (with others
+		// queued, a newcomer must not overtake them). The try that will
+		// start the pump stays registered in Redis when no token is free,
+		// and the pump goes on from there, straight to its BLMOVE.
+		mode := engine.ModeTry
+		if register {
+			mode = engine.ModeRegister
+		}
+		l, reg, err := s.acquire(ctx, mode, nil)
+		if register {
+			q.mu.Lock()
+			q.registering = false
+			q.mu.Unlock()
+		}
+		if l != nil || (err != nil && !errors.Is(err, ErrNoToken)) {
+			return l, err
+		}
+		start = reg
+	}
+	w := &waiter{ch: make(chan waitResult, 1)}
+	q.mu.Lock()
+	w.elem = q.waiters.PushBack(w)
+	if q.gen == nil || q.gen.ctx.Err() != nil {
+		g := &pumpGen{}
+		g.ctx, g.cancel = context.WithCancel(context.Background())
+		q.gen = g
+	}
+	if q.pumps < s.cfg.waitConns && q.pumps < q.waiters.Len() {
+		q.pumps++
+		pumpStart := start
+		clk.Go(func() { s.pump(pumpStart) })
+		start = nil
+	}
+	q.mu.Unlock()
+	if start != nil {
+		// A pump already runs: it waits with its own acquisition.
+		clk.Go(func() { s.settle(context.Background(), start.Acq) })
+	}
+
+	select {
+	case r := <-w.ch:
+		return r.lease, r.err
+	case <-ctx.Done():
+	}
+	q.mu.Lock()
+	if w.elem != nil {
+		// Still queued: leave without a round trip.
+		q.waiters.Remove(w.elem)
+		w.elem = nil
+		if q.waiters.Len() > 0 {
+			q.mu.Unlock()
+			return nil, s.ctxError(ctx.Err())
+		}
+		// The last one out stops the pumps and waits (SettleWait at most)
+		// for their acquisitions to be settled, so that, as on a connection
+		// of its own, a returned Acquire leaves nothing behind.
+		g := q.gen
+		g.cancel()
+		q.mu.Unlock()
+		settled := make(chan struct{})
+		clk.Go(func() { g.busy.Wait(); close(settled) })
+		clk.WaitOrDone(context.Background(), settled, engine.SettleWait)
+		return nil, s.ctxError(ctx.Err())
+	}
+	q.mu.Unlock()
+	// Served while leaving: pass the lease on.
+	if r := <-w.ch; r.lease != nil {
+		s.handOff(r.lease)
+	}
+	return nil, s.ctxError(ctx.Err())
+}
+
+// pump acquires on behalf of the queue until the queue is empty. Whether to
+// go on is decided under the queue's lock, together with the count of
+// pumps, so a waiter that arrives as a pump leaves always finds one running.
+// start, if not nil, is the first waiter's registration in Redis.
+func (s *Semaphore) pump(start *engine.Pending) {
+	q := &s.q
+	for {
+		q.mu.Lock()
+		if q.waiters.Len() == 0 {
+			q.pumps--
+			q.mu.Unlock()
+			if start != nil {
+				s.settle(context.Background(), start.Acq)
+			}
+			return
+		}
+		g := q.gen
+		g.busy.Add(1)
+		q.mu.Unlock()
+		l, _, err := s.acquire(g.ctx, engine.ModeWait, start)
+		start = nil
+		g.busy.Done()
+		switch {
+		case err == nil:
+			s.handOff(l)
+		case g.ctx.Err() != nil:
+			// The queue emptied while we waited, and whatever Redis had
+			// handed over went back. Look again: someone may have come.
+		default:
+			// Tell every waiter: each would have met the same error.
+			q.mu.Lock()
+			for e := q.waiters.Front(); e != nil; e = q.waiters.Front() {
+				w := q.waiters.Remove(e).(*waiter)
+				w.elem = nil
+				w.ch <- waitResult{err: err}
+			}
+			g.cancel()
+			q.mu.Unlock()
+		}
+	}
+}
+
+// handOff gives l to the oldest waiter, or releases it if none is left.
+func (s *Semaphore) handOff(l *Lease) {
+	q := &s.q
+	q.mu.Lock()
+	if e := q.waiters.Front(); e != nil && l.Valid() {
+		w := q.waiters.Remove(e).(*waiter)
+		w.elem = nil
+		w.ch <- waitResult{lease: l}
+		if q.waiters.Len() == 0 {
+			// Served the last one: any other pump still blocked in Redis
+			// would wait for nobody (and keep its place in Redis's queue).
+			q.gen.cancel()
+		}
+		q.mu.Unlock()
+		return
+	}
+	q.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), engine.SettleTimeout)
+	defer cancel()
+	_ = l.Release(ctx)
+}
