@@ -24,7 +24,7 @@ import (
 //	             └─ oneToken.Accept: the grant becomes a *Lease (lease.go)
 //
 // Replies carry Redis TIME, from which the lease's local deadline is
-// computed (clock.go).
+// computed (lease.go, Local deadlines).
 
 // Acquire blocks until a token is free and returns a lease on it, or until
 // ctx ends: then it returns an error for which errors.Is(err, ctx.Err())
@@ -49,6 +49,31 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
 	start := time.Now()
 	l, _, err := s.acquire(ctx, engine.ModeTry, nil)
 	return s.observeAcquire(start, l, err)
+}
+
+// observeAcquire reports the outcome of an acquisition that started at
+// start, and arranges for the lease's end to be reported.
+func (s *Semaphore) observeAcquire(start time.Time, l *Lease, err error) (*Lease, error) {
+	o := s.cfg.observer
+	if o == nil {
+		return l, err
+	}
+	wait := time.Since(start)
+	if err != nil {
+		o.AcquireFailed(s.name, wait, err)
+		return l, err
+	}
+	o.Acquired(s.name, wait)
+	granted := time.Now()
+	context.AfterFunc(l.Context(), func() {
+		held := time.Since(granted)
+		if cause := context.Cause(l.Context()); errors.Is(cause, ErrReleased) {
+			o.Released(s.name, held)
+		} else {
+			o.LeaseLost(s.name, held, cause)
+		}
+	})
+	return l, nil
 }
 
 // acquire runs an acquisition of one token in mode, continuing start if

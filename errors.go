@@ -59,7 +59,7 @@ var (
 	// in a row (3) reached this process only after their lease's
 	// local deadline: the TTL is too short for the round trip to Redis, or
 	// the process keeps being stalled. Each such token was given back.
-	ErrStaleGrant = errors.New("redsem: grants arrive after their lease ends")
+	ErrStaleGrant = engine.ErrStaleGrant
 
 	// ErrInvalidName, ErrInvalidSize, ErrInvalidTTL and ErrInvalidOption are
 	// returned by the constructors for bad arguments, before any I/O.

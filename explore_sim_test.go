@@ -3,7 +3,7 @@ package redsem
 // The protocol explorer's world: real client code (every public operation
 // of this package) talking to miniredis through connections whose every
 // step the explorer schedules, on a virtual clock shared by the server
-// (miniredis SetTime, so Redis TIME) and the clients (clk, clock.go).
+// (miniredis SetTime, so Redis TIME) and the clients (clk, engine.Clock).
 //
 // A command a client writes is not executed when it is written: it waits at
 // the server until the scheduler picks "exec" for its connection, and its

@@ -52,31 +52,6 @@ type RefreshObserver interface {
 	RefreshFailed(name string, err error)
 }
 
-// observeAcquire reports the outcome of an acquisition that started at
-// start, and arranges for the lease's end to be reported.
-func (s *Semaphore) observeAcquire(start time.Time, l *Lease, err error) (*Lease, error) {
-	o := s.cfg.observer
-	if o == nil {
-		return l, err
-	}
-	wait := time.Since(start)
-	if err != nil {
-		o.AcquireFailed(s.name, wait, err)
-		return l, err
-	}
-	o.Acquired(s.name, wait)
-	granted := time.Now()
-	context.AfterFunc(l.Context(), func() {
-		held := time.Since(granted)
-		if cause := context.Cause(l.Context()); errors.Is(cause, ErrReleased) {
-			o.Released(s.name, held)
-		} else {
-			o.LeaseLost(s.name, held, cause)
-		}
-	})
-	return l, nil
-}
-
 // observeRefreshFailed reports a failed background refresh of l.
 func (l *Lease) observeRefreshFailed(err error) {
 	if ro, ok := l.sem.cfg.observer.(RefreshObserver); ok {

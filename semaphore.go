@@ -30,7 +30,7 @@ type Semaphore struct {
 	cfg   config
 	k     keys
 	clock serverClock
-	q     waitQueue // goroutines of this process waiting (wait.go)
+	q     waitQueue // goroutines of this process waiting (acquire.go, shared waiting)
 	// maxBlock caps one blocking wait (ns). It starts at maxBlock and shrinks
 	// when the connection's read timeout turns out to be shorter.
 	maxBlock atomic.Int64
