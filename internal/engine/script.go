@@ -1,0 +1,266 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// How redsem calls a script: declared once (NewScript, registry.go), its
+// arguments named as its header names them (Args), checked before anything
+// is sent (checkArity), and run (RunScript on a connection, Call on a pool).
+
+//go:embed lua/*.lua
+var luaFS embed.FS
+
+// NewScript returns the script lua/<file> taking keys keys, run after
+// codes.lua and the helper files it names (Redis scripts cannot import one
+// another). Its "-- ARGV:" header names its arguments: a call whose
+// arguments differ is refused before anything is sent (ErrArity). redigo
+// runs it with EVALSHA, falling back to EVAL on NOSCRIPT.
+func NewScript(keys int, file string, helpers ...string) *redis.Script {
+	helpers = append([]string{"codes.lua"}, helpers...)
+	d := Declaration{File: file, Keys: keys, Helpers: helpers, MinArgs: -1}
+	if h, err := HeaderArgNames(file); err == nil {
+		d.MinArgs, d.MaxArgs, d.args = h.Required, len(h.Names), h
+		if h.Rest {
+			d.MaxArgs = Variadic
+		}
+	}
+	var src string
+	for _, h := range helpers {
+		src += MustRead(h) + "\n"
+	}
+	script := redis.NewScript(keys, src+MustRead(file))
+	declMu.Lock()
+	declared = append(declared, d)
+	arity[script] = d
+	declMu.Unlock()
+	return script
+}
+
+// Variadic is Declaration.MaxArgs for a script whose arguments end in a
+// list of any length.
+const Variadic = 1 << 20
+
+// ErrArity is a call of a script with more or fewer arguments than its
+// "-- ARGV:" header lists: a bug in redsem, never sent to Redis.
+var ErrArity = errors.New("redsem: internal error: script called with the wrong number of arguments")
+
+// checkArity returns ErrArity, wrapped with the script and the counts, when
+// keysAndArgs does not fit script's declaration.
+func checkArity(script *redis.Script, keysAndArgs []interface{}) error {
+	declMu.Lock()
+	d, ok := arity[script]
+	declMu.Unlock()
+	if n := len(keysAndArgs); n > 0 {
+		if bad, isBad := keysAndArgs[n-1].(badArgs); isBad {
+			return fmt.Errorf("%w: %s: %s", ErrArity, d.File, bad.why)
+		}
+	}
+	if !ok || d.MinArgs < 0 {
+		return nil
+	}
+	if n := len(keysAndArgs) - d.Keys; n < d.MinArgs || n > d.MaxArgs {
+		return fmt.Errorf("%w: %s takes %d keys and %s arguments, called with %d values",
+			ErrArity, d.File, d.Keys, d.argRange(), len(keysAndArgs))
+	}
+	return nil
+}
+
+func (d Declaration) argRange() string {
+	switch {
+	case d.MaxArgs == Variadic:
+		return fmt.Sprintf("%d or more", d.MinArgs)
+	case d.MaxArgs != d.MinArgs:
+		return fmt.Sprintf("%d to %d", d.MinArgs, d.MaxArgs)
+	}
+	return fmt.Sprint(d.MinArgs)
+}
+
+// MustRead returns the source of lua/<file>; it panics when there is no
+// such file, which is a build mistake.
+func MustRead(file string) string {
+	b, err := luaFS.ReadFile("lua/" + file)
+	if err != nil {
+		panic("redsem: missing embedded script " + file)
+	}
+	return string(b)
+}
+
+// Declaration is a script as Go declares it: its file, how many of its
+// arguments are keys, and the helper files it runs after; and how many
+// other arguments it takes by its header (MinArgs -1: the header could not
+// be read, which TestScriptHeadersMatchDeclarations reports).
+type Declaration struct {
+	File             string
+	Keys             int
+	Helpers          []string
+	MinArgs, MaxArgs int
+	args             ArgHeader
+}
+
+var (
+	declMu   sync.Mutex
+	declared []Declaration
+	arity    = map[*redis.Script]Declaration{}
+)
+
+// Arg is one argument of a script call, under the name the script's
+// "-- ARGV:" header gives it.
+type Arg struct {
+	Name  string
+	Value interface{}
+}
+
+// A is the argument name = v.
+func A(name string, v interface{}) Arg { return Arg{Name: name, Value: v} }
+
+// Rest is what follows the named arguments of a script whose header ends in
+// a "then ..." item (the other tokens of a lease, a limit's values): any
+// number of values, spread after the named ones.
+func Rest(vs ...interface{}) Arg { return Arg{Name: restName, Value: vs} }
+
+// RestStrings is Rest of strings.
+func RestStrings(vs []string) Arg {
+	out := make([]interface{}, len(vs))
+	for i, v := range vs {
+		out[i] = v
+	}
+	return Rest(out...)
+}
+
+const restName = "then ..."
+
+// badArgs ends the keys and arguments Args built for a call whose names are
+// not its script's: RunScript, Call and BlockThenRun refuse such a call
+// before anything is sent (ErrArity).
+type badArgs struct{ why string }
+
+// Args returns the keys and arguments of a call of script: keys, then the
+// value of each argument. The arguments must be named as the script's
+// "-- ARGV:" header names them, in its order: all of the required ones, of
+// the optional ones any first few, then Rest if the header has a "then"
+// item. A call named otherwise is refused before anything is sent, with
+// ErrArity saying which name differs; so the Go side of every call states
+// each argument by name and cannot shift one against the script.
+func Args(script *redis.Script, keys []interface{}, args ...Arg) []interface{} {
+	declMu.Lock()
+	d, ok := arity[script]
+	declMu.Unlock()
+	out := make([]interface{}, 0, len(keys)+len(args)+4)
+	out = append(out, keys...)
+	var bad string
+	refuse := func(format string, v ...interface{}) {
+		if ok && bad == "" {
+			bad = fmt.Sprintf(format, v...)
+		}
+	}
+	i := 0
+	for j, a := range args {
+		if a.Name == restName {
+			switch {
+			case !d.args.Rest:
+				refuse("values after its arguments, which its header does not take")
+			case j != len(args)-1:
+				refuse("values before its argument %q", args[j+1].Name)
+			}
+			out = append(out, a.Value.([]interface{})...)
+			continue
+		}
+		switch {
+		case i >= len(d.args.Names):
+			refuse("argument %q after its %d", a.Name, len(d.args.Names))
+		case d.args.Names[i] != a.Name:
+			refuse("argument %d is %q, called as %q", i+1, d.args.Names[i], a.Name)
+		}
+		i++
+		out = append(out, a.Value)
+	}
+	if i < d.args.Required {
+		refuse("argument %q left out", d.args.Names[i])
+	}
+	if bad != "" {
+		out = append(out, badArgs{bad})
+	}
+	return out
+}
+
+// Pool is where the scripts' connections come from; redsem.Pool and
+// rate.Pool have this method set.
+type Pool interface {
+	GetContext(ctx context.Context) (redis.Conn, error)
+}
+
+// RunScript runs script on conn under ctx. A context that can never end
+// needs no watcher goroutine, so the plain call is used then.
+func RunScript(ctx context.Context, conn redis.Conn, script *redis.Script, keysAndArgs ...interface{}) (interface{}, error) {
+	if err := checkArity(script, keysAndArgs); err != nil {
+		return nil, err
+	}
+	if ctx.Done() == nil {
+		return script.Do(conn, keysAndArgs...)
+	}
+	return script.DoContext(ctx, conn, keysAndArgs...)
+}
+
+// Call runs script on a connection from pool. A pooled connection may be
+// dead (killed by CLIENT KILL, or from before a server restart) and fail on
+// first use; when the failure is the connection's and ctx is still live,
+// Call runs the script once more on a fresh connection and reports retried.
+// Only idempotent scripts go through Call; whether the first attempt took
+// effect is for the caller to judge.
+func Call(ctx context.Context, pool Pool, script *redis.Script, keysAndArgs ...interface{}) (v interface{}, retried bool, err error) {
+	for attempt := 0; ; attempt++ {
+		var conn redis.Conn
+		conn, err = pool.GetContext(ctx)
+		if err != nil {
+			return nil, retried, err
+		}
+		v, err = RunScript(ctx, conn, script, keysAndArgs...)
+		conn.Close()
+		if err == nil || IsRedisError(err) || errors.Is(err, ErrArity) || CtxErr(ctx) != nil || attempt == 1 {
+			return v, retried, err
+		}
+		retried = true
+	}
+}
+
+// IsRedisError reports whether err is an error reply from Redis (the
+// connection is fine) rather than a network or context error.
+func IsRedisError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+// CtxErr is ctx.Err(), or context.DeadlineExceeded once the deadline has
+// passed even if ctx's timer has not fired yet (a dial or read with the same
+// deadline can fail first).
+func CtxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// NewAcqID returns a random 128-bit acquisition id, in hex. Every
+// acquisition carries one, chosen before its first command: its lease or
+// start is recorded under it, and an acquisition whose reply was lost is
+// settled by it.
+func NewAcqID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("redsem: crypto/rand failed: " + err.Error())
+	}
+	return hex.EncodeToString(b[:])
+}
