@@ -426,12 +426,6 @@ func (l *Lease) startRefresh(sentUs int64, ttl time.Duration) *refreshFlight {
 		}
 	}
 	l.flights = append(l.flights, f)
-	if failpoint.Hit("refresh.unordered") {
-		// Test-only: the refresh of old, which trusted whichever reply it
-		// read last (the explorer shows what that breaks).
-		f.overlapped = false
-		return f
-	}
 	if worst := monoTime(sentUs + ttl.Microseconds() - leaseMargin(ttl)); worst.Before(l.deadline) && l.final == nil {
 		l.setDeadline(worst)
 	}

@@ -12,10 +12,6 @@
 //	acquire.granted   the grant was read, Acquire has not returned yet
 //	release.sent      the release script is about to be written
 //	refresh.replied   a Refresh read its reply and has not applied it yet
-//
-// And one that brings back an old bug for the protocol explorer to find:
-//
-//	refresh.unordered a Refresh trusts whichever reply it reads last
 package failpoint
 
 import "sync/atomic"
