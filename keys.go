@@ -39,7 +39,7 @@ func (k keys) all(n int) []interface{} {
 	return ks[:n]
 }
 
-// checkName rejects names that are empty or longer than MaxNameLen bytes
+// checkName rejects names that are empty or longer than engine.MaxNameLen bytes
 // (engine.CheckName).
 func checkName(name string) error { return engine.CheckName(name) }
 

@@ -55,7 +55,7 @@ func (s *Semaphore) leaseKind() *leaseKind {
 // TryAcquire, and nothing changes.
 //
 // name may hold any bytes (it is encoded before it goes into a key); it must
-// not be empty or longer than MaxNameLen. size must be between 1 and MaxSize.
+// not be empty or longer than 512 bytes. size must be between 1 and MaxSize.
 func NewSemaphore(pool Pool, name string, size int, opts ...Option) (*Semaphore, error) {
 	if err := engine.CheckPool(pool, "pool"); err != nil {
 		return nil, err
@@ -325,33 +325,4 @@ func (s *Semaphore) abort(actx context.Context, acq, mode string) (acquireReply,
 
 func (s *Semaphore) ctxError(err error) error {
 	return fmt.Errorf("redsem: acquire semaphore %q: %w", printable(s.name), err)
-}
-
-// Reclaim gives back the tokens of every expired lease and of pending lists
-// whose waiter never confirmed, and returns how many tokens it put back.
-// Every Acquire does the same, and blocked waiters wake for it at the
-// earliest lease deadline, so calling Reclaim is never required. Like Status
-// and Delete it uses the size stored in Redis, not the one this Semaphore
-// was made with; an Admin (NewAdmin) does the same without any size.
-func (s *Semaphore) Reclaim(ctx context.Context) (int, error) {
-	v, _, err := s.call(ctx, reclaimScript, engine.Args(reclaimScript, s.k.all(5), engine.A("limit", 1000))...)
-	n, err := redis.Int(v, err)
-	if err != nil {
-		return 0, s.scriptError("reclaim", err)
-	}
-	if o := s.cfg.observer; o != nil && n > 0 {
-		o.Reclaimed(s.name, n)
-	}
-	return n, nil
-}
-
-// Delete removes every key of the semaphore. Holders find out on their next
-// Refresh or Release (ErrLeaseLost); the next Acquire creates the semaphore
-// afresh, with a new epoch, so no token of the old one is ever accepted.
-// Blocked waiters keep waiting and are served by the new semaphore.
-func (s *Semaphore) Delete(ctx context.Context) error {
-	if _, _, err := s.call(ctx, deleteScript, s.k.all(5)...); err != nil {
-		return s.scriptError("delete", err)
-	}
-	return nil
 }

@@ -17,8 +17,10 @@ var (
 	ErrInvalidName   = errors.New("redsem: invalid name")
 	ErrInvalidSize   = errors.New("redsem: invalid size")
 	ErrInvalidOption = errors.New("redsem: invalid option")
-	// ErrRateLimited is rate.ErrRateLimited, here so that redsem.Counters
-	// can count a refused start as busy.
+	// ErrNoToken and ErrRateLimited are redsem.ErrNoToken and
+	// rate.ErrRateLimited, here so that admin.Counters can count a refused
+	// try or start as busy without importing either package.
+	ErrNoToken     = errors.New("redsem: no token free")
 	ErrRateLimited = errors.New("redsem: rate limited")
 )
 

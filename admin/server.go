@@ -1,4 +1,4 @@
-package redsem
+package admin
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/redsem/redsem/internal/engine"
 )
 
 var (
@@ -24,9 +26,9 @@ var (
 // CheckServer reads INFO from the server behind pool and reports settings
 // under which redsem cannot keep its promises: a version older than 6.2
 // (ErrServerTooOld) or a maxmemory-policy that may evict keys without a TTL
-// (ErrEvictingServer; noeviction and the volatile-* policies are fine, since
-// redsem's keys never have a TTL). Call it once at startup. It returns nil
-// when the server does not let this user run INFO, as it cannot tell then.
+// (ErrEvictingServer; noeviction and volatile-* are fine). Call it once at
+// startup; it is two round trips. It returns nil when the server does not
+// let this user run INFO, as it cannot tell then.
 func CheckServer(ctx context.Context, pool Pool) error {
 	conn, err := pool.GetContext(ctx)
 	if err != nil {
@@ -35,7 +37,7 @@ func CheckServer(ctx context.Context, pool Pool) error {
 	defer conn.Close()
 	info, err := redis.String(redis.DoContext(conn, ctx, "INFO", "server"))
 	if err != nil {
-		if isRedisError(err) && strings.Contains(err.Error(), "NOPERM") {
+		if engine.IsRedisError(err) && strings.Contains(err.Error(), "NOPERM") {
 			return nil
 		}
 		return fmt.Errorf("redsem: check server: %w", err)
@@ -45,7 +47,7 @@ func CheckServer(ctx context.Context, pool Pool) error {
 	}
 	mem, err := redis.String(redis.DoContext(conn, ctx, "INFO", "memory"))
 	if err != nil {
-		if isRedisError(err) {
+		if engine.IsRedisError(err) {
 			return nil
 		}
 		return fmt.Errorf("redsem: check server: %w", err)
