@@ -8,7 +8,7 @@ import (
 
 // Observer receives a Semaphore's events, for metrics. Its
 // methods run on the goroutine that caused the event and must be fast and
-// safe for concurrent use. Counters is a ready-made Observer; an adapter to
+// safe for concurrent use. admin.Counters is a ready-made Observer; an adapter to
 // Prometheus or OpenTelemetry is a few lines (see docs/metrics.md). An Observer
 // that also implements RefreshObserver hears of failed background
 // refreshes.
@@ -17,7 +17,7 @@ import (
 // TryAcquireN, and a Mutex's Lock and TryLock) reports Acquired or
 // AcquireFailed, and every lease granted reports its end, Released or
 // LeaseLost. A rate gate (package rate) takes a rate.Observer, which needs
-// only Acquired and AcquireFailed, so any Observer (Counters included) serves
+// only Acquired and AcquireFailed, so any Observer (admin.Counters included) serves
 // there too; give a gate and a semaphore of the same name distinct Observers
 // to tell their events apart.
 type Observer interface {
@@ -35,7 +35,8 @@ type Observer interface {
 }
 
 // RefreshObserver is an Observer that also hears of failed background
-// refreshes (auto-refresh, the default for leases). Counters implements it.
+// refreshes (auto-refresh, the default for leases). admin.Counters
+// implements it.
 type RefreshObserver interface {
 	Observer
 	// RefreshFailed reports a background refresh of a lease of semaphore

@@ -174,9 +174,10 @@ func WithBlockingPool(pool Pool) Option {
 
 // WithAdoptSize makes Acquire and TryAcquire take the size stored in Redis
 // instead of failing with ErrSizeMismatch when it differs from the size given
-// to NewSemaphore, so that a long-lived client follows Resize. The size given
-// is then used only to create the semaphore if it does not exist yet, and
-// Size still returns it (Status and Check report the size in force). Off by
+// to NewSemaphore, so that a long-lived client follows a resize (package
+// admin). The size given is then used only to create the semaphore if it
+// does not exist yet, and Size still returns it (an admin.Handle's Status
+// and Check report the size in force). Off by
 // default. A Mutex made with it stops being one once the semaphore is
 // resized above 1.
 func WithAdoptSize() Option {
@@ -212,7 +213,7 @@ func WithWaitConnections(n int) Option {
 //
 // The setting is stored with the semaphore by every acquisition (the last
 // one's applies) and read by the release that leaves it idle. Default 0:
-// off, keys stay until Delete. d must be 0 or between 100ms
+// off, keys stay until deleted (package admin). d must be 0 or between 100ms
 // and MaxTTL, or the constructor returns ErrInvalidOption.
 func WithIdleExpiry(d time.Duration) Option {
 	return optionFunc(func(c *config) error {

@@ -60,7 +60,7 @@ func (k keys) wqueue() string { return k.base + "wqueue" }
 // holds none. AcquireN(ctx, 1) is Acquire(ctx). k must be between 1 and the
 // size (ErrInvalidSize otherwise, before any I/O). Made WithAdoptSize, the
 // semaphore checks k against the size stored in Redis instead, and fails
-// with ErrInvalidSize when k is more; a shrink by Resize while a request
+// with ErrInvalidSize when k is more; a shrink (admin's Resize) while a request
 // collects retires the tokens it collected above the new size (they are
 // dropped, never granted) and it collects others.
 //
@@ -100,7 +100,7 @@ func (k keys) wqueue() string { return k.base + "wqueue" }
 // process dies while collecting, they come back, and the ticket passes on,
 // within about a second (sooner with a grace under half a second,
 // WithGrace), whatever the block time. While a request collects,
-// Status lists the tokens it has so far as holders with Fence 0; a granted
+// admin's Status lists the tokens it has so far as holders with Fence 0; a granted
 // lease of k tokens shows as k holders with one fence, strictly greater than
 // every earlier fence. Other errors: ErrInvalidSize, *SizeMismatchError,
 // ErrWrongType, ErrCorrupt, ErrOutOfMemory, or a connection error.
