@@ -97,9 +97,10 @@ func TestAuthPassword(t *testing.T) {
 	r.waitAll(30 * time.Second)
 	rep := r.check(history.Options{})
 	ctx := ctxT(t, 10*time.Second)
-	sem, err := redsem.NewSemaphore(srv.Pool(t, redis.DialPassword("s3cret-pw")), r.name, 2)
+	authed := srv.Pool(t, redis.DialPassword("s3cret-pw"))
+	sem, err := redsem.NewSemaphore(authed, r.name, 2)
 	require.NoError(t, err)
-	_, lost, _ := quiesce(t, r.ops(), sem, 15*time.Second)
+	_, lost, _ := quiesce(t, opsFor(t, authed, r.name), sem, 15*time.Second)
 	t.Logf("with AUTH: %s; tokens lost=%d", rep.Summary(), lost)
 
 	for _, pw := range []string{"", "wrong"} {
@@ -150,7 +151,7 @@ func TestTLS(t *testing.T) {
 	good := dial(redis.DialUseTLS(true), redis.DialTLSConfig(certs.Config))
 	sem, err := redsem.NewSemaphore(good, r.name, 2)
 	require.NoError(t, err)
-	_, lost, _ := quiesce(t, r.ops(), sem, 15*time.Second)
+	_, lost, _ := quiesce(t, opsFor(t, good, r.name), sem, 15*time.Second)
 	t.Logf("over TLS: %s; tokens lost=%d", rep.Summary(), lost)
 
 	ctx := ctxT(t, 10*time.Second)
