@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem/admin"
 )
 
 var (
@@ -167,10 +169,10 @@ func callArgs(s string) []string {
 // fails t.
 func goCommands(t *testing.T) map[string][]string {
 	// The packages a semaphore, mutex or rate gate runs: this one, the rate
-	// gate's and the engine they share. (cluster, sentinel and goredis talk
+	// gate's and the engine they share, and admin's. (cluster, sentinel and goredis talk
 	// to Redis about routing and connections: their docs list what they add.)
 	var files []string
-	for _, dir := range []string{".", "rate", "internal/engine"} {
+	for _, dir := range []string{".", "rate", "internal/engine", "admin"} {
 		fs, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		require.NoError(t, err)
 		require.NotEmpty(t, fs, dir)
@@ -234,7 +236,7 @@ func TestACLCommandsMatchSources(t *testing.T) {
 	}
 	optional := map[string]bool{"info": true, "scan": true}
 	listed := map[string]bool{}
-	for _, c := range ACLCommands() {
+	for _, c := range admin.ACLCommands() {
 		listed[c] = true
 	}
 	var missing, unused []string
@@ -271,11 +273,11 @@ func dedupe(s []string) []string {
 }
 
 func TestACLCommandsSortedLowerCase(t *testing.T) {
-	cmds := ACLCommands()
+	cmds := admin.ACLCommands()
 	assert.True(t, sort.StringsAreSorted(cmds))
 	for _, c := range cmds {
 		assert.Equal(t, strings.ToLower(c), c)
 	}
 	cmds[0] = "changed"
-	assert.NotEqual(t, "changed", ACLCommands()[0], "ACLCommands returns a copy")
+	assert.NotEqual(t, "changed", admin.ACLCommands()[0], "ACLCommands returns a copy")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redsem/redsem/admin"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/rate"
 )
@@ -40,7 +41,7 @@ func TestACLUserRunsEveryOperation(t *testing.T) {
 	for _, prefix := range []string{DefaultPrefix, "team-a:sem:"} {
 		t.Run(strings.TrimSuffix(prefix, ":"), func(t *testing.T) {
 			user := "app-" + strings.ReplaceAll(prefix, ":", "-")
-			pool := aclSetUser(t, srv, user, "pw", prefix, ACLCommands())
+			pool := aclSetUser(t, srv, user, "pw", prefix, admin.ACLCommands())
 			runEveryOperation(t, pool, prefix)
 			// Delete removed every semaphore's keys; the rate gate's and the
 			// read-write lock's stay (neither has a Delete).
@@ -56,7 +57,7 @@ func TestACLUserRunsEveryOperation(t *testing.T) {
 
 	// The same user under the wrong key pattern is refused at once, with
 	// NOPERM in the error and nothing written.
-	other := aclSetUser(t, srv, "other-keys", "pw", "other:", ACLCommands())
+	other := aclSetUser(t, srv, "other-keys", "pw", "other:", admin.ACLCommands())
 	sem, err := NewSemaphore(other, "denied", 1)
 	require.NoError(t, err)
 	_, err = sem.TryAcquire(ctxT(t, 10*time.Second))
@@ -73,10 +74,10 @@ func TestACLCheckServer(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, "--maxmemory-policy", "allkeys-lru")
 	ctx := ctxT(t, 10*time.Second)
-	without := aclSetUser(t, srv, "no-info", "pw", DefaultPrefix, ACLCommands())
-	assert.NoError(t, CheckServer(ctx, without), "without INFO, CheckServer cannot tell")
-	with := aclSetUser(t, srv, "info", "pw", DefaultPrefix, append(ACLCommands(), "info"))
-	assert.ErrorIs(t, CheckServer(ctx, with), ErrEvictingServer, "with INFO, CheckServer sees the policy")
+	without := aclSetUser(t, srv, "no-info", "pw", DefaultPrefix, admin.ACLCommands())
+	assert.NoError(t, admin.CheckServer(ctx, without), "without INFO, CheckServer cannot tell")
+	with := aclSetUser(t, srv, "info", "pw", DefaultPrefix, append(admin.ACLCommands(), "info"))
+	assert.ErrorIs(t, admin.CheckServer(ctx, with), admin.ErrEvictingServer, "with INFO, CheckServer sees the policy")
 }
 
 // runEveryOperation runs each public operation on pool under prefix and
@@ -230,18 +231,19 @@ func runEveryOperation(t *testing.T, pool *redis.Pool, prefix string) {
 	t.Log("Mutex Lock, TryLock busy, Lock woken")
 	m, err := NewMutex(pool, "mutex", p)
 	require.NoError(t, err)
+	msem := mk("mutex", 1) // the same lock
 	ml, err := m.Lock(ctx)
 	require.NoError(t, err)
 	_, err = m.TryLock(ctx)
 	require.ErrorIs(t, err, ErrNoToken)
 	got := acquireAsync(ctx, m.Lock)
-	blocked(m.Semaphore(), 1)
+	blocked(msem, 1)
 	require.NoError(t, ml.Release(ctx))
 	ml, ok = <-got
 	require.True(t, ok)
 	require.NoError(t, ml.Release(ctx))
 
-	t.Log("rate.Gate Allow, Allow refused, Wait contended, Wait cancelled; Gate")
+	t.Log("rate.Gate Allow, Allow refused, Wait contended, Wait cancelled; WaitHolding")
 	g, err := rate.New(pool, "rate", 2, 400*time.Millisecond, rate.WithPrefix(prefix))
 	require.NoError(t, err)
 	for i := 0; i < 2; i++ {
@@ -268,22 +270,24 @@ func runEveryOperation(t *testing.T, pool *redis.Pool, prefix string) {
 	_, err = g.Allow(ctx)
 	require.NoError(t, err, "Allow after the cancelled Wait")
 	gs := mk("gated", 1)
-	gate, err := NewGate(gs, g)
+	gl, err := gs.Acquire(ctx)
 	require.NoError(t, err)
-	gl, err := gate.Acquire(ctx)
+	_, err = g.WaitHolding(ctx, gl)
 	require.NoError(t, err)
-	_, err = gate.TryAcquire(ctx)
+	gl2, err := gs.TryAcquire(ctx)
+	require.ErrorIs(t, err, ErrNoToken)
+	_, err = g.AllowHolding(ctx, gl2)
 	require.Error(t, err)
 	require.NoError(t, gl.Release(ctx))
 
-	t.Log("rate.Gate Status, rate.ReadStatus; Admin Status, Check, Reclaim")
+	t.Log("rate.Gate Status, rate.ReadStatus; admin.Handle Status, Check, Reclaim")
 	gst, err := g.Status(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 2, gst.Limit)
 	rst, err := rate.ReadStatus(ctx, pool, prefix, "rate")
 	require.NoError(t, err)
 	assert.Equal(t, gst.Limit, rst.Limit)
-	adm, err := NewAdmin(pool, prefix, w.Name())
+	adm, err := admin.New(pool, prefix, w.Name())
 	require.NoError(t, err)
 	ast, err := adm.Status(ctx)
 	require.NoError(t, err)
@@ -324,7 +328,7 @@ func runEveryOperation(t *testing.T, pool *redis.Pool, prefix string) {
 	require.Empty(t, drain(errs))
 
 	t.Log("Delete every name")
-	for _, s := range []*Semaphore{sem, w, m.Semaphore(), gs} {
+	for _, s := range []*Semaphore{sem, w, msem, gs} {
 		require.NoError(t, s.Delete(ctx), s.Name())
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem/admin"
 )
 
 // pendID is the acquisition id of a waiter the tests fake by hand: a token
@@ -108,7 +110,7 @@ func TestRepairRestoresInventory(t *testing.T) {
 		s := newSem(t, b, "repair", size)
 		r, err := s.Repair(ctx)
 		require.NoError(t, err)
-		assert.Equal(t, RepairReport{}, r, "nothing to repair")
+		assert.Equal(t, admin.RepairReport{}, r, "nothing to repair")
 		assert.Equal(t, 0, b.keyCount(t))
 
 		require.NoError(t, s.Resize(ctx, size))

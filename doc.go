@@ -68,7 +68,7 @@
 // persistence a restart loses every lease, and the next Acquire recreates the
 // semaphore with N fresh tokens while old holders may still run until their
 // local deadlines. An allkeys-* maxmemory-policy may evict the keys
-// (CheckServer reports it).
+// (admin.CheckServer reports it).
 //
 // # Leases and refreshing
 //
@@ -110,16 +110,21 @@
 // release that lets them in. Its leases are Leases, with the same contract,
 // and a write lease's fence is above every earlier grant's, reads included.
 //
-// # Rate gates, Gate, Admin
+// # Rate gates and operators
 //
 // Package github.com/redsem/redsem/rate limits how often something starts
 // (at most n units per interval, or several such limits at once, across
 // processes, with rate changes at run time) on the same machinery
-// and under the same prefix; Gate combines a Semaphore with a rate.Gate (a
-// slot, then a start). Admin reads and repairs a semaphore without knowing
-// its size (Status, Check, Repair, Resize, Reclaim, Delete); operators' tools
-// use it. Options of this package (Option) configure a Semaphore or a Mutex;
-// a rate gate takes rate.Option, so neither can be given the other's.
+// and under the same prefix; rate.Gate.WaitHolding takes a start for a
+// semaphore slot already held (a slot, then a start). Options of this
+// package (Option) configure a Semaphore or a Mutex; a rate gate takes
+// rate.Option, so neither can be given the other's.
+//
+// Package github.com/redsem/redsem/admin is the operators' side: it reads,
+// checks, repairs, resizes, reclaims and deletes a semaphore without knowing
+// its size (admin.New), lists every name under a prefix (admin.ReadFleet),
+// checks the server and lists the Redis commands a user needs; the redsem
+// command and the exporter are built on it.
 //
 // # Keys
 //
@@ -129,7 +134,7 @@
 //	<prefix>{<name>}:meta      hash: size, epoch, fence, due, rejected, created; idle (the idle
 //	                           expiry, WithIdleExpiry) and, while the keys expire, exp; while a shrink
 //	                           drains over, held and h:1..h:<held>, the withheld tokens
-//	                           (Resize); while a weighted acquisition collects, coll and seal
+//	                           (admin's Resize); while a weighted acquisition collects, coll and seal
 //	                           (AcquireN)
 //	<prefix>{<name>}:tokens    list: free tokens "<epoch>:<slot>"
 //	<prefix>{<name>}:leases    zset: token -> lease deadline (ms, Redis TIME)
@@ -153,12 +158,12 @@
 // The prefix defaults to "redsem:". Names may hold any bytes: bytes other
 // than ASCII letters, digits and "-_.:/@+=," are written as %XX.
 //
-// A Redis user needs only the commands ACLCommands lists, on the keys
+// A Redis user needs only the commands admin.ACLCommands lists, on the keys
 // "<prefix>*", and no channel: every operation runs as such a user.
 //
 // # Concurrency
 //
-// Semaphore, Mutex, Gate, Admin and Lease are safe for concurrent use. Share one
+// Semaphore, Mutex, RWMutex and Lease are safe for concurrent use. Share one
 // Semaphore per name in a process: goroutines waiting on it queue in the
 // process, first come, first served, behind one blocking Redis call
 // (WithWaitConnections), so a thousand waiters hold one connection. Between
@@ -169,11 +174,11 @@
 //
 // # Metrics
 //
-// WithObserver reports waits, holds, timeouts, cancellations, lost leases
-// and reclaimed tokens; Counters is a ready-made Observer that is also an
-// expvar.Var. Status reads the cluster-wide picture from Redis.
-// ReadFleet reads it for every semaphore and rate gate under a prefix
-// (found by ScanNames, a bounded SCAN over their meta keys); redsem top,
-// redsem check --all and the Prometheus exporter (module
+// WithObserver reports waits, holds, timeouts, cancellations and lost
+// leases; admin.Counters is a ready-made Observer that is also an
+// expvar.Var. An admin.Handle's Status reads the cluster-wide picture from
+// Redis, and admin.ReadFleet reads it for every semaphore and rate gate
+// under a prefix (a bounded SCAN over their meta keys); redsem top, redsem
+// check --all and the Prometheus exporter (module
 // github.com/redsem/redsem/exporter) are built on it.
 package redsem

@@ -18,7 +18,7 @@ var (
 	// TryAcquireN (no token, or not k of them), Mutex.TryLock (the mutex is
 	// held), and RWMutex.TryRLock and TryLock (the lock is held on the other
 	// side, or by a writer, or others queue before this caller).
-	ErrNoToken = errors.New("redsem: no token free")
+	ErrNoToken = engine.ErrNoToken
 
 	// ErrLeaseLost is returned by Release and Refresh when Redis no longer
 	// records the lease: it expired and its token was reclaimed (and maybe

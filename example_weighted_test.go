@@ -9,6 +9,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 )
 
 // Share 8 GPU slots between jobs of different sizes: a training job takes 6
@@ -21,6 +22,7 @@ func ExampleSemaphore_AcquireN() {
 	defer pool.Close()
 
 	gpus, _ := redsem.NewSemaphore(pool, "gpus", 8)
+	ops, _ := admin.New(pool, redsem.DefaultPrefix, "gpus") // to watch it
 	ctx := context.Background()
 	small, _ := gpus.AcquireN(ctx, 3) // a small job holds 3 slots
 
@@ -34,7 +36,7 @@ func ExampleSemaphore_AcquireN() {
 		}
 		trained <- big
 	}()
-	for st, _ := gpus.Status(ctx); len(st.Holders) < 8; st, _ = gpus.Status(ctx) {
+	for st, _ := ops.Status(ctx); len(st.Holders) < 8; st, _ = ops.Status(ctx) {
 		time.Sleep(time.Millisecond) // until it holds the 5 free slots
 	}
 	_, err := gpus.TryAcquire(ctx)
@@ -44,7 +46,7 @@ func ExampleSemaphore_AcquireN() {
 	big := <-trained
 	fmt.Println("training job holds", len(big.Tokens()), "slots")
 
-	st, _ := gpus.Status(ctx)
+	st, _ := ops.Status(ctx)
 	fmt.Println("free slots left:", st.Available)
 	big.Release(ctx)
 	// Output:

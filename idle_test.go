@@ -216,11 +216,11 @@ func TestIdleExpiryAfterWeightedAndAbort(t *testing.T) {
 func TestWithIdleExpiryValidates(t *testing.T) {
 	m := miniredisT(t)
 	p := newPool(t, m.Addr())
-	for _, d := range []time.Duration{-time.Second, time.Millisecond, MinIdleExpiry - 1, MaxTTL + 1} {
+	for _, d := range []time.Duration{-time.Second, time.Millisecond, minIdleExpiry - 1, MaxTTL + 1} {
 		_, err := NewSemaphore(p, "x", 1, WithIdleExpiry(d))
 		assert.ErrorIs(t, err, ErrInvalidOption, "%v", d)
 	}
-	for _, d := range []time.Duration{0, MinIdleExpiry, time.Hour} {
+	for _, d := range []time.Duration{0, minIdleExpiry, time.Hour} {
 		_, err := NewSemaphore(p, "x", 1, WithIdleExpiry(d))
 		assert.NoError(t, err, "%v", d)
 	}

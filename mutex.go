@@ -32,7 +32,3 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) { return m.sem.Acquire
 // TryLock returns a lease if the mutex is free now and ErrNoToken otherwise;
 // see Semaphore.TryAcquire.
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) { return m.sem.TryAcquire(ctx) }
-
-// Semaphore returns the size-1 semaphore behind the mutex, for Status,
-// Reclaim and Delete.
-func (m *Mutex) Semaphore() *Semaphore { return m.sem }

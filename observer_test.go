@@ -2,86 +2,18 @@ package redsem
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"expvar"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redsem/redsem/admin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redsem/redsem/internal/engine"
-	"github.com/redsem/redsem/rate"
 )
-
-// Counters sees every kind of event: grants with their waits, busy
-// TryAcquires, timeouts, cancellations, releases with hold times, lost
-// leases, and reclaimed tokens; and it publishes as an expvar.
-func TestCountersObserveEveryEvent(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 20*time.Second)
-		var c Counters
-		// The first lease has a long TTL (auto-refresh of a 200ms TTL lost
-		// it on a loaded machine); the second is fixed, and expires
-		// unreleased.
-		s := newSem(t, b, "observed", 1, WithObserver(&c), WithTTL(10*time.Second), WithAutoRefresh())
-		fixed := newSem(t, b, "observed", 1, WithObserver(&c), WithTTL(200*time.Millisecond), WithFixedTTL())
-
-		l, err := s.Acquire(ctx)
-		require.NoError(t, err)
-		_, err = s.TryAcquire(ctx)
-		require.ErrorIs(t, err, ErrNoToken)
-		tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		_, err = s.Acquire(tctx)
-		cancel()
-		require.ErrorIs(t, err, context.DeadlineExceeded)
-		cctx, cancel := context.WithCancel(ctx)
-		time.AfterFunc(30*time.Millisecond, cancel)
-		_, err = s.Acquire(cctx)
-		require.ErrorIs(t, err, context.Canceled)
-		assert.Equal(t, int64(1), c.Snapshot().Holding)
-		time.Sleep(20 * time.Millisecond)
-		require.NoError(t, l.Release(ctx))
-
-		lost, err := fixed.Acquire(ctx) // expires unreleased
-		require.NoError(t, err)
-		<-lost.Done()
-		// The lease ends locally before it does in Redis, by up to the trip
-		// of the acquire script (long on a loaded machine): reclaim until
-		// Redis has let it expire. Exactly one token comes back, once.
-		reclaimed := 0
-		for until := time.Now().Add(5 * time.Second); reclaimed == 0 && time.Now().Before(until); time.Sleep(10 * time.Millisecond) {
-			n, err := s.Reclaim(ctx)
-			require.NoError(t, err)
-			reclaimed += n
-		}
-		require.Equal(t, 1, reclaimed, "the expired lease is reclaimed, once")
-		n, err := s.Reclaim(ctx)
-		require.NoError(t, err)
-		require.Equal(t, 0, n, "nothing is reclaimed twice")
-
-		require.Eventually(t, func() bool { return c.Snapshot().Lost == 1 }, 5*time.Second, time.Millisecond, "%+v", c.Snapshot())
-		snap := c.Snapshot()
-		assert.Equal(t, int64(2), snap.Acquired)
-		assert.Equal(t, int64(1), snap.Busy)
-		assert.Equal(t, int64(1), snap.Timeouts)
-		assert.Equal(t, int64(1), snap.Cancellations)
-		assert.Equal(t, int64(0), snap.Failures)
-		assert.Equal(t, int64(1), snap.Released)
-		assert.Equal(t, int64(1), snap.Lost)
-		assert.Equal(t, int64(1), snap.Reclaimed)
-		assert.Equal(t, int64(0), snap.Holding)
-		assert.GreaterOrEqual(t, snap.HoldTotal, 20*time.Millisecond)
-
-		var parsed map[string]float64
-		require.NoError(t, json.Unmarshal([]byte(c.String()), &parsed))
-		assert.Equal(t, float64(2), parsed["acquired"])
-		var _ expvar.Var = &c
-	})
-}
 
 func TestWithObserverRejectsNil(t *testing.T) {
 	_, err := NewSemaphore(&hookPool{}, "x", 1, WithObserver(nil))
@@ -106,7 +38,6 @@ func (r *recorder) Acquired(string, time.Duration)                   { r.add("ac
 func (r *recorder) AcquireFailed(_ string, _ time.Duration, e error) { r.add("failed", e) }
 func (r *recorder) Released(string, time.Duration)                   { r.add("released", nil) }
 func (r *recorder) LeaseLost(_ string, _ time.Duration, e error)     { r.add("lost", e) }
-func (r *recorder) Reclaimed(string, int)                            { r.add("reclaimed", nil) }
 func (r *recorder) RefreshFailed(_ string, e error)                  { r.add("refresh failed", e) }
 
 // count is how many events ev were seen, and the errors they carried.
@@ -127,7 +58,7 @@ func (r *recorder) count(ev string) (int, []error) {
 func TestObserverSeesWeightedAcquisitions(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
-		var c Counters
+		var c admin.Counters
 		s := newSem(t, b, "observed-n", 3, WithObserver(&c))
 		l, err := s.AcquireN(ctx, 2)
 		require.NoError(t, err)
@@ -152,31 +83,6 @@ func TestObserverSeesWeightedAcquisitions(t *testing.T) {
 		assert.Equal(t, int64(1), snap.Timeouts)
 		require.Eventually(t, func() bool { return c.Snapshot().Released == 2 }, 5*time.Second, time.Millisecond)
 		assert.Equal(t, int64(0), c.Snapshot().Holding)
-	})
-}
-
-// A rate gate reports each start it grants and each refusal or timeout to
-// the observer given with WithObserver.
-func TestObserverSeesRateGate(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 10*time.Second)
-		var c Counters
-		g := newRateGate(t, b, "observed-rate", 2, time.Minute, rate.WithObserver(&c))
-		for i := 0; i < 2; i++ {
-			_, err := g.Allow(ctx)
-			require.NoError(t, err)
-		}
-		_, err := g.Allow(ctx)
-		require.ErrorIs(t, err, rate.ErrRateLimited)
-		wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		_, err = g.Wait(wctx)
-		cancel()
-		require.ErrorIs(t, err, context.DeadlineExceeded)
-		snap := c.Snapshot()
-		assert.Equal(t, int64(2), snap.Acquired)
-		assert.Equal(t, int64(1), snap.Busy)
-		assert.Equal(t, int64(1), snap.Timeouts)
-		assert.Equal(t, int64(0), snap.Failures)
 	})
 }
 

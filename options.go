@@ -19,10 +19,6 @@ const (
 	DefaultPrefix = engine.DefaultPrefix
 	// MaxSize is the largest size a semaphore may have.
 	MaxSize = engine.MaxSize
-	// MaxNameLen is the longest name, in bytes, before encoding.
-	MaxNameLen = engine.MaxNameLen
-	// MaxLabelLen is the longest holder label, in bytes.
-	MaxLabelLen = 256
 	// MaxTTL is the longest lease TTL.
 	MaxTTL = engine.MaxTTL
 	// MinTTL is the shortest lease TTL. A holder stops relying on its lease
@@ -34,12 +30,15 @@ const (
 	// few milliseconds the margin is the whole TTL and no grant could ever
 	// be used.
 	MinTTL = 20 * time.Millisecond
-	// MinIdleExpiry is the shortest idle time WithIdleExpiry takes. A
+
+	// maxLabelLen is the longest holder label, in bytes (WithLabel).
+	maxLabelLen = 256
+	// minIdleExpiry is the shortest idle time WithIdleExpiry takes. A
 	// semaphore created again after it expired hands out fences from Redis
 	// TIME in µs, which has then moved on by at least the idle time: far
 	// more than the fences an earlier epoch can have run ahead of TIME (one
 	// per grant, and a grant costs Redis more than a µs).
-	MinIdleExpiry = 100 * time.Millisecond
+	minIdleExpiry = 100 * time.Millisecond
 
 	// maxBlock caps one blocking wait; a wait that long starts over with a
 	// new BLMOVE. The connection's read timeout should be 0 or above
@@ -118,12 +117,12 @@ func WithGrace(grace time.Duration) Option {
 }
 
 // WithLabel sets the holder label recorded with every lease and shown by
-// Status, e.g. a host name and pid. Default "<hostname>:<pid>". At most
-// MaxLabelLen bytes.
+// admin.Handle.Status, e.g. a host name and pid. Default
+// "<hostname>:<pid>". At most 256 bytes.
 func WithLabel(label string) Option {
 	return optionFunc(func(c *config) error {
-		if len(label) > MaxLabelLen {
-			return fmt.Errorf("%w: label longer than %d bytes", ErrInvalidOption, MaxLabelLen)
+		if len(label) > maxLabelLen {
+			return fmt.Errorf("%w: label longer than %d bytes", ErrInvalidOption, maxLabelLen)
 		}
 		c.label = label
 		return nil
@@ -188,11 +187,11 @@ func WithWaitConnections(n int) Option {
 // WithIdleExpiry makes a semaphore's keys (not an RWMutex's) expire once it
 // has been idle for d: no lease, no waiter. Any use before then keeps them;
 // a use after creates the semaphore afresh, fences above every earlier one.
-// Default 0: off. d is 0 or between MinIdleExpiry (100ms) and MaxTTL.
+// Default 0: off. d is 0 or between 100ms and MaxTTL.
 func WithIdleExpiry(d time.Duration) Option {
 	return optionFunc(func(c *config) error {
-		if d != 0 && (d < MinIdleExpiry || d > MaxTTL) {
-			return fmt.Errorf("%w: idle expiry %v is not 0 or between %v and %v", ErrInvalidOption, d, MinIdleExpiry, MaxTTL)
+		if d != 0 && (d < minIdleExpiry || d > MaxTTL) {
+			return fmt.Errorf("%w: idle expiry %v is not 0 or between %v and %v", ErrInvalidOption, d, minIdleExpiry, MaxTTL)
 		}
 		c.idle = d
 		return nil
@@ -237,8 +236,17 @@ func defaultLabel() string {
 		host = "unknown"
 	}
 	l := host + ":" + strconv.Itoa(os.Getpid())
-	if len(l) > MaxLabelLen {
-		l = l[len(l)-MaxLabelLen:]
+	if len(l) > maxLabelLen {
+		l = l[len(l)-maxLabelLen:]
 	}
 	return l
+}
+
+// sizeMode is acquire.lua's sizeMode argument: "adopt" makes it take the
+// size stored in Redis (WithAdoptSize).
+func (s *Semaphore) sizeMode() string {
+	if s.cfg.adoptSize {
+		return "adopt"
+	}
+	return "fixed"
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/assert"
 
+	"github.com/redsem/redsem/admin"
 	"github.com/redsem/redsem/rate"
 )
 
@@ -24,14 +25,14 @@ func TestOptionsAreTypedPerPackage(t *testing.T) {
 		"WithPrefix": WithPrefix("p:"), "WithTTL": WithTTL(time.Second), "WithGrace": WithGrace(0),
 		"WithLabel": WithLabel("l"), "WithFixedTTL": WithFixedTTL(), "WithAutoRefresh": WithAutoRefresh(),
 		"WithBlockingPool": WithBlockingPool(pool), "WithAdoptSize": WithAdoptSize(),
-		"WithWaitConnections": WithWaitConnections(1), "WithObserver": WithObserver(&Counters{}),
+		"WithWaitConnections": WithWaitConnections(1), "WithObserver": WithObserver(&admin.Counters{}),
 	} {
 		assert.True(t, reflect.TypeOf(o).Implements(semOption), name)
 		assert.False(t, reflect.TypeOf(o).Implements(rateOption), "redsem.%s is a rate.Option", name)
 	}
 	for name, o := range map[string]rate.Option{
 		"WithPrefix": rate.WithPrefix("p:"), "WithGrace": rate.WithGrace(0),
-		"WithBlockingPool": rate.WithBlockingPool(pool), "WithObserver": rate.WithObserver(&Counters{}),
+		"WithBlockingPool": rate.WithBlockingPool(pool), "WithObserver": rate.WithObserver(&admin.Counters{}),
 	} {
 		assert.True(t, reflect.TypeOf(o).Implements(rateOption), name)
 		assert.False(t, reflect.TypeOf(o).Implements(semOption), "rate.%s is a redsem.Option", name)

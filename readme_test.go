@@ -92,7 +92,7 @@ func TestDocsCompileCatchesBrokenBlocks(t *testing.T) {
 var docImports = []string{
 	"context", "database/sql", "errors", "expvar", "fmt", "log", "math", "net/http", "os", "strconv", "time",
 	"github.com/gomodule/redigo/redis", "github.com/redsem/redsem", "github.com/redsem/redsem/cluster",
-	"github.com/redsem/redsem/rate",
+	"github.com/redsem/redsem/rate", "github.com/redsem/redsem/admin",
 }
 
 type docBlock struct {
@@ -338,6 +338,7 @@ var (
 	_ = time.Second
 	_ = cluster.New
 	_ = rate.New
+	_ = admin.New
 )
 
 `)

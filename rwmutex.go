@@ -34,7 +34,7 @@ import (
 // FIFO was chosen over phase-fair (where every waiting reader goes in when a
 // writer leaves, even ones that came after the next writer) because it is
 // the order the Semaphore already serves in, each grant's position is plain
-// from the queue (Status), and a writer's wait is bounded by what was ahead
+// from the queue (admin's RWStatus), and a writer's wait is bounded by what was ahead
 // of it when it came, not by a reader phase that others may still join.
 //
 // # Waiting and failure

@@ -8,6 +8,8 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem/admin"
 )
 
 func newRW(t testing.TB, b *backend, name string, opts ...Option) *RWMutex {
@@ -152,7 +154,7 @@ func TestRWFairQueue(t *testing.T) {
 	})
 }
 
-func writes(q []RWWaiter) []bool {
+func writes(q []admin.RWWaiter) []bool {
 	var out []bool
 	for _, w := range q {
 		out = append(out, w.Write)

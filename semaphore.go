@@ -51,7 +51,7 @@ func (s *Semaphore) leaseKind() *leaseKind {
 // NewSemaphore returns the semaphore called name with size tokens, 1 to
 // MaxSize. It checks its arguments and does no I/O: the first Acquire
 // anywhere creates the semaphore. name may hold any bytes, up to
-// MaxNameLen. A client whose size differs from the one stored in Redis gets
+// 512. A client whose size differs from the one stored in Redis gets
 // a *SizeMismatchError from its acquisitions.
 func NewSemaphore(pool Pool, name string, size int, opts ...Option) (*Semaphore, error) {
 	if err := engine.CheckPool(pool, "pool"); err != nil {
@@ -83,32 +83,3 @@ func (s *Semaphore) Size() int { return s.size }
 
 // TTL returns the lease TTL new leases get.
 func (s *Semaphore) TTL() time.Duration { return s.cfg.ttl }
-
-// Reclaim gives back the tokens of every expired lease and of pending lists
-// whose waiter never confirmed, and returns how many tokens it put back.
-// Every Acquire does the same, and blocked waiters wake for it at the
-// earliest lease deadline, so calling Reclaim is never required. Like Status
-// and Delete it uses the size stored in Redis, not the one this Semaphore
-// was made with; an Admin (NewAdmin) does the same without any size.
-func (s *Semaphore) Reclaim(ctx context.Context) (int, error) {
-	v, _, err := engine.Call(ctx, s.pool, engine.Reclaim, engine.Args(engine.Reclaim, s.k.all(5), engine.A("limit", 1000))...)
-	n, err := redis.Int(v, err)
-	if err != nil {
-		return 0, s.scriptError("reclaim", err)
-	}
-	if o := s.cfg.observer; o != nil && n > 0 {
-		o.Reclaimed(s.name, n)
-	}
-	return n, nil
-}
-
-// Delete removes every key of the semaphore. Holders find out on their next
-// Refresh or Release (ErrLeaseLost); the next Acquire creates the semaphore
-// afresh, with a new epoch, so no token of the old one is ever accepted.
-// Blocked waiters keep waiting and are served by the new semaphore.
-func (s *Semaphore) Delete(ctx context.Context) error {
-	if _, _, err := engine.Call(ctx, s.pool, engine.Delete, s.k.all(5)...); err != nil {
-		return s.scriptError("delete", err)
-	}
-	return nil
-}

@@ -3,6 +3,7 @@ package redsem
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,8 +47,13 @@ func blockedClients(t *testing.T, b *backend) int {
 	}
 	info, err := redis.String(b.do(t, "INFO", "clients"), nil)
 	require.NoError(t, err)
-	n, _ := strconv.Atoi(infoField(info, "blocked_clients"))
-	return n
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "blocked_clients:"); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	return 0
 }
 
 // A shrink that lands between a release served to a blocked waiter (the

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redsem/redsem/admin"
 	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/internal/failpoint"
 )
@@ -945,7 +946,7 @@ func TestAcquireNPartialLeasesOutliveTheirBackstop(t *testing.T) {
 	assert.Equal(t, collector, owner(), "the same acquisition holds it: it did not start over")
 	st, err := s.Status(ctx)
 	require.NoError(t, err)
-	var h *Holder
+	var h *admin.Holder
 	for i := range st.Holders {
 		if st.Holders[i].Token == first {
 			h = &st.Holders[i]

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 	"github.com/redsem/redsem/cluster"
 	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/internal/redistest"
@@ -218,19 +219,20 @@ func (l *load) stop(t *testing.T) {
 
 // settled checks that every semaphore is back to all of its tokens free and
 // no holder, reclaiming what stranded pending lists hold (within a bound).
-func settled(t *testing.T, sems ...*redsem.Semaphore) {
+func settled(t *testing.T, p redsem.Pool, prefix string, sems ...*redsem.Semaphore) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	for _, s := range sems {
-		var st redsem.Status
-		var err error
+		ops, err := admin.New(p, prefix, s.Name())
+		require.NoError(t, err)
+		var st admin.Status
 		for ctx.Err() == nil {
-			st, err = s.Status(ctx)
+			st, err = ops.Status(ctx)
 			if err == nil && st.Available == s.Size() && len(st.Holders) == 0 {
 				break
 			}
-			_, _ = s.Reclaim(ctx)
+			_, _ = ops.Reclaim(ctx)
 			time.Sleep(50 * time.Millisecond)
 		}
 		if assert.NoError(t, err, s.Name()) {
@@ -271,7 +273,7 @@ func testSpread(t *testing.T, c *redistest.Cluster, p *cluster.Pool) {
 	cancel()
 	l.stop(t)
 	t.Logf("spread: %d semaphores over masters %v, %d acquisitions in 3s", len(sems), per, l.acquired.Load())
-	settled(t, sems...)
+	settled(t, p, redsem.DefaultPrefix, sems...)
 }
 
 // A script of the library (after its helpers, as the library runs it), to
@@ -347,7 +349,8 @@ func testReshard(t *testing.T, c *redistest.Cluster, p *cluster.Pool) {
 	lb.stop(t)
 	lo.stop(t)
 	t.Logf("reshard: busy %d acquisitions, bystanders %d, pool stats %+v", lb.acquired.Load(), lo.acquired.Load(), p.Stats())
-	settled(t, append(append(busy, stranded), others...)...)
+	settled(t, p, redsem.DefaultPrefix, append(busy, others...)...)
+	settled(t, p, "strand:", stranded)
 	c.WaitStable(10 * time.Second)
 }
 
@@ -377,7 +380,7 @@ func testFailover(t *testing.T, c *redistest.Cluster, p *cluster.Pool) {
 	assert.Greater(t, after, before, "acquisitions go on after the failover")
 	t.Logf("failover: %d semaphores, %d acquisitions (%d after the failover began), pool stats %+v",
 		len(sems), after, after-before, p.Stats())
-	settled(t, sems...)
+	settled(t, p, redsem.DefaultPrefix, sems...)
 }
 
 // testWait measures the cost of WAIT and checks its promise: with WAIT an
@@ -437,7 +440,7 @@ func testWait(t *testing.T, c *redistest.Cluster) {
 	c.WaitStable(10 * time.Second)
 	// The unacknowledged grants stay leased on the master until their TTL:
 	// then every token is free again, and never more than size holders.
-	settled(t, s)
+	settled(t, waiting, redsem.DefaultPrefix, s)
 }
 
 func median(ds []time.Duration) time.Duration {
@@ -473,12 +476,14 @@ func TestReclaimDuringMigration(t *testing.T) {
 	time.Sleep(400 * time.Millisecond) // l1 has expired, nobody reclaimed it
 	_ = l1
 
+	ops, err := admin.New(p, redsem.DefaultPrefix, s.Name())
+	require.NoError(t, err)
 	slot := slotOf(s)
 	done := make(chan error, 1)
 	_, err = c.MoveSlot(slot, otherMaster(t, c, c.Owner(slot)), func(round int) bool {
 		if round == 0 { // MIGRATING, every key still on the source
 			go func() {
-				_, err := s.Reclaim(ctx)
+				_, err := ops.Reclaim(ctx)
 				done <- err
 			}()
 			time.Sleep(300 * time.Millisecond)
@@ -487,7 +492,7 @@ func TestReclaimDuringMigration(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.NoError(t, <-done)
-	settled(t, s)
+	settled(t, p, redsem.DefaultPrefix, s)
 }
 
 // The fast paths of Release and Acquire (internal/engine/lua/release_fast.lua,
@@ -526,5 +531,5 @@ func TestReleaseAndAcquireDuringMigration(t *testing.T) {
 	require.NoError(t, err)
 	assert.NoError(t, <-released, "Release during the migration")
 	assert.NoError(t, <-acquired, "Acquire and Release during the migration")
-	settled(t, s)
+	settled(t, p, redsem.DefaultPrefix, s)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 	"github.com/redsem/redsem/cluster"
 	"github.com/redsem/redsem/internal/redistest"
 )
@@ -34,17 +35,17 @@ func testFleet(t *testing.T, c *redistest.Cluster, p *cluster.Pool) {
 	}
 	require.Greater(t, len(owners), 1, "the names must spread over several masters")
 
-	names, err := redsem.ScanNames(ctx, p, prefix, 100)
+	names, err := admin.ScanNames(ctx, p, prefix, admin.ScanLimits{Limit: 100})
 	require.NoError(t, err)
 	assert.Len(t, names.Found, 24)
 	assert.False(t, names.Truncated)
 
-	names, err = redsem.ScanNames(ctx, p, prefix, 10)
+	names, err = admin.ScanNames(ctx, p, prefix, admin.ScanLimits{Limit: 10})
 	require.NoError(t, err)
 	assert.Len(t, names.Found, 10)
 	assert.True(t, names.Truncated)
 
-	fl, err := redsem.ReadFleet(ctx, p, prefix, 100)
+	fl, err := admin.ReadFleet(ctx, p, prefix, admin.ScanLimits{Limit: 100})
 	require.NoError(t, err)
 	require.Len(t, fl.Semaphores, 24)
 	for _, st := range fl.Semaphores {
@@ -52,6 +53,8 @@ func testFleet(t *testing.T, c *redistest.Cluster, p *cluster.Pool) {
 		assert.Equal(t, 1, st.Available, st.Name)
 	}
 	for _, s := range sems {
-		require.NoError(t, s.Delete(ctx))
+		ops, err := admin.New(p, prefix, s.Name())
+		require.NoError(t, err)
+		require.NoError(t, ops.Delete(ctx))
 	}
 }

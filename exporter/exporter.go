@@ -1,9 +1,9 @@
 // Package exporter is a Prometheus collector for every semaphore, mutex and
-// rate gate under a redsem key prefix. Each scrape finds the names with
-// redsem.ScanNamesWithin (SCAN over the meta keys, never KEYS, at most
-// Limit names and MaxScan SCAN calls) and reads each one in one script call
-// (redsem.ReadFleetWithin), so a scrape costs Redis a bounded scan plus one
-// short read-only script per name. Nothing is cached between scrapes.
+// rate gate under a redsem key prefix. Each scrape is one admin.ReadFleet:
+// it finds the names by SCAN over the meta keys (never KEYS, at most Limit
+// names and MaxScan SCAN calls, admin.ScanLimits) and reads each one in one
+// script call, so a scrape costs Redis a bounded scan plus one short
+// read-only script per name. Nothing is cached between scrapes.
 //
 // It lives in a module of its own so that the redsem library does not
 // depend on the Prometheus client. The redsem-exporter command (cmd/) serves
@@ -45,6 +45,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 )
 
 // Options configure a Collector. The zero value of each field means its
@@ -55,10 +56,10 @@ type Options struct {
 	Prefix           string
 	AllowEmptyPrefix bool
 	// Limit caps the names one scrape reports; default
-	// redsem.DefaultScanLimit.
+	// admin.DefaultScanLimit.
 	Limit int
 	// MaxScan caps the SCAN calls of one scrape (about 500 keys examined
-	// each); default redsem.DefaultMaxScan. When it cuts the walk of the
+	// each); default admin.DefaultMaxScan. When it cuts the walk of the
 	// keyspace short, redsem_scrape_truncated is 1.
 	MaxScan int
 	// Timeout bounds one scrape's Redis work; default 10s.
@@ -85,10 +86,10 @@ func New(pool redsem.Pool, o Options) (*Collector, error) {
 		c.prefix = redsem.DefaultPrefix
 	}
 	if c.limit == 0 {
-		c.limit = redsem.DefaultScanLimit
+		c.limit = admin.DefaultScanLimit
 	}
 	if c.maxScan == 0 {
-		c.maxScan = redsem.DefaultMaxScan
+		c.maxScan = admin.DefaultMaxScan
 	}
 	if c.timeout == 0 {
 		c.timeout = 10 * time.Second
@@ -97,7 +98,7 @@ func New(pool redsem.Pool, o Options) (*Collector, error) {
 		return nil, fmt.Errorf("%w: exporter needs a pool, a limit, a max scan and a timeout of at least 0", redsem.ErrInvalidOption)
 	}
 	// Judge the prefix now, as the library does, not at the first scrape.
-	if _, err := redsem.NewAdmin(pool, c.prefix, "x"); err != nil {
+	if _, err := admin.New(pool, c.prefix, "x"); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -146,7 +147,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	began := time.Now()
-	fl, err := redsem.ReadFleetWithin(ctx, c.pool, c.prefix, c.limit, c.maxScan)
+	fl, err := admin.ReadFleet(ctx, c.pool, c.prefix, admin.ScanLimits{Limit: c.limit, MaxScan: c.maxScan})
 	took := time.Since(began).Seconds()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
@@ -165,7 +166,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(truncDesc, truncated)
 
-	const sem, rate = string(redsem.KindSemaphore), string(redsem.KindRate)
+	const sem, rate = string(admin.KindSemaphore), string(admin.KindRate)
 	for _, st := range fl.Semaphores {
 		gauge(sizeDesc, float64(st.Size), sem, st.Name)
 		gauge(holdersDesc, float64(len(st.Holders)), sem, st.Name)

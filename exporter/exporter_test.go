@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/rate"
 )
@@ -272,14 +273,14 @@ func TestScrapeBoundsTheScan(t *testing.T) {
 		maxScan   int
 		scans     int // exactly; 0: more than DefaultMaxScan, less than maxScan
 		truncated float64
-	}{{0, redsem.DefaultMaxScan, 1}, {17, 17, 1}, {2000, 0, 0}} {
+	}{{0, admin.DefaultMaxScan, 1}, {17, 17, 1}, {2000, 0, 0}} {
 		srv.Do(t, "CONFIG", "RESETSTAT")
 		fams := scrape(t, newCollector(t, pool, Options{MaxScan: c.maxScan}))
 		calls := srv.CommandCalls(t)
 		if c.scans > 0 {
 			assert.Equal(t, c.scans, calls["scan"], "max scan %d: %v", c.maxScan, calls)
 		} else {
-			assert.Greater(t, calls["scan"], redsem.DefaultMaxScan, "max scan %d: %v", c.maxScan, calls)
+			assert.Greater(t, calls["scan"], admin.DefaultMaxScan, "max scan %d: %v", c.maxScan, calls)
 			assert.Less(t, calls["scan"], c.maxScan, "max scan %d: %v", c.maxScan, calls)
 		}
 		names, _ := value(fams, "redsem_scrape_names", "", "")

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 	"github.com/redsem/redsem/cluster"
 	"github.com/redsem/redsem/internal/behaviour"
 	"github.com/redsem/redsem/internal/redistest"
@@ -97,7 +98,9 @@ func TestClusterRedirects(t *testing.T) {
 		t.Fatal("waiter not served after its slot moved")
 	}
 	require.NoError(t, g.err)
-	inv, err := sem.Check(ctx)
+	ops, err := admin.New(p, redsem.DefaultPrefix, "moving")
+	require.NoError(t, err)
+	inv, err := ops.Check(ctx)
 	require.NoError(t, err)
 	assert.True(t, inv.Healthy(), "%+v", inv)
 	assert.Equal(t, []string{g.l.Token()}, inv.Leased)

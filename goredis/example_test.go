@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 	"github.com/redsem/redsem/goredis"
 )
 
@@ -55,7 +56,11 @@ func Example() {
 	}
 	defer lease.Release(ctx)
 
-	st, err := sem.Status(ctx)
+	ops, err := admin.New(pool, redsem.DefaultPrefix, "encoder") // an operator's view
+	if err != nil {
+		log.Fatal(err)
+	}
+	st, err := ops.Status(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}

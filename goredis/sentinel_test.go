@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 	"github.com/redsem/redsem/internal/behaviour"
 	"github.com/redsem/redsem/internal/redistest"
 )
@@ -48,7 +49,8 @@ func TestFailoverSwitch(t *testing.T) {
 	// window of split brain may be applied to the old master only, or read
 	// a demoted one: what a failover may lose is docs/sentinel.md's and the
 	// fault suite's business (TestSentinelKillMaster), not this test's.
-	sem, err := redsem.NewSemaphore(newPool(t, c), "switch", 2, redsem.WithFixedTTL(), redsem.WithTTL(2*time.Minute))
+	pool := newPool(t, c)
+	sem, err := redsem.NewSemaphore(pool, "switch", 2, redsem.WithFixedTTL(), redsem.WithTTL(2*time.Minute))
 	require.NoError(t, err)
 	held, err := sem.Acquire(ctx)
 	require.NoError(t, err)
@@ -79,7 +81,9 @@ func TestFailoverSwitch(t *testing.T) {
 	require.NoError(t, held.Release(ctx), "the lease taken before the switch is released on the promoted master")
 	l, err := sem.Acquire(ctx)
 	require.NoError(t, err)
-	inv, err := sem.Check(ctx)
+	ops, err := admin.New(pool, redsem.DefaultPrefix, "switch")
+	require.NoError(t, err)
+	inv, err := ops.Check(ctx)
 	require.NoError(t, err)
 	assert.True(t, inv.Healthy(), "%+v", inv)
 	assert.Equal(t, []string{l.Token()}, inv.Leased)

@@ -7,8 +7,8 @@
 // served, and sleeps in Redis; AllowN never waits and says when to retry.
 // SetRate and SetLimits change the rate for every client at once. It runs on
 // the machinery of package redsem's semaphores and shares their prefix,
-// name encoding and error values; redsem.NewGate combines a Gate with a
-// semaphore to cap calls in flight too.
+// name encoding and error values; Gate.WaitHolding takes a start for a
+// semaphore slot already held, to cap calls in flight too.
 //
 // A Gate takes only this package's options (Option): a semaphore's, such as
 // redsem.WithTTL, has no meaning here and does not compile.

@@ -5,7 +5,7 @@ import "time"
 // Observer receives a Gate's or Quota's events, for metrics: one call for
 // each Wait, WaitN, Allow or AllowN. Its methods run on the goroutine that caused the event and must be
 // fast and safe for concurrent use. It is the start-side half of
-// redsem.Observer, so a redsem.Observer (a *redsem.Counters included) serves
+// redsem.Observer, so a redsem.Observer (an *admin.Counters included) serves
 // here too; a gate's starts are not held, so nothing follows a grant.
 type Observer interface {
 	// Acquired reports a start granted after wait.

@@ -64,7 +64,7 @@ func (q *Quota) Status(ctx context.Context) (Status, error) {
 
 // ReadStatus reads a snapshot of the gate or quota called name under prefix
 // without knowing its limits, for tools that inspect gates they did not
-// create (redsem.ReadFleet, redsem top). It writes nothing. Errors:
+// create (admin.ReadFleet, redsem top). It writes nothing. Errors:
 // ErrInvalidName, ErrInvalidOption (a bad prefix), ErrWrongType, or a
 // connection error.
 func ReadStatus(ctx context.Context, pool Pool, prefix, name string) (Status, error) {

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 	"github.com/redsem/redsem/internal/redistest"
 )
 
@@ -206,7 +207,9 @@ func testFailoverUnderLoad(t *testing.T, set *redistest.Sentinels, p *Pool) {
 	assert.LessOrEqual(t, ld.maxHeld.Load(), int64(size), "more holders than the size")
 	assert.Positive(t, p.Stats().Switches)
 	// No token lost: the new master has them all back.
-	st, err := sem.Status(ctxT(t, 5*time.Second))
+	ops, err := admin.New(p, redsem.DefaultPrefix, "failover")
+	require.NoError(t, err)
+	st, err := ops.Status(ctxT(t, 5*time.Second))
 	require.NoError(t, err)
 	assert.Equal(t, size, st.Available, "tokens on the new master: %+v", st)
 	assert.Empty(t, st.Holders)

@@ -12,19 +12,19 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 	"github.com/redsem/redsem/internal/redistest"
 )
 
 // Every command of redsem runs as a Redis user allowed only
-// redsem.ACLCommands() on ~redsem:*, with SELECT added for the database the
+// admin.ACLCommands() on ~redsem:*, with SELECT added for the database the
 // URL names: run (free, and blocked until a slot frees), --adopt-size,
 // status, check, repair, resize, reclaim, delete, rate set.
 func TestCommandsAsACLUser(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	args := []interface{}{"SETUSER", "cli", "reset", "on", ">pw", "resetkeys", "~redsem:*", "resetchannels", "-@all", "+select"}
-	for _, c := range redsem.ACLCommands() {
+	for _, c := range admin.ACLCommands() {
 		args = append(args, "+"+c)
 	}
 	srv.Do(t, "ACL", args...)

@@ -10,7 +10,7 @@ import (
 	"io"
 	"strconv"
 
-	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 )
 
 const resizeHelp = `Usage: redsem resize [connection flags] NAME N
@@ -56,7 +56,7 @@ Example:
 `
 
 func cmdResize(args []string, stdout, _ io.Writer) error {
-	return adminCommand("resize", resizeHelp, args, 2, nil, func(ctx context.Context, adm *redsem.Admin, pos []string) error {
+	return adminCommand("resize", resizeHelp, args, 2, nil, func(ctx context.Context, adm *admin.Handle, pos []string) error {
 		n, err := strconv.Atoi(pos[1])
 		if err != nil || n < 1 {
 			return usagef("resize: N must be a whole number of at least 1, not %q", pos[1])
@@ -75,7 +75,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 	}
 	var asJSON *bool
 	flags := func(fs *flag.FlagSet) { asJSON = fs.Bool("json", false, "") }
-	return adminCommand("check", checkHelp, args, 1, flags, func(ctx context.Context, adm *redsem.Admin, pos []string) error {
+	return adminCommand("check", checkHelp, args, 1, flags, func(ctx context.Context, adm *admin.Handle, pos []string) error {
 		inv, err := adm.Check(ctx)
 		if err != nil {
 			return err
@@ -98,14 +98,14 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 }
 
 func cmdRepair(args []string, stdout, _ io.Writer) error {
-	return adminCommand("repair", repairHelp, args, 1, nil, func(ctx context.Context, adm *redsem.Admin, pos []string) error {
+	return adminCommand("repair", repairHelp, args, 1, nil, func(ctx context.Context, adm *admin.Handle, pos []string) error {
 		rep, err := adm.Repair(ctx)
-		if err != nil && !errors.Is(err, redsem.ErrRepairUnsafe) {
+		if err != nil && !errors.Is(err, admin.ErrRepairUnsafe) {
 			return err // nothing was repaired: no report that looks like one
 		}
 		fmt.Fprintf(stdout, "%s: reclaimed %d, dropped %d, minted %d, still missing %v\n",
 			pos[0], rep.Reclaimed, len(rep.Dropped), len(rep.Minted), rep.Missing)
-		if errors.Is(err, redsem.ErrRepairUnsafe) {
+		if errors.Is(err, admin.ErrRepairUnsafe) {
 			return exitf(exitData, "%v", err)
 		}
 		return err
@@ -117,7 +117,7 @@ func cmdRepair(args []string, stdout, _ io.Writer) error {
 // nil) and want positional arguments, the first of them NAME; opens NAME;
 // and runs do on its Admin under a context bounded by opTimeout.
 func adminCommand(cmd, help string, args []string, want int, flags func(*flag.FlagSet),
-	do func(ctx context.Context, adm *redsem.Admin, pos []string) error) error {
+	do func(ctx context.Context, adm *admin.Handle, pos []string) error) error {
 	fs := newFlagSet(cmd)
 	var c connFlags
 	c.register(fs)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 )
 
 const checkAllHelp = `Usage: redsem check --all [--limit N] [--max-scan N] [--timeout D] [connection flags]
@@ -53,8 +54,8 @@ func cmdCheckAll(args []string, stdout, stderr io.Writer) error {
 	var c connFlags
 	c.register(fs)
 	fs.Bool("all", false, "")
-	limit := fs.Int("limit", redsem.DefaultScanLimit, "")
-	maxScan := fs.Int("max-scan", redsem.DefaultMaxScan, "")
+	limit := fs.Int("limit", admin.DefaultScanLimit, "")
+	maxScan := fs.Int("max-scan", admin.DefaultMaxScan, "")
 	timeout := durationValue{d: time.Minute}
 	fs.Var(&timeout, "timeout", "")
 	pos, err := parseArgs(fs, args, checkAllHelp)
@@ -80,17 +81,17 @@ func cmdCheckAll(args []string, stdout, stderr io.Writer) error {
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout.d)
 	defer cancel()
-	names, err := redsem.ScanNamesWithin(ctx, p.main, c.prefix, *limit, *maxScan)
+	names, err := admin.ScanNames(ctx, p.main, c.prefix, admin.ScanLimits{Limit: *limit, MaxScan: *maxScan})
 	if err != nil {
 		return err
 	}
 	total, unhealthy := 0, 0
 	for _, f := range names.Found {
-		if f.Kind != redsem.KindSemaphore {
+		if f.Kind != admin.KindSemaphore {
 			continue
 		}
 		total++
-		adm, err := redsem.NewAdmin(p.main, c.prefix, f.Name)
+		adm, err := admin.New(p.main, c.prefix, f.Name)
 		if err != nil {
 			return err
 		}

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 )
 
 const deleteHelp = `Usage: redsem delete --force [connection flags] NAME
@@ -33,7 +33,7 @@ Example:
 func cmdDelete(args []string, stdout, _ io.Writer) error {
 	var force *bool
 	flags := func(fs *flag.FlagSet) { force = fs.Bool("force", false, "") }
-	return adminCommand("delete", deleteHelp, args, 1, flags, func(ctx context.Context, adm *redsem.Admin, pos []string) error {
+	return adminCommand("delete", deleteHelp, args, 1, flags, func(ctx context.Context, adm *admin.Handle, pos []string) error {
 		name := pos[0]
 		st, err := adm.Status(ctx)
 		if err != nil {

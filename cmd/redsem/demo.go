@@ -19,6 +19,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 )
 
 const demoHelp = `Usage: redsem demo [flags]
@@ -127,7 +128,7 @@ func cmdDemo(args []string, stdout, _ io.Writer) error {
 
 	cctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if sem, serr := redsem.NewAdmin(p.main, o.conn.prefix, name); serr == nil {
+	if sem, serr := admin.New(p.main, o.conn.prefix, name); serr == nil {
 		_ = sem.Delete(cctx)
 	}
 	if ctx.Err() != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/rate"
 )
@@ -112,11 +113,11 @@ func TestTopPlainLines(t *testing.T) {
 func TestTopKeepsLastFleetOnError(t *testing.T) {
 	var out strings.Builder
 	view := &topView{w: &out, prefix: "redsem:", shown: "redis://x"}
-	fl := redsem.Fleet{Semaphores: []redsem.Status{{Name: "kept", Exists: true, Size: 2}}}
+	fl := admin.Fleet{Semaphores: []admin.Status{{Name: "kept", Exists: true, Size: 2}}}
 	reads := 0
-	view.run(context.Background(), fl, func() (redsem.Fleet, error) {
+	view.run(context.Background(), fl, func() (admin.Fleet, error) {
 		reads++
-		return redsem.Fleet{}, errors.New("connection refused")
+		return admin.Fleet{}, errors.New("connection refused")
 	}, time.Millisecond, 2)
 	require.Equal(t, 1, reads)
 	blocks := strings.Split(strings.TrimSpace(out.String()), "\n\n")
@@ -224,7 +225,7 @@ func TestCheckAll(t *testing.T) {
 }
 
 // top and check --all send at most --max-scan SCAN calls (default
-// redsem.DefaultMaxScan) and say when that cut the scan short.
+// admin.DefaultMaxScan) and say when that cut the scan short.
 func TestFleetMaxScan(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -248,7 +249,7 @@ func TestFleetMaxScan(t *testing.T) {
 	assert.Equal(t, []string{"lock", "full", "half", "api", "idle"}, topOrder(r.stdout), r.stdout)
 	scans := e.srv.CommandCalls(t)["scan"]
 	assert.Greater(t, scans, 3)
-	assert.LessOrEqual(t, scans, redsem.DefaultMaxScan)
+	assert.LessOrEqual(t, scans, admin.DefaultMaxScan)
 
 	e.srv.Do(t, "CONFIG", "RESETSTAT")
 	r = e.run(t, "check", "--all", "--max-scan", "3")

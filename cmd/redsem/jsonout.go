@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 )
 
 // The --json forms of status and check. One style for both, and stable:
@@ -67,7 +67,7 @@ type queuedJSON struct {
 	Label string `json:"label"`
 }
 
-func toRWStatusJSON(st redsem.RWStatus) rwStatusJSON {
+func toRWStatusJSON(st admin.RWStatus) rwStatusJSON {
 	out := rwStatusJSON{Kind: "rwmutex", Name: st.Name, Exists: st.Exists, Readers: len(st.Readers),
 		Writer: st.Writer != nil, Waiting: len(st.Queue), Epoch: st.Epoch, ServerTime: st.ServerTime,
 		Holders: []holderJSON{}, Queue: []queuedJSON{}}
@@ -84,7 +84,7 @@ func toRWStatusJSON(st redsem.RWStatus) rwStatusJSON {
 	return out
 }
 
-func toStatusJSON(st redsem.Status) statusJSON {
+func toStatusJSON(st admin.Status) statusJSON {
 	out := statusJSON{
 		Name: st.Name, Exists: st.Exists, Size: st.Size, Available: st.Available,
 		Held: len(st.Holders), Waiting: st.Waiting, Stray: st.Stray, Rejected: st.Rejected,
@@ -101,7 +101,7 @@ func toStatusJSON(st redsem.Status) statusJSON {
 	return out
 }
 
-// checkJSON is check --json: redsem.Inventory, and whether it is healthy.
+// checkJSON is check --json: admin.Inventory, and whether it is healthy.
 type checkJSON struct {
 	Name       string    `json:"name"`
 	Exists     bool      `json:"exists"`
@@ -119,7 +119,7 @@ type checkJSON struct {
 	Missing    []int     `json:"missing"` // slots whose token is nowhere
 }
 
-func toCheckJSON(inv redsem.Inventory) checkJSON {
+func toCheckJSON(inv admin.Inventory) checkJSON {
 	strs := func(s []string) []string {
 		if s == nil {
 			return []string{}

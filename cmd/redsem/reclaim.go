@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 )
 
 const reclaimHelp = `Usage: redsem reclaim [connection flags] NAME
@@ -22,7 +22,7 @@ Example:
 `
 
 func cmdReclaim(args []string, stdout, _ io.Writer) error {
-	return adminCommand("reclaim", reclaimHelp, args, 1, nil, func(ctx context.Context, adm *redsem.Admin, pos []string) error {
+	return adminCommand("reclaim", reclaimHelp, args, 1, nil, func(ctx context.Context, adm *admin.Handle, pos []string) error {
 		n, err := adm.Reclaim(ctx)
 		if err != nil {
 			return err

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 )
 
 const runHelp = `Usage: redsem run [flags] NAME -- COMMAND [ARGS...]
@@ -205,8 +206,8 @@ func parseRunArgs(args []string) (*runOptions, error) {
 	if o.label == "" {
 		host, _ := os.Hostname()
 		o.label = fmt.Sprintf("%s:%d %s", host, os.Getpid(), filepath.Base(o.argv[0]))
-		if len(o.label) > redsem.MaxLabelLen {
-			o.label = o.label[:redsem.MaxLabelLen]
+		if len(o.label) > maxLabelLen {
+			o.label = o.label[:maxLabelLen]
 		}
 	}
 	return o, nil
@@ -254,7 +255,11 @@ func cmdRun(args []string, _, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		lk = locker{try: sem.TryAcquire, wait: sem.Acquire, sem: sem}
+		ops, err := admin.New(p.main, o.conn.prefix, o.name)
+		if err != nil {
+			return err
+		}
+		lk = locker{try: sem.TryAcquire, wait: sem.Acquire, ops: ops}
 	}
 	// From here on a signal must not kill redsem: while it waits, it gives
 	// up the wait; while the command runs, it is forwarded.
@@ -273,11 +278,11 @@ func cmdRun(args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if sem := lk.sem; o.adoptSize {
+	if ops := lk.ops; o.adoptSize {
 		// The size in force, for REDSEM_SIZE and the messages: the stored
 		// one, which may differ from --size.
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		if st, err := sem.Status(ctx); err == nil && st.Exists {
+		if st, err := ops.Status(ctx); err == nil && st.Exists {
 			o.size = st.Size
 		}
 		cancel()
@@ -317,11 +322,14 @@ func (v *sizeValue) Set(s string) error {
 }
 
 // locker is what run takes: a side of the lock, or a slot of the semaphore
-// (sem, for its size).
+// (ops reads its size).
 type locker struct {
 	try, wait func(context.Context) (*redsem.Lease, error)
-	sem       *redsem.Semaphore
+	ops       *admin.Handle
 }
+
+// maxLabelLen is the longest holder label redsem.WithLabel takes.
+const maxLabelLen = 256
 
 // acquire waits for a slot as the flags say. A signal while waiting ends
 // the wait with exit code 128+N; no slot is kept.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 )
 
 const statusHelp = `Usage: redsem status [--json] [connection flags] NAME
@@ -40,12 +41,12 @@ const opTimeout = 10 * time.Second
 
 // openAdmin returns an Admin of the semaphore NAME for the commands that
 // inspect or repair it: none of them needs its size.
-func openAdmin(c connFlags, name string) (*redsem.Admin, *pools, error) {
+func openAdmin(c connFlags, name string) (*admin.Handle, *pools, error) {
 	p, err := connect(c)
 	if err != nil {
 		return nil, nil, err
 	}
-	a, err := redsem.NewAdmin(p.main, c.prefix, name)
+	a, err := admin.New(p.main, c.prefix, name)
 	if err != nil {
 		p.Close()
 		return nil, nil, err
@@ -56,7 +57,7 @@ func openAdmin(c connFlags, name string) (*redsem.Admin, *pools, error) {
 func cmdStatus(args []string, stdout, _ io.Writer) error {
 	var asJSON *bool
 	flags := func(fs *flag.FlagSet) { asJSON = fs.Bool("json", false, "") }
-	return adminCommand("status", statusHelp, args, 1, flags, func(ctx context.Context, adm *redsem.Admin, _ []string) error {
+	return adminCommand("status", statusHelp, args, 1, flags, func(ctx context.Context, adm *admin.Handle, _ []string) error {
 		st, err := adm.Status(ctx)
 		if err != nil {
 			return err
@@ -92,7 +93,7 @@ func slotOf(token string) string {
 	return token
 }
 
-func printStatus(w io.Writer, st redsem.Status) {
+func printStatus(w io.Writer, st admin.Status) {
 	if !st.Exists {
 		fmt.Fprintf(w, "semaphore %q does not exist yet (the first acquire creates it)\n", st.Name)
 		if st.Waiting > 0 {
@@ -133,7 +134,7 @@ func printStatus(w io.Writer, st redsem.Status) {
 	tw.Flush()
 }
 
-func printRWStatus(w io.Writer, st redsem.RWStatus) {
+func printRWStatus(w io.Writer, st admin.RWStatus) {
 	fmt.Fprintf(w, "rwmutex    %s\n", st.Name)
 	fmt.Fprintf(w, "readers    %d\n", len(st.Readers))
 	writer := "none"
@@ -173,15 +174,15 @@ func printRWStatus(w io.Writer, st redsem.RWStatus) {
 }
 
 // rwHolders lists the lock's writer, if any, then its readers.
-func rwHolders(st redsem.RWStatus) []redsem.Holder {
-	var hs []redsem.Holder
+func rwHolders(st admin.RWStatus) []admin.Holder {
+	var hs []admin.Holder
 	if st.Writer != nil {
 		hs = append(hs, *st.Writer)
 	}
 	return append(hs, st.Readers...)
 }
 
-func sideOf(h redsem.Holder, st redsem.RWStatus) string {
+func sideOf(h admin.Holder, st admin.RWStatus) string {
 	if st.Writer != nil && h == *st.Writer {
 		return "write"
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 )
 
 func TestStatusJSONAndTable(t *testing.T) {
@@ -122,14 +122,14 @@ func checkJSONStyle(t *testing.T, where string, v any) {
 	}
 }
 
-// Every field of redsem.Inventory has its snake_case key in check --json.
+// Every field of admin.Inventory has its snake_case key in check --json.
 func TestCheckJSONCoversInventory(t *testing.T) {
 	keys := map[string]bool{}
 	ct := reflect.TypeOf(checkJSON{})
 	for i := 0; i < ct.NumField(); i++ {
 		keys[ct.Field(i).Tag.Get("json")] = true
 	}
-	it := reflect.TypeOf(redsem.Inventory{})
+	it := reflect.TypeOf(admin.Inventory{})
 	for i := 0; i < it.NumField(); i++ {
 		name := it.Field(i).Name
 		snake := strings.ToLower(regexp.MustCompile(`([a-z])([A-Z])`).ReplaceAllString(name, "${1}_${2}"))

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 )
 
 const topHelp = `Usage: redsem top [--interval D] [-n N] [--limit N] [--max-scan N] [--plain] [connection flags]
@@ -59,8 +59,8 @@ func cmdTop(args []string, stdout, _ io.Writer) error {
 	o := topOptions{interval: durationValue{d: time.Second}}
 	fs.Var(&o.interval, "interval", "")
 	fs.IntVar(&o.n, "n", 0, "")
-	fs.IntVar(&o.limit, "limit", redsem.DefaultScanLimit, "")
-	fs.IntVar(&o.maxScan, "max-scan", redsem.DefaultMaxScan, "")
+	fs.IntVar(&o.limit, "limit", admin.DefaultScanLimit, "")
+	fs.IntVar(&o.maxScan, "max-scan", admin.DefaultMaxScan, "")
 	fs.BoolVar(&o.plain, "plain", false, "")
 	pos, err := parseArgs(fs, args, topHelp)
 	if err != nil {
@@ -86,10 +86,10 @@ func cmdTop(args []string, stdout, _ io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	t := &topView{w: stdout, prefix: c.prefix, shown: p.shown, live: !o.plain && isTerminal(stdout)}
-	read := func() (redsem.Fleet, error) {
+	read := func() (admin.Fleet, error) {
 		rctx, cancel := context.WithTimeout(ctx, opTimeout)
 		defer cancel()
-		return redsem.ReadFleetWithin(rctx, p.main, c.prefix, o.limit, o.maxScan)
+		return admin.ReadFleet(rctx, p.main, c.prefix, admin.ScanLimits{Limit: o.limit, MaxScan: o.maxScan})
 	}
 	fl, err := read()
 	if err != nil {
@@ -102,7 +102,7 @@ func cmdTop(args []string, stdout, _ io.Writer) error {
 // run shows fl, then a fresh read every interval until ctx ends or n
 // refreshes are shown (n 0: no limit). A read that fails keeps the last
 // fleet on screen, under the error.
-func (t *topView) run(ctx context.Context, fl redsem.Fleet, read func() (redsem.Fleet, error), interval time.Duration, n int) {
+func (t *topView) run(ctx context.Context, fl admin.Fleet, read func() (admin.Fleet, error), interval time.Duration, n int) {
 	t.begin()
 	defer t.end()
 	tick := time.NewTicker(interval)
@@ -151,7 +151,7 @@ func (t *topView) end() {
 
 // show draws one refresh; err is the read's error (the fleet is then the
 // last one read).
-func (t *topView) show(fl redsem.Fleet, err error, now time.Time) {
+func (t *topView) show(fl admin.Fleet, err error, now time.Time) {
 	rows := topRows(fl)
 	head := fmt.Sprintf("redsem top  %s  %s  prefix %q  %d semaphores, %d rate gates",
 		now.Format("15:04:05"), t.shown, t.prefix, len(fl.Semaphores), len(fl.RateGates))
@@ -196,7 +196,7 @@ type topRow struct {
 
 // topRows turns the fleet into rows sorted by saturation, then waiters,
 // then name.
-func topRows(fl redsem.Fleet) []topRow {
+func topRows(fl admin.Fleet) []topRow {
 	var rows []topRow
 	for _, st := range fl.Semaphores {
 		rows = append(rows, topRow{name: st.Name, kind: "sem", held: len(st.Holders), size: st.Size,

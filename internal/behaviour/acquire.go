@@ -21,7 +21,7 @@ func testAcquireRelease(t *testing.T, e *env) {
 	l, err := s.Acquire(c)
 	require.NoError(t, err)
 	assert.True(t, l.Valid())
-	st, err := s.Status(c)
+	st, err := e.adm().Status(c)
 	require.NoError(t, err)
 	assert.True(t, st.Exists)
 	assert.Equal(t, 2, st.Size)
@@ -34,7 +34,7 @@ func testAcquireRelease(t *testing.T, e *env) {
 	assert.False(t, l.Valid())
 	require.ErrorIs(t, l.Release(c), redsem.ErrReleased)
 	require.ErrorIs(t, l.Refresh(c, time.Minute), redsem.ErrReleased)
-	requireWhole(t, s, 2, 0)
+	e.requireWhole(t, 2, 0)
 }
 
 func testTryAcquire(t *testing.T, e *env) {
@@ -47,13 +47,13 @@ func testTryAcquire(t *testing.T, e *env) {
 	assert.NotEqual(t, a.Token(), b.Token())
 	_, err = s.TryAcquire(c)
 	require.ErrorIs(t, err, redsem.ErrNoToken)
-	requireWhole(t, s, 0, 2)
+	e.requireWhole(t, 0, 2)
 	require.NoError(t, a.Release(c))
 	a, err = s.TryAcquire(c)
 	require.NoError(t, err)
 	require.NoError(t, a.Release(c))
 	require.NoError(t, b.Release(c))
-	requireWhole(t, s, 2, 0)
+	e.requireWhole(t, 2, 0)
 }
 
 // testFIFOHandoff: waiters of different clients (one Semaphore each, as
@@ -98,7 +98,7 @@ func testFIFOHandoff(t *testing.T, e *env) {
 		}
 	}
 	require.NoError(t, cur.Release(c))
-	requireWhole(t, s, 1, 0)
+	e.requireWhole(t, 1, 0)
 }
 
 // testSharedWaiters: many goroutines waiting on one Semaphore (sharing its
@@ -121,7 +121,7 @@ func testSharedWaiters(t *testing.T, e *env) {
 	for i := 0; i < n; i++ {
 		require.NoError(t, <-errs)
 	}
-	requireWhole(t, s, 2, 0)
+	e.requireWhole(t, 2, 0)
 }
 
 // testHammer: goroutines of three clients acquire and release at random; at
@@ -181,7 +181,7 @@ func testHammer(t *testing.T, e *env) {
 	assert.LessOrEqual(t, maxIn.Load(), int64(size), "holders at once")
 	assert.Empty(t, dup, "fences granted twice")
 	assert.Greater(t, len(fences), workers, "grants")
-	requireWhole(t, sems[0], size, 0)
+	e.requireWhole(t, size, 0)
 }
 
 func testFencesIncrease(t *testing.T, e *env) {
@@ -226,7 +226,7 @@ func testRefreshAndExpiry(t *testing.T, e *env) {
 	require.NoError(t, err)
 	require.ErrorIs(t, l.Release(c), redsem.ErrLeaseLost)
 	require.NoError(t, next.Release(c))
-	requireWhole(t, s, 1, 0)
+	e.requireWhole(t, 1, 0)
 }
 
 // testCancelledAcquire: an Acquire blocked in Redis returns within
@@ -279,7 +279,7 @@ func cancelLatencies(t *testing.T, e *env, sems []*redsem.Semaphore, rounds int)
 	// Nothing lost: the token comes back free (settling may finish just
 	// after the cancelled Acquire returned).
 	WaitFor(t, 10*time.Second, "token free again", func() bool {
-		inv, err := sems[0].Check(c)
+		inv, err := e.adm().Check(c)
 		return err == nil && inv.Healthy() && len(inv.Free) == 1
 	})
 	l, err := sems[0].TryAcquire(c)
@@ -308,7 +308,7 @@ func testDeadlineAcquire(t *testing.T, e *env) {
 	}
 	require.NoError(t, held.Release(c))
 	WaitFor(t, 10*time.Second, "token free again", func() bool {
-		inv, err := s.Check(c)
+		inv, err := e.adm().Check(c)
 		return err == nil && inv.Healthy() && len(inv.Free) == 1
 	})
 }

@@ -34,7 +34,7 @@ func testAcquireN(t *testing.T, e *env) {
 		l, err := s.AcquireN(c, 4)
 		got <- grant{l, err}
 	}()
-	WaitFor(t, 10*time.Second, "weighted waiter registered", func() bool { return waiting(t, s) >= 1 })
+	WaitFor(t, 10*time.Second, "weighted waiter registered", func() bool { return e.waiting(t) >= 1 })
 	require.NoError(t, l3.Release(c))
 	select {
 	case g := <-got:
@@ -50,9 +50,9 @@ func testAcquireN(t *testing.T, e *env) {
 	}
 	require.NoError(t, g.err)
 	assert.Len(t, g.l.Tokens(), 4)
-	requireWhole(t, s, 1, 4)
+	e.requireWhole(t, 1, 4)
 	require.NoError(t, g.l.Release(c))
-	requireWhole(t, s, 5, 0)
+	e.requireWhole(t, 5, 0)
 }
 
 // testResize: the size stored in Redis is the one in force; a shrink grants
@@ -62,8 +62,8 @@ func testResize(t *testing.T, e *env) {
 	s3 := e.sem(t, 3)
 	a, err := s3.Acquire(c)
 	require.NoError(t, err)
-	require.NoError(t, s3.Resize(c, 5))
-	st, err := s3.Status(c)
+	require.NoError(t, e.adm().Resize(c, 5))
+	st, err := e.adm().Status(c)
 	require.NoError(t, err)
 	assert.Equal(t, 5, st.Size)
 	assert.Equal(t, 4, st.Available)
@@ -75,7 +75,7 @@ func testResize(t *testing.T, e *env) {
 	d, err := adopt.TryAcquire(c)
 	require.NoError(t, err)
 
-	require.NoError(t, s3.Resize(c, 1))
+	require.NoError(t, e.adm().Resize(c, 1))
 	_, err = adopt.TryAcquire(c)
 	require.ErrorIs(t, err, redsem.ErrNoToken, "granted while 3 hold a semaphore of size 1")
 	require.NoError(t, a.Release(c))
@@ -86,24 +86,24 @@ func testResize(t *testing.T, e *env) {
 	l, err := adopt.TryAcquire(c)
 	require.NoError(t, err)
 	require.NoError(t, l.Release(c))
-	requireWhole(t, adopt, 1, 0)
-	require.ErrorIs(t, s3.Resize(c, 0), redsem.ErrInvalidSize)
+	e.requireWhole(t, 1, 0)
+	require.ErrorIs(t, e.adm().Resize(c, 0), redsem.ErrInvalidSize)
 }
 
 func testCheckStatus(t *testing.T, e *env) {
 	c := ctx(t, 20*time.Second)
 	s := e.sem(t, 2)
-	inv, err := s.Check(c)
+	inv, err := e.adm().Check(c)
 	require.NoError(t, err)
 	assert.False(t, inv.Exists)
 	assert.True(t, inv.Healthy())
-	st, err := s.Status(c)
+	st, err := e.adm().Status(c)
 	require.NoError(t, err)
 	assert.False(t, st.Exists)
 
 	l, err := s.Acquire(c)
 	require.NoError(t, err)
-	inv, err = s.Check(c)
+	inv, err = e.adm().Check(c)
 	require.NoError(t, err)
 	assert.True(t, inv.Exists)
 	assert.Equal(t, 2, inv.Size)
@@ -113,17 +113,17 @@ func testCheckStatus(t *testing.T, e *env) {
 	assert.False(t, inv.ServerTime.IsZero())
 	// A stray element on the token list is reported, not counted.
 	e.do(t, "RPUSH", e.key("tokens"), "forged")
-	inv, err = s.Check(c)
+	inv, err = e.adm().Check(c)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"forged"}, inv.Strangers)
 	assert.False(t, inv.Healthy())
-	st, err = s.Status(c)
+	st, err = e.adm().Status(c)
 	require.NoError(t, err)
 	assert.Equal(t, 1, st.Stray)
-	rep, err := s.Repair(c)
+	rep, err := e.adm().Repair(c)
 	require.NoError(t, err, "%+v", rep)
 	require.NoError(t, l.Release(c))
-	requireWhole(t, s, 2, 0)
+	e.requireWhole(t, 2, 0)
 }
 
 // testDelete: Delete removes the semaphore; its holders lose their leases
@@ -133,16 +133,16 @@ func testDelete(t *testing.T, e *env) {
 	s := e.sem(t, 2)
 	l, err := s.Acquire(c)
 	require.NoError(t, err)
-	require.NoError(t, s.Delete(c))
-	st, err := s.Status(c)
+	require.NoError(t, e.adm().Delete(c))
+	st, err := e.adm().Status(c)
 	require.NoError(t, err)
 	assert.False(t, st.Exists)
 	require.ErrorIs(t, l.Release(c), redsem.ErrLeaseLost)
 	l2, err := s.Acquire(c)
 	require.NoError(t, err)
-	st, err = s.Status(c)
+	st, err = e.adm().Status(c)
 	require.NoError(t, err)
 	assert.Equal(t, 1, st.Available)
 	require.NoError(t, l2.Release(c))
-	requireWhole(t, s, 2, 0)
+	e.requireWhole(t, 2, 0)
 }

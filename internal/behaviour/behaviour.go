@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 )
 
 // Target is the Redis and the client under test.
@@ -140,11 +141,22 @@ func (e *env) flushScripts(t *testing.T) {
 	e.do(t, "SCRIPT", "FLUSH")
 }
 
+// adm is an admin.Handle for the test's name: every semaphore of a test
+// is the one called e.name under the default prefix. It may be called from
+// any goroutine.
+func (e *env) adm() *admin.Handle {
+	h, err := admin.New(e.tg.Pool, redsem.DefaultPrefix, e.name)
+	if err != nil {
+		panic(err) // New only checks its arguments, valid here by construction
+	}
+	return h
+}
+
 // requireWhole checks that the semaphore's inventory is whole, with free
 // tokens free and held leases.
-func requireWhole(t *testing.T, s *redsem.Semaphore, free, held int) {
+func (e *env) requireWhole(t *testing.T, free, held int) {
 	t.Helper()
-	inv, err := s.Check(ctx(t, 10*time.Second))
+	inv, err := e.adm().Check(ctx(t, 10*time.Second))
 	require.NoError(t, err)
 	require.True(t, inv.Healthy(), "inventory: %+v", inv)
 	require.Len(t, inv.Free, free, "inventory: %+v", inv)
@@ -185,9 +197,10 @@ func BlockedClients(info string) int {
 	return -1
 }
 
-// waiting is how many acquisitions Redis records as blocked on s.
-func waiting(t *testing.T, s *redsem.Semaphore) int {
-	st, err := s.Status(context.Background())
+// waiting is how many acquisitions Redis records as blocked on the test's
+// semaphore.
+func (e *env) waiting(t *testing.T) int {
+	st, err := e.adm().Status(context.Background())
 	if err != nil {
 		t.Errorf("status: %v", err)
 		return -1

@@ -76,9 +76,9 @@ func testWrongType(t *testing.T, e *env) {
 				got = append(got, l)
 			}
 		}
-		_, err = s.Status(c)
+		_, err = e.adm().Status(c)
 		check("Status", err)
-		_, err = s.Check(c)
+		_, err = e.adm().Check(c)
 		check("Check", err)
 		released := false
 		// A release reads neither waits nor, on its fast path, meta
@@ -101,13 +101,13 @@ func testWrongType(t *testing.T, e *env) {
 		}
 		if !released {
 			assert.True(t, held.Valid(), part)
-			requireWhole(t, s, 2-len(got)-1, 1+len(got))
+			e.requireWhole(t, 2-len(got)-1, 1+len(got))
 			require.NoError(t, held.Release(c), part)
 		}
 		for _, l := range got {
 			require.NoError(t, l.Release(c), part)
 		}
-		requireWhole(t, s, 2, 0)
+		e.requireWhole(t, 2, 0)
 		l, err = s.TryAcquire(c)
 		require.NoError(t, err, part)
 		require.NoError(t, l.Release(c), part)
@@ -130,7 +130,7 @@ func testSizeMismatch(t *testing.T, e *env) {
 	_, err = e.sem(t, 3).TryAcquireN(c, 1)
 	require.ErrorIs(t, err, redsem.ErrSizeMismatch)
 	require.NoError(t, l.Release(c))
-	requireWhole(t, s2, 2, 0)
+	e.requireWhole(t, 2, 0)
 }
 
 // testNoScript: with the script cache flushed before each call, every
@@ -146,14 +146,14 @@ func testNoScript(t *testing.T, e *env) {
 	e.flushScripts(t)
 	require.NoError(t, l.Release(c))
 	e.flushScripts(t)
-	_, err = s.Status(c)
+	_, err = e.adm().Status(c)
 	require.NoError(t, err)
 	e.flushScripts(t)
 	g, err := rate.New(e.tg.Pool, e.name, 5, time.Second)
 	require.NoError(t, err)
 	_, err = g.Allow(c)
 	require.NoError(t, err)
-	requireWhole(t, s, 2, 0)
+	e.requireWhole(t, 2, 0)
 }
 
 // testNoScriptWhileWaiting: the lease script pipelined behind a blocked
@@ -174,7 +174,7 @@ func testNoScriptWhileWaiting(t *testing.T, e *env) {
 		l, err := w.Acquire(c)
 		got <- grant{l, err}
 	}()
-	WaitFor(t, 10*time.Second, "waiter registered", func() bool { return waiting(t, s) >= 1 })
+	WaitFor(t, 10*time.Second, "waiter registered", func() bool { return e.waiting(t) >= 1 })
 	e.flushScripts(t)
 	require.NoError(t, held.Release(c))
 	var g grant
@@ -185,7 +185,7 @@ func testNoScriptWhileWaiting(t *testing.T, e *env) {
 	}
 	require.NoError(t, g.err)
 	assert.True(t, g.l.Valid())
-	requireWhole(t, s, 0, 1)
+	e.requireWhole(t, 0, 1)
 	require.NoError(t, g.l.Release(c))
-	requireWhole(t, s, 1, 0)
+	e.requireWhole(t, 1, 0)
 }

@@ -39,7 +39,7 @@ func testMutex(t *testing.T, e *env) {
 	require.NoError(t, l.Release(c))
 	require.NoError(t, <-got)
 	require.NoError(t, next.Release(c))
-	requireWhole(t, m.Semaphore(), 1, 0)
+	e.requireWhole(t, 1, 0)
 }
 
 // testRateGateAllow: Allow grants n starts per interval, then refuses with

@@ -38,7 +38,7 @@ func testShrinkWhileWaiting(t *testing.T, e *env) {
 			l, err := w.Acquire(c)
 			g := grant{i: i, l: l, err: err, holders: -1}
 			if err == nil {
-				if st, serr := w.Status(c); serr == nil {
+				if st, serr := e.adm().Status(c); serr == nil {
 					g.holders = len(st.Holders)
 				} else {
 					g.err = serr
@@ -46,10 +46,9 @@ func testShrinkWhileWaiting(t *testing.T, e *env) {
 			}
 			granted <- g
 		}()
-		WaitFor(t, 10*time.Second, "waiter registered", func() bool { return waiting(t, s) >= i+1 })
+		WaitFor(t, 10*time.Second, "waiter registered", func() bool { return e.waiting(t) >= i+1 })
 	}
-	adopt := e.sem(t, newSize, redsem.WithAdoptSize())
-	require.NoError(t, adopt.Resize(c, newSize))
+	require.NoError(t, e.adm().Resize(c, newSize))
 	noGrant := func(what string) {
 		t.Helper()
 		select {
@@ -60,7 +59,7 @@ func testShrinkWhileWaiting(t *testing.T, e *env) {
 	}
 	for i := 0; i < size; i++ {
 		noGrant("while the old holders exceed the new size")
-		st, err := adopt.Status(c)
+		st, err := e.adm().Status(c)
 		require.NoError(t, err)
 		assert.Equal(t, newSize, st.Size)
 		assert.Len(t, st.Holders, size-i)
@@ -80,7 +79,7 @@ func testShrinkWhileWaiting(t *testing.T, e *env) {
 		}
 		require.NoError(t, g.l.Release(c))
 	}
-	requireWhole(t, adopt, newSize, 0)
+	e.requireWhole(t, newSize, 0)
 }
 
 // testReleaseEndedContext: Release with a context already cancelled, or
@@ -98,7 +97,7 @@ func testReleaseEndedContext(t *testing.T, e *env) {
 		require.NoError(t, err)
 		require.NoError(t, l.Release(ended))
 		assert.False(t, l.Valid())
-		requireWhole(t, s, 1, 0)
+		e.requireWhole(t, 1, 0)
 	}
 	// With a waiter blocked, the freed slot goes to it.
 	l, err := s.Acquire(c)
@@ -111,7 +110,7 @@ func testReleaseEndedContext(t *testing.T, e *env) {
 		next, err = w.Acquire(c)
 		got <- err
 	}()
-	WaitFor(t, 10*time.Second, "waiter registered", func() bool { return waiting(t, s) >= 1 })
+	WaitFor(t, 10*time.Second, "waiter registered", func() bool { return e.waiting(t) >= 1 })
 	require.NoError(t, l.Release(cancelled))
 	select {
 	case err := <-got:
@@ -120,7 +119,7 @@ func testReleaseEndedContext(t *testing.T, e *env) {
 		t.Fatal("waiter not served after a Release with an ended context")
 	}
 	require.NoError(t, next.Release(c))
-	requireWhole(t, s, 1, 0)
+	e.requireWhole(t, 1, 0)
 }
 
 // testDroppedLeaseExpires: a lease with a fixed TTL that its holder drops
@@ -144,10 +143,10 @@ func testDroppedLeaseExpires(t *testing.T, e *env) {
 	assert.Greater(t, next.Fence(), dropped.Fence())
 	assert.False(t, dropped.Valid())
 	require.ErrorIs(t, dropped.Release(c), redsem.ErrLeaseLost)
-	st, err := s.Status(c)
+	st, err := e.adm().Status(c)
 	require.NoError(t, err)
 	require.Len(t, st.Holders, 1)
 	assert.Equal(t, next.Token(), st.Holders[0].Token)
 	require.NoError(t, next.Release(c))
-	requireWhole(t, s, 1, 0)
+	e.requireWhole(t, 1, 0)
 }

@@ -18,8 +18,10 @@ var (
 	ErrInvalidSize   = errors.New("redsem: invalid size")
 	ErrInvalidOption = errors.New("redsem: invalid option")
 	ErrStaleGrant    = errors.New("redsem: grants arrive after their lease ends")
-	// ErrRateLimited is rate.ErrRateLimited, here so that redsem.Counters
-	// can count a refused start as busy.
+	// ErrNoToken and ErrRateLimited are redsem.ErrNoToken and
+	// rate.ErrRateLimited, here so that admin.Counters can count a refused
+	// try or start as busy without importing either package.
+	ErrNoToken     = errors.New("redsem: no token free")
 	ErrRateLimited = errors.New("redsem: rate limited")
 )
 

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/internal/faults/history"
 	"github.com/redsem/redsem/internal/redistest"
 )
@@ -61,7 +62,7 @@ func TestBadArgumentsWriteNothing(t *testing.T) {
 	}{
 		{"empty name", []string{"-namefile", nameFile("")}, "invalid-name"},
 		{"1 MiB name", []string{"-namefile", nameFile(strings.Repeat("n", 1<<20))}, "invalid-name"},
-		{"name one byte over MaxNameLen", []string{"-namefile", nameFile(strings.Repeat("n", redsem.MaxNameLen+1))}, "invalid-name"},
+		{"name one byte over MaxNameLen", []string{"-namefile", nameFile(strings.Repeat("n", engine.MaxNameLen+1))}, "invalid-name"},
 		{"size 0", []string{"-size", "0"}, "invalid-size"},
 		{"size -1", []string{"-size", "-1"}, "invalid-size"},
 		{"size above MaxSize", []string{"-size", strconv.Itoa(redsem.MaxSize + 1)}, "invalid-size"},
@@ -96,7 +97,7 @@ func TestOddNamesAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	r := newRun(t, srv, 1, time.Second, 300*time.Millisecond)
-	names := []string{"{", "}", "{}", "a}b{c", "x:y:z", "with space", "new\nline", "\xff\xfe\x00bin", "%7B", "🙂", strings.Repeat("}", redsem.MaxNameLen)}
+	names := []string{"{", "}", "{}", "a}b{c", "x:y:z", "with space", "new\nline", "\xff\xfe\x00bin", "%7B", "🙂", strings.Repeat("}", engine.MaxNameLen)}
 	for _, name := range names {
 		var toks []string
 		for i := 0; i < 2; i++ {
@@ -205,7 +206,7 @@ func TestSizeMismatchAcrossProcesses(t *testing.T) {
 	assert.Equal(t, 0, a.exitCode())
 	rep := r.check(history.Options{})
 	sem := r.sem()
-	st, _, _ := quiesce(t, sem, 5*time.Second)
+	st, _, _ := quiesce(t, r.ops(), sem, 5*time.Second)
 	assert.Equal(t, 2, st.Size)
 	t.Logf("size mismatch: %s; %s", firstLine(e.Err, 120), rep.Summary())
 }
@@ -233,7 +234,7 @@ func TestUnreachableRedis(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, syscall.ECONNREFUSED), "%v", err)
 	assert.Less(t, took, 300*time.Millisecond)
-	_, err = sem.Status(ctx)
+	_, err = opsFor(t, pool, "unreachable").Status(ctx)
 	assert.True(t, errors.Is(err, syscall.ECONNREFUSED), "%v", err)
 	_, err = sem.TryAcquire(ctx)
 	assert.True(t, errors.Is(err, syscall.ECONNREFUSED), "%v", err)

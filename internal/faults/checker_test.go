@@ -93,7 +93,7 @@ func TestCheckerCatchesPopWithoutLease(t *testing.T) {
 	}
 	r.waitAll(30 * time.Second)
 	rep := history.Check(r.events(), history.Options{N: 2})
-	_, lost, took := settle(t, r.sem(), 3*time.Second)
+	_, lost, took := settle(t, r.ops(), r.sem(), 3*time.Second)
 	t.Logf("raw pop: %s; raw clients killed=%d tokens lost=%d (after %v)", rep.Summary(), killed, lost, took.Round(time.Millisecond))
 	assert.Positive(t, rep.Kinds["unleased"], "the checker missed holds without a lease")
 	assert.Positive(t, lost, "the quiescence check missed the tokens the killed raw clients took")

@@ -62,7 +62,7 @@ func TestClientKill(t *testing.T) {
 	}
 	r.waitAll(40 * time.Second)
 	rep := r.check(history.Options{})
-	_, lost, _ := quiesce(t, r.sem(), 15*time.Second)
+	_, lost, _ := quiesce(t, r.ops(), r.sem(), 15*time.Second)
 	t.Logf("CLIENT KILL: clients=%d kills=%v %s; tokens lost=%d", len(r.procs), kills, rep.Summary(), lost)
 	assert.Positive(t, kills["blocked waiter"], "no blocked waiter was killed")
 }
@@ -85,7 +85,7 @@ func TestCancellationStorm(t *testing.T) {
 	evs := r.events()
 	rep := r.check(history.Options{})
 	sem := r.sem()
-	st, lost, _ := quiesce(t, sem, 15*time.Second)
+	st, lost, _ := quiesce(t, r.ops(), sem, 15*time.Second)
 	assert.Zero(t, st.Waiting, "waiters still registered after the storm")
 	assert.Empty(t, pendKeys(t, srv, history.KeysFor("redsem:", r.name)), "pending lists left")
 	t.Logf("cancellation storm: clients=%d (6 storming, 2 steady) cancels=%d %s; tokens lost=%d",

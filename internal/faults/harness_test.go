@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 	"github.com/redsem/redsem/internal/faults/history"
 	"github.com/redsem/redsem/internal/redistest"
 )
@@ -125,7 +126,8 @@ type run struct {
 	size  int
 	ttl   time.Duration
 	grace time.Duration
-	base  []string // worker arguments every worker gets
+	base  []string      // worker arguments every worker gets
+	adm   *admin.Handle // set by newSentinelRun: reads through its pool
 
 	mu    sync.Mutex
 	procs []*proc
@@ -235,6 +237,16 @@ func (r *run) check(opt history.Options) history.Report {
 func (r *run) pool() *redis.Pool { return r.srv.Pool(r.t) }
 
 // sem returns the run's semaphore for the test's own use.
+// ops is an admin.Handle for the run's semaphore, to read and reclaim it.
+func (r *run) ops() *admin.Handle {
+	if r.adm != nil {
+		return r.adm
+	}
+	h, err := admin.New(r.pool(), redsem.DefaultPrefix, r.name)
+	require.NoError(r.t, err)
+	return h
+}
+
 func (r *run) sem(opts ...redsem.Option) *redsem.Semaphore {
 	s, err := redsem.NewSemaphore(r.pool(), r.name, r.size,
 		append([]redsem.Option{redsem.WithTTL(r.ttl), redsem.WithFixedTTL(), redsem.WithGrace(r.grace)}, opts...)...)
@@ -245,9 +257,9 @@ func (r *run) sem(opts ...redsem.Option) *redsem.Semaphore {
 // quiesce waits, at most bound, until Reclaim and Status show exactly N valid
 // free tokens, no lease and nothing stray, and reports how many tokens were
 // missing at the end (tokens lost) and how long it took.
-func quiesce(t *testing.T, sem *redsem.Semaphore, bound time.Duration) (redsem.Status, int, time.Duration) {
+func quiesce(t *testing.T, ops *admin.Handle, sem *redsem.Semaphore, bound time.Duration) (admin.Status, int, time.Duration) {
 	t.Helper()
-	st, lost, took := settle(t, sem, bound)
+	st, lost, took := settle(t, ops, sem, bound)
 	assert.Equal(t, sem.Size(), st.Available, "valid free tokens after quiescence (%v): %+v", took, st)
 	assert.Empty(t, st.Holders, "leases left after quiescence")
 	assert.Zero(t, st.Stray, "stray tokens after quiescence")
@@ -255,15 +267,15 @@ func quiesce(t *testing.T, sem *redsem.Semaphore, bound time.Duration) (redsem.S
 }
 
 // settle is quiesce without the assertions.
-func settle(t *testing.T, sem *redsem.Semaphore, bound time.Duration) (redsem.Status, int, time.Duration) {
+func settle(t *testing.T, ops *admin.Handle, sem *redsem.Semaphore, bound time.Duration) (admin.Status, int, time.Duration) {
 	t.Helper()
 	start := time.Now()
-	var st redsem.Status
+	var st admin.Status
 	var err error
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, rerr := sem.Reclaim(ctx)
-		st, err = sem.Status(ctx)
+		_, rerr := ops.Reclaim(ctx)
+		st, err = ops.Status(ctx)
 		cancel()
 		if rerr == nil && err == nil && st.Available == sem.Size() && len(st.Holders) == 0 && st.Stray == 0 {
 			break
@@ -353,13 +365,13 @@ func count(evs []history.Event, k string, f func(history.Event) bool) int {
 
 // status reads the semaphore's Status, retrying for up to 10s while the
 // server restarts (a pooled connection to the old process fails once).
-func status(t *testing.T, sem *redsem.Semaphore) redsem.Status {
+func status(t *testing.T, ops *admin.Handle) admin.Status {
 	t.Helper()
-	var st redsem.Status
+	var st admin.Status
 	var err error
 	for i := 0; i < 100; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		st, err = sem.Status(ctx)
+		st, err = ops.Status(ctx)
 		cancel()
 		if err == nil {
 			return st

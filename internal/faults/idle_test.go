@@ -32,7 +32,7 @@ func TestIdleExpiryChurn(t *testing.T) {
 	end := time.Now().Add(runFor)
 	spawn := func(i int) *proc {
 		args := []string{"-dur", time.Until(end).Round(time.Millisecond).String(), "-names", fmt.Sprint(nNames),
-			"-idle", redsem.MinIdleExpiry.String(), "-goroutines", "4", "-holdmin", "2ms", "-holdmax", "30ms", "-gapmax", "5ms"}
+			"-idle", minIdleExpiry.String(), "-goroutines", "4", "-holdmin", "2ms", "-holdmax", "30ms", "-gapmax", "5ms"}
 		if i%2 == 0 {
 			args = append(args, "-storm", "-steady", "2")
 		}
@@ -98,8 +98,7 @@ func TestIdleExpiryChurn(t *testing.T) {
 	forever := 0
 	for _, key := range metas {
 		name := key[len(redsem.DefaultPrefix)+1 : len(key)-len("}:meta")]
-		s, err := redsem.NewSemaphore(r.pool(), name, size, redsem.WithIdleExpiry(redsem.MinIdleExpiry))
-		require.NoError(t, err)
+		s := opsFor(t, r.pool(), name)
 		_, err = s.Reclaim(ctx)
 		require.NoError(t, err)
 		ttl, err := redis.Int64(c.Do("PTTL", key))
@@ -113,3 +112,6 @@ func TestIdleExpiryChurn(t *testing.T) {
 	t.Logf("%d names left in Redis right after the run, %d without an expiry", len(metas), forever)
 	assert.Zero(t, forever, "names that would stay forever")
 }
+
+// minIdleExpiry is the shortest idle time redsem.WithIdleExpiry takes.
+const minIdleExpiry = 100 * time.Millisecond

@@ -59,7 +59,7 @@ func TestKill9Clients(t *testing.T) {
 	r.waitAll(40 * time.Second)
 	evs := r.events()
 	rep := r.check(history.Options{})
-	st, lost, took := quiesce(t, r.sem(), 15*time.Second)
+	st, lost, took := quiesce(t, r.ops(), r.sem(), 15*time.Second)
 	t.Logf("kill -9: clients=%d kills=%d failpoint self-kills (lease script skipped, BLMOVE returned)=%d %s; quiesced in %v, tokens lost=%d, rejected=%d",
 		len(r.procs), kills, rep.FPKills, rep.Summary(), took.Round(time.Millisecond), lost, st.Rejected)
 	assert.Positive(t, rep.FPKills, "no client died at the failpoint")
@@ -109,7 +109,7 @@ func TestKilledBetweenMoveAndLease(t *testing.T) {
 	nowV, err := redis.Int64s(admin.Do("TIME"))
 	require.NoError(t, err)
 	untilSweep := time.Duration(sweepMs-(nowV[0]*1000+nowV[1]/1000)) * time.Millisecond
-	st, err := sem.Status(ctxT(t, 5*time.Second))
+	st, err := r.ops().Status(ctxT(t, 5*time.Second))
 	require.NoError(t, err)
 	assert.Zero(t, st.Available)
 	assert.Empty(t, st.Holders)
@@ -125,5 +125,5 @@ func TestKilledBetweenMoveAndLease(t *testing.T) {
 	assert.Equal(t, tok, l.Token())
 	assert.LessOrEqual(t, got, untilSweep+time.Second, "stranded token came back late: a waiter blocks past the sweep deadline of a stranded pending list")
 	require.NoError(t, l.Release(context.Background()))
-	quiesce(t, sem, 5*time.Second)
+	quiesce(t, r.ops(), sem, 5*time.Second)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 	"github.com/redsem/redsem/internal/faults/history"
 	"github.com/redsem/redsem/internal/redistest"
 )
@@ -27,8 +28,8 @@ func TestEvictingServer(t *testing.T) {
 	srv := redistest.Start(t, "--maxmemory-policy", "allkeys-lru")
 	pool := srv.Pool(t)
 	ctx := ctxT(t, 30*time.Second)
-	err := redsem.CheckServer(ctx, pool)
-	assert.ErrorIs(t, err, redsem.ErrEvictingServer)
+	err := admin.CheckServer(ctx, pool)
+	assert.ErrorIs(t, err, admin.ErrEvictingServer)
 	t.Logf("CheckServer on allkeys-lru: %v", err)
 
 	sem, err := redsem.NewSemaphore(pool, "evict", 2, redsem.WithTTL(10*time.Second), redsem.WithFixedTTL())
@@ -111,8 +112,8 @@ func TestCheckServerTooOld(t *testing.T) {
 	addr := fakeOldRedis(t)
 	pool := &redis.Pool{DialContext: func(ctx context.Context) (redis.Conn, error) { return redis.DialContext(ctx, "tcp", addr) }}
 	defer pool.Close()
-	err := redsem.CheckServer(ctxT(t, 5*time.Second), pool)
-	assert.ErrorIs(t, err, redsem.ErrServerTooOld)
+	err := admin.CheckServer(ctxT(t, 5*time.Second), pool)
+	assert.ErrorIs(t, err, admin.ErrServerTooOld)
 	t.Logf("CheckServer on a 6.0.16: %v", err)
 }
 
@@ -123,7 +124,7 @@ func TestOOMNoEviction(t *testing.T) {
 	srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
 	pool := srv.Pool(t)
 	ctx := ctxT(t, 30*time.Second)
-	require.NoError(t, redsem.CheckServer(ctx, pool))
+	require.NoError(t, admin.CheckServer(ctx, pool))
 	sem, err := redsem.NewSemaphore(pool, "oom", 3, redsem.WithTTL(10*time.Second), redsem.WithFixedTTL())
 	require.NoError(t, err)
 	a, err := sem.Acquire(ctx)
@@ -183,5 +184,13 @@ func TestOOMNoEviction(t *testing.T) {
 			assert.NoError(t, l.Release(ctx))
 		}
 	}
-	quiesce(t, sem, 12*time.Second)
+	quiesce(t, opsFor(t, pool, "oom"), sem, 12*time.Second)
+}
+
+// opsFor is an admin.Handle for name under the default prefix, on pool.
+func opsFor(t *testing.T, pool redsem.Pool, name string) *admin.Handle {
+	t.Helper()
+	h, err := admin.New(pool, redsem.DefaultPrefix, name)
+	require.NoError(t, err)
+	return h
 }

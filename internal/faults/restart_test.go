@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 	"github.com/redsem/redsem/internal/faults/history"
 	"github.com/redsem/redsem/internal/redistest"
 )
@@ -30,13 +31,13 @@ func TestRestartWithAOF(t *testing.T) {
 	var epochs []string
 	for i := 0; i < 2; i++ {
 		time.Sleep(runFor / 3)
-		epochs = append(epochs, status(t, sem).Epoch)
+		epochs = append(epochs, status(t, r.ops()).Epoch)
 		srv.Restart()
 		restarts++
 	}
 	r.waitAll(40 * time.Second)
 	rep := r.check(history.Options{})
-	st, lost, _ := quiesce(t, sem, 15*time.Second)
+	st, lost, _ := quiesce(t, r.ops(), sem, 15*time.Second)
 	epochs = append(epochs, st.Epoch)
 	for _, e := range epochs {
 		assert.Equal(t, epochs[0], e, "the semaphore was re-created although AOF kept it")
@@ -57,7 +58,7 @@ func TestRestartWithoutPersistence(t *testing.T) {
 	sem := r.sem()
 	old, err := sem.Acquire(ctxT(t, 5*time.Second))
 	require.NoError(t, err)
-	st0, err := sem.Status(ctxT(t, 5*time.Second))
+	st0, err := r.ops().Status(ctxT(t, 5*time.Second))
 	require.NoError(t, err)
 	runFor := scaled(5*time.Second, 10)
 	for i := 0; i < 3; i++ {
@@ -68,9 +69,9 @@ func TestRestartWithoutPersistence(t *testing.T) {
 	restarted := time.Now()
 
 	// The next use re-creates it with a new epoch.
-	var st redsem.Status
+	var st admin.Status
 	require.True(t, waitFor(10*time.Second, func() bool {
-		st, err = sem.Status(context.Background())
+		st, err = r.ops().Status(context.Background())
 		return err == nil && st.Exists
 	}), "the semaphore did not come back")
 	assert.NotEqual(t, st0.Epoch, st.Epoch, "no new epoch after the data was lost")
@@ -81,7 +82,7 @@ func TestRestartWithoutPersistence(t *testing.T) {
 	// nothing.
 	err = old.Release(ctxT(t, 5*time.Second))
 	assert.True(t, errors.Is(err, redsem.ErrLeaseLost), "Release of a pre-restart lease: %v", err)
-	after, err := sem.Status(ctxT(t, 5*time.Second))
+	after, err := r.ops().Status(ctxT(t, 5*time.Second))
 	require.NoError(t, err)
 	assert.Zero(t, after.Stray, "the old release pushed a token")
 	assert.LessOrEqual(t, after.Available+len(after.Holders), n)
@@ -94,7 +95,7 @@ func TestRestartWithoutPersistence(t *testing.T) {
 	r.waitAll(40 * time.Second)
 	evs := r.events()
 	rep := r.check(history.Options{PerEpoch: true, AllowUnleased: true})
-	final, lost, _ := quiesce(t, sem, 15*time.Second)
+	final, lost, _ := quiesce(t, r.ops(), sem, 15*time.Second)
 	lostRel := count(evs, history.KRel, func(e history.Event) bool { return e.Class == "lost" })
 	t.Logf("restart without persistence: clients=%d restarts=1 (%v ago) %s; pre-restart releases reported lost=%d (+1 by the test); tokens lost=%d rejected=%d",
 		len(r.procs), time.Since(restarted).Round(time.Millisecond), rep.Summary(), lostRel, lost, final.Rejected)

@@ -47,7 +47,7 @@ func TestRogueTokens(t *testing.T) {
 	l, err := sem.TryAcquire(ctxT(t, 5*time.Second))
 	require.NoError(t, err)
 	require.NoError(t, l.Release(ctxT(t, 5*time.Second)))
-	st, err := sem.Status(ctxT(t, 5*time.Second))
+	st, err := r.ops().Status(ctxT(t, 5*time.Second))
 	require.NoError(t, err)
 	epoch := st.Epoch
 	pushed := map[string]int{}
@@ -59,7 +59,7 @@ func TestRogueTokens(t *testing.T) {
 		require.NoError(t, err)
 		pushed[kind]++
 	}
-	st, err = sem.Status(ctxT(t, 5*time.Second))
+	st, err = r.ops().Status(ctxT(t, 5*time.Second))
 	require.NoError(t, err)
 	assert.Equal(t, 3, st.Stray, "Status.Stray with one forged, one duplicate, one garbage token")
 	assert.Equal(t, n, st.Available)
@@ -77,7 +77,7 @@ func TestRogueTokens(t *testing.T) {
 			pushed[kind]++
 		}
 		if i%20 == 0 {
-			if st, err := sem.Status(context.Background()); err == nil && st.Stray > maxStray {
+			if st, err := r.ops().Status(context.Background()); err == nil && st.Stray > maxStray {
 				maxStray = st.Stray
 			}
 		}
@@ -98,7 +98,7 @@ func TestRogueTokens(t *testing.T) {
 	for _, l := range held {
 		require.NoError(t, l.Release(ctxT(t, 5*time.Second)))
 	}
-	final, lost, _ := quiesce(t, sem, 5*time.Second)
+	final, lost, _ := quiesce(t, r.ops(), sem, 5*time.Second)
 	total := pushed["forged"] + pushed["duplicate"] + pushed["garbage"]
 	t.Logf("rogue tokens: clients=%d pushed=%v (total %d) max stray seen=%d rejected=%d %s; tokens lost=%d",
 		len(r.procs), pushed, total, maxStray, final.Rejected, rep.Summary(), lost)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 	"github.com/redsem/redsem/internal/faults/history"
 	"github.com/redsem/redsem/internal/redistest"
 )
@@ -92,7 +93,7 @@ func TestRWReadersAndWriters(t *testing.T) {
 	rep := r.check(history.Options{RW: true})
 	m, err := redsem.NewRWMutex(r.pool(), r.name, redsem.WithTTL(ttl), redsem.WithGrace(grace))
 	require.NoError(t, err)
-	took := rwQuiesce(t, m, ttl+grace+2*time.Second)
+	took := rwQuiesce(t, r.ops(), m, ttl+grace+2*time.Second)
 	t.Logf("rwmutex under faults: clients=%d faults=%v %s; free again after %v", len(r.procs), faults, rep.Summary(), took.Round(time.Millisecond))
 	assert.Positive(t, rep.Writes, "no write holds")
 	assert.Greater(t, rep.MaxReaders, 1, "readers never shared the lock")
@@ -105,14 +106,14 @@ func TestRWReadersAndWriters(t *testing.T) {
 // rwQuiesce waits, at most bound, until the lock grants a write lease at
 // once and its Status then shows nothing else held or queued, and returns
 // how long that took.
-func rwQuiesce(t *testing.T, m *redsem.RWMutex, bound time.Duration) time.Duration {
+func rwQuiesce(t *testing.T, ops *admin.Handle, m *redsem.RWMutex, bound time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		l, err := m.TryLock(ctx)
 		if err == nil {
-			st, serr := m.Status(ctx)
+			st, serr := ops.RWStatus(ctx)
 			require.NoError(t, serr)
 			assert.Empty(t, st.Readers)
 			assert.Empty(t, st.Queue)

@@ -13,13 +13,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 	"github.com/redsem/redsem/internal/faults/history"
 	"github.com/redsem/redsem/internal/redistest"
 )
 
-// aclCommands are the commands redsem needs (redsem.ACLCommands), as ACL
+// aclCommands are the commands redsem needs (admin.ACLCommands), as ACL
 // rules "+cmd ...".
-var aclCommands = "+" + strings.Join(redsem.ACLCommands(), " +")
+var aclCommands = "+" + strings.Join(admin.ACLCommands(), " +")
 
 // aclLine is the least-privilege user for the default prefix.
 func aclLine(user, pass, keys, cmds string) []interface{} {
@@ -51,10 +52,10 @@ func TestLeastPrivilegeACL(t *testing.T) {
 	app := srv.Pool(t, redis.DialUsername("redsem-app"), redis.DialPassword("app-secret"))
 	sem, err := redsem.NewSemaphore(app, r.name, 2, redsem.WithTTL(time.Second), redsem.WithGrace(300*time.Millisecond))
 	require.NoError(t, err)
-	_, lost, _ := quiesce(t, sem, 15*time.Second)
+	_, lost, _ := quiesce(t, opsFor(t, app, r.name), sem, 15*time.Second)
 	ctx := ctxT(t, 10*time.Second)
-	assert.NoError(t, redsem.CheckServer(ctx, app), "CheckServer without INFO permission reports nothing")
-	require.NoError(t, sem.Delete(ctx), "Delete as the ACL user")
+	assert.NoError(t, admin.CheckServer(ctx, app), "CheckServer without INFO permission reports nothing")
+	require.NoError(t, opsFor(t, app, r.name).Delete(ctx), "Delete as the ACL user")
 	assert.Zero(t, dbsize(t, srv))
 	t.Logf("as ACL user: %s; tokens lost=%d", rep.Summary(), lost)
 
@@ -96,9 +97,10 @@ func TestAuthPassword(t *testing.T) {
 	r.waitAll(30 * time.Second)
 	rep := r.check(history.Options{})
 	ctx := ctxT(t, 10*time.Second)
-	sem, err := redsem.NewSemaphore(srv.Pool(t, redis.DialPassword("s3cret-pw")), r.name, 2)
+	authed := srv.Pool(t, redis.DialPassword("s3cret-pw"))
+	sem, err := redsem.NewSemaphore(authed, r.name, 2)
 	require.NoError(t, err)
-	_, lost, _ := quiesce(t, sem, 15*time.Second)
+	_, lost, _ := quiesce(t, opsFor(t, authed, r.name), sem, 15*time.Second)
 	t.Logf("with AUTH: %s; tokens lost=%d", rep.Summary(), lost)
 
 	for _, pw := range []string{"", "wrong"} {
@@ -149,7 +151,7 @@ func TestTLS(t *testing.T) {
 	good := dial(redis.DialUseTLS(true), redis.DialTLSConfig(certs.Config))
 	sem, err := redsem.NewSemaphore(good, r.name, 2)
 	require.NoError(t, err)
-	_, lost, _ := quiesce(t, sem, 15*time.Second)
+	_, lost, _ := quiesce(t, opsFor(t, good, r.name), sem, 15*time.Second)
 	t.Logf("over TLS: %s; tokens lost=%d", rep.Summary(), lost)
 
 	ctx := ctxT(t, 10*time.Second)

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 	"github.com/redsem/redsem/internal/faults/history"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/sentinel"
@@ -35,6 +36,8 @@ func newSentinelRun(t *testing.T, set *redistest.Sentinels, size int, ttl, grace
 	require.NoError(t, err)
 	t.Cleanup(func() { p.Close() })
 	sem, err := redsem.NewSemaphore(p, r.name, size, redsem.WithTTL(ttl), redsem.WithFixedTTL(), redsem.WithGrace(grace))
+	require.NoError(t, err)
+	r.adm, err = admin.New(p, redsem.DefaultPrefix, r.name)
 	require.NoError(t, err)
 	return r, sem
 }
@@ -88,7 +91,7 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	r.waitAll(40 * time.Second)
 	evs := r.events()
 	rep := r.check(history.Options{})
-	st, lost, _ := quiesce(t, sem, 15*time.Second)
+	st, lost, _ := quiesce(t, r.ops(), sem, 15*time.Second)
 	t.Logf("SENTINEL FAILOVER under load: %s -> %s in %v, %d waiters were blocked on the old master; clients=%d %s; tokens lost=%d rejected=%d",
 		old.Addr, m.Addr, took.Round(time.Millisecond), blocked, len(r.procs), rep.Summary(), lost, st.Rejected)
 	assert.Positive(t, blocked, "no waiter was blocked on the old master")
@@ -177,7 +180,7 @@ func TestSentinelKillMaster(t *testing.T) {
 			evs := r.events()
 			rep := history.Check(evs, history.Options{N: n})
 			inWindow := count(evs, history.KAcq, func(e history.Event) bool { return e.T >= cut && e.T < killed.UnixMicro() })
-			st, lost, _ := quiesce(t, sem, 20*time.Second)
+			st, lost, _ := quiesce(t, r.ops(), sem, 20*time.Second)
 			t.Logf("kill -9 of the master (WAIT=%v): new master %s %v after the kill; %d waiters were blocked on the old one; grants after replication was cut=%d (the test's: %v); clients=%d %s; tokens lost after quiescence=%d rejected=%d",
 				tc.wait, m.Addr, took.Round(time.Millisecond), blocked, inWindow, acqErr, len(r.procs), rep.Summary(), lost, st.Rejected)
 			for i, v := range rep.Violations {

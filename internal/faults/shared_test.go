@@ -145,7 +145,7 @@ func TestSharedWaitingKillAndClientKill(t *testing.T) {
 	r.waitAll(40 * time.Second)
 	evs := r.events()
 	rep := r.check(history.Options{})
-	st, lost, took := quiesce(t, r.sem(), 15*time.Second)
+	st, lost, took := quiesce(t, r.ops(), r.sem(), 15*time.Second)
 	assert.Empty(t, pendKeys(t, srv, history.KeysFor("redsem:", r.name)), "pending lists left")
 	checked, served := servedGoroutines(t, evs, r.procs, nil, gor, end, 3*time.Second)
 	t.Logf("shared waiting, kill -9 and CLIENT KILL: clients=%d processes x %d goroutines (%d holders) faults=%v failpoint self-kills=%d %s; max overlap %d of N=%d; goroutines served %d/%d; quiesced in %v, tokens lost=%d, rejected=%d",
@@ -181,14 +181,14 @@ func TestSharedWaitingCancellationStorm(t *testing.T) {
 	evs := r.events()
 	rep := r.check(history.Options{})
 	sem := r.sem()
-	st, lost, _ := quiesce(t, sem, 15*time.Second)
+	st, lost, _ := quiesce(t, r.ops(), sem, 15*time.Second)
 	// A process that exited while its pump was registered leaves that
 	// registration until its sweep: the wait's block time plus the grace at
 	// most (the documented bound), then nothing may be left.
 	deadline := time.Now().Add(redsem.DefaultGrace + 32*time.Second)
 	for st.Waiting > 0 && time.Now().Before(deadline) {
 		time.Sleep(200 * time.Millisecond)
-		st, _, _ = settle(t, sem, time.Second)
+		st, _, _ = settle(t, r.ops(), sem, time.Second)
 	}
 	assert.Zero(t, st.Waiting, "waiters still registered after the storm, past block time plus grace")
 	assert.Empty(t, pendKeys(t, srv, history.KeysFor("redsem:", r.name)), "pending lists left")
@@ -267,8 +267,8 @@ func TestIdlePumpStopsWhenQueueEmptiedByGrant(t *testing.T) {
 	idle := waitFor(2*time.Second, func() bool { return blocked() == 0 })
 	// The stopped pump settles its registration on a fresh connection: give
 	// that the same bounded wait.
-	var st redsem.Status
-	waitFor(2*time.Second, func() bool { st = status(t, other); return st.Waiting == 0 })
+	st := status(t, r.ops())
+	waitFor(2*time.Second, func() bool { st = status(t, r.ops()); return st.Waiting == 0 })
 	t.Logf("after the queue emptied by a grant: blocked connections=%d, Status.Waiting=%d", blocked(), st.Waiting)
 	assert.True(t, idle, "a pump of the shared semaphore is still blocked in Redis with no goroutine waiting")
 	assert.Zero(t, st.Waiting, "a wait is still registered with no goroutine waiting")

@@ -99,7 +99,7 @@ func TestStoppedHolderPastTTL(t *testing.T) {
 		}
 	}
 	rep := r.check(history.Options{})
-	st, lost, _ := quiesce(t, r.sem(), 5*time.Second)
+	st, lost, _ := quiesce(t, r.ops(), r.sem(), 5*time.Second)
 	t.Logf("SIGSTOP holder past TTL: clients=%d stops=%d %s; tokens lost=%d stray=%d rejected=%d",
 		len(r.procs), len(victims), rep.Summary(), lost, st.Stray, st.Rejected)
 }
@@ -154,7 +154,7 @@ func TestFrozenWaiterFirstInLine(t *testing.T) {
 		released := time.Now()
 		// Redis served the frozen waiter: its lease is recorded.
 		require.True(t, waitFor(2*time.Second, func() bool {
-			st, err := sem.Status(context.Background())
+			st, err := r.ops().Status(context.Background())
 			return err == nil && len(st.Holders) == 1
 		}), "no lease recorded for the frozen waiter")
 		require.True(t, waitFor(ttl+5*time.Second, func() bool { _, ok := lastAcq(r, x.pid()); return ok }), "second waiter never got the token")
@@ -173,7 +173,7 @@ func TestFrozenWaiterFirstInLine(t *testing.T) {
 	}
 	r.waitAll(20 * time.Second)
 	rep := r.check(history.Options{})
-	_, lost, _ := quiesce(t, sem, 5*time.Second)
+	_, lost, _ := quiesce(t, r.ops(), sem, 5*time.Second)
 	t.Logf("frozen first waiter: clients=%d freezes=%d %s; tokens lost=%d", len(r.procs), rounds, rep.Summary(), lost)
 }
 
@@ -203,7 +203,7 @@ func TestServerStalls(t *testing.T) {
 	}
 	r.waitAll(40 * time.Second)
 	rep := r.check(history.Options{})
-	_, lost, _ := quiesce(t, r.sem(), 15*time.Second)
+	_, lost, _ := quiesce(t, r.ops(), r.sem(), 15*time.Second)
 	t.Logf("server stalls: clients=%d stalls=%v (read timeout 700ms, TTL %v) %s; tokens lost=%d", len(r.procs), stalls, ttl, rep.Summary(), lost)
 	assert.Positive(t, rep.Holds)
 }

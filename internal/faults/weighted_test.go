@@ -155,7 +155,7 @@ func TestWeightedKillAndStop(t *testing.T) {
 	r.waitAll(40 * time.Second)
 	evs := r.events()
 	rep := r.check(history.Options{})
-	st, lost, took := quiesce(t, r.sem(), 15*time.Second)
+	st, lost, took := quiesce(t, r.ops(), r.sem(), 15*time.Second)
 	k := history.KeysFor("redsem:", r.name)
 	assert.Empty(t, pendKeys(t, srv, k), "pending lists left")
 	admin := adminConn(t, srv)
@@ -198,7 +198,7 @@ func TestWeightedCollectorKilled(t *testing.T) {
 	for i := 0; i < procs; i++ {
 		live = append(live, spawn())
 	}
-	sem := r.sem()
+	ops := r.ops()
 	admin := adminConn(t, srv)
 	redisNow := func() int64 {
 		tm, err := redis.Int64s(admin.Do("TIME"))
@@ -209,7 +209,7 @@ func TestWeightedCollectorKilled(t *testing.T) {
 	for time.Now().Before(end.Add(-4 * time.Second)) {
 		victim := -1
 		waitFor(2*time.Second, func() bool {
-			for _, h := range status(t, sem).Holders {
+			for _, h := range status(t, ops).Holders {
 				_, pid, ok := strings.Cut(h.Label, ":")
 				if h.Fence != 0 || !ok {
 					continue
@@ -234,7 +234,7 @@ func TestWeightedCollectorKilled(t *testing.T) {
 	r.waitAll(40 * time.Second)
 	evs := r.events()
 	rep := r.check(history.Options{})
-	_, lost, _ := quiesce(t, r.sem(), 15*time.Second)
+	_, lost, _ := quiesce(t, r.ops(), r.sem(), 15*time.Second)
 	var gaps []time.Duration
 	for _, at := range kills {
 		next := int64(0)

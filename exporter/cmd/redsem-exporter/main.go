@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 	"github.com/redsem/redsem/exporter"
 )
 
@@ -71,8 +72,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", ":9464", "")
 	prefix := fs.String("prefix", redsem.DefaultPrefix, "")
 	url := fs.String("redis", "", "")
-	limit := fs.Int("limit", redsem.DefaultScanLimit, "")
-	maxScan := fs.Int("max-scan", redsem.DefaultMaxScan, "")
+	limit := fs.Int("limit", admin.DefaultScanLimit, "")
+	maxScan := fs.Int("max-scan", admin.DefaultMaxScan, "")
 	timeout := fs.Duration("timeout", 10*time.Second, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

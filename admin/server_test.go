@@ -1,4 +1,4 @@
-package redsem
+package admin
 
 import (
 	"testing"

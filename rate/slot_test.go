@@ -1,4 +1,4 @@
-package redsem
+package rate
 
 import (
 	"context"
@@ -11,23 +11,30 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redsem/redsem"
 	"github.com/redsem/redsem/internal/redistest"
-	"github.com/redsem/redsem/rate"
 )
 
-// The Gate keeps both limits: at most C in flight and at most n starts per
-// interval; a cancelled Acquire holds nothing.
-func TestGateInFlightAndRate(t *testing.T) {
+// requireAllFree fails unless every one of sem's size slots is free: a
+// TryAcquireN of all of them succeeds (and is given back).
+func requireAllFree(t *testing.T, ctx context.Context, sem *redsem.Semaphore) {
+	t.Helper()
+	l, err := sem.TryAcquireN(ctx, sem.Size())
+	require.NoError(t, err, "a slot is still held")
+	require.NoError(t, l.Release(ctx))
+}
+
+// A semaphore's slot plus WaitHolding keeps both limits: at most C in
+// flight and at most n starts per interval; a cancelled wait or a refused
+// AllowHolding holds nothing.
+func TestHoldingKeepsInFlightAndRate(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const inflight, n = 2, 4
 		per := 200 * time.Millisecond
 		ctx := ctxT(t, 10*time.Second)
-		sem := newSem(t, b, "api", inflight)
-		rg := newRateGate(t, b, "api", n, per)
-		gate, err := NewGate(sem, rg)
+		sem, err := redsem.NewSemaphore(b.pool, "api", inflight)
 		require.NoError(t, err)
-		_, err = NewGate(nil, rg)
-		require.ErrorIs(t, err, ErrInvalidOption)
+		gate := newGate(t, b, "api", n, per)
 
 		var mu sync.Mutex
 		var running, most int
@@ -39,7 +46,12 @@ func TestGateInFlightAndRate(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for range 2 {
-					l, err := gate.Acquire(ctx)
+					l, err := sem.Acquire(ctx)
+					if err != nil {
+						errs <- err
+						return
+					}
+					st, err := gate.WaitHolding(ctx, l)
 					if err != nil {
 						errs <- err
 						return
@@ -47,7 +59,7 @@ func TestGateInFlightAndRate(t *testing.T) {
 					mu.Lock()
 					running++
 					most = max(most, running)
-					starts = append(starts, l.Start.At)
+					starts = append(starts, st.At)
 					mu.Unlock()
 					time.Sleep(15 * time.Millisecond)
 					mu.Lock()
@@ -67,32 +79,34 @@ func TestGateInFlightAndRate(t *testing.T) {
 		assert.Equal(t, inflight, most)
 		assert.Len(t, starts, 16)
 		assert.LessOrEqual(t, redistest.MaxInWindow(starts, per), n)
-		requireInventory(t, sem, inflight, 0)
+		requireAllFree(t, ctx, sem)
 
-		// The rate is spent: a cancelled Acquire gives its slot back, and
-		// TryAcquire says when to retry. The spent gate's interval is an
-		// hour, so no start comes back meanwhile, however slow the machine
-		// (with per's 200ms one did, between the draining and the Acquire).
-		spent := newRateGate(t, b, "api-spent", n, time.Hour)
-		gate, err = NewGate(sem, spent)
-		require.NoError(t, err)
+		// The rate is spent: a cancelled WaitHolding gives its slot back, and
+		// AllowHolding says when to retry. The spent gate's interval is an
+		// hour, so no start comes back meanwhile, however slow the machine.
+		spent := newGate(t, b, "api-spent", n, time.Hour)
 		for i := 0; i < n; i++ {
 			_, err := spent.Allow(ctx)
 			require.NoError(t, err)
 		}
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
 		defer cancel()
-		_, err = gate.Acquire(cctx)
+		l, err := sem.Acquire(cctx)
+		require.NoError(t, err)
+		_, err = spent.WaitHolding(cctx, l)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
-		requireInventory(t, sem, inflight, 0)
-		_, err = gate.TryAcquire(ctx)
-		var rl *rate.LimitedError
+		assert.ErrorIs(t, l.Err(), redsem.ErrReleased, "the slot was given back")
+		requireAllFree(t, ctx, sem)
+
+		l, err = sem.TryAcquire(ctx)
+		require.NoError(t, err)
+		_, err = spent.AllowHolding(ctx, l)
+		var rl *LimitedError
 		require.ErrorAs(t, err, &rl)
 		assert.Greater(t, rl.RetryAfter, 59*time.Minute)
-		requireInventory(t, sem, inflight, 0)
-		var nilLease *GateLease
-		assert.ErrorIs(t, nilLease.Release(ctx), ErrLeaseLost)
-		assert.True(t, errors.Is(err, rate.ErrRateLimited))
+		assert.True(t, errors.Is(err, ErrRateLimited))
+		assert.ErrorIs(t, l.Err(), redsem.ErrReleased, "the slot was given back")
+		requireAllFree(t, ctx, sem)
 	})
 }
 
@@ -101,30 +115,24 @@ func TestGateInFlightAndRate(t *testing.T) {
 func TestGateAndSemaphoreOfOneNameShareNoKey(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 5*time.Second)
-		rg := newRateGate(t, b, "partner", 2, time.Minute)
+		rg := newGate(t, b, "partner", 2, time.Minute)
 		_, err := rg.Allow(ctx)
 		require.NoError(t, err)
 		gateKeys, err := redis.Strings(b.do(t, "KEYS", "*"), nil)
 		require.NoError(t, err)
 		require.NotEmpty(t, gateKeys)
 
-		s := newSem(t, b, "partner", 1)
+		s, err := redsem.NewSemaphore(b.pool, "partner", 1)
+		require.NoError(t, err)
 		l, err := s.TryAcquire(ctx)
 		require.NoError(t, err)
 		require.NoError(t, l.Release(ctx))
 		for _, k := range gateKeys {
 			assert.Contains(t, k, "{partner}:rate:")
 		}
-		assert.Equal(t, 1, b.llen(t, s.k.tokens))
+		assert.Equal(t, 1, b.num(t, "LLEN", redsem.DefaultPrefix+"{partner}:tokens"))
 		st, err := rg.Status(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, 1, st.Available, "the semaphore took nothing of the gate's")
 	})
-}
-
-func newRateGate(t testing.TB, b *backend, name string, n int, per time.Duration, opts ...rate.Option) *rate.Gate {
-	t.Helper()
-	g, err := rate.New(b.pool, name, n, per, opts...)
-	require.NoError(t, err)
-	return g
 }

@@ -1,4 +1,4 @@
-package redsem
+package admin
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gomodule/redigo/redis"
+
 	"github.com/redsem/redsem/internal/engine"
 )
 
@@ -25,9 +26,9 @@ var (
 // CheckServer reads INFO from the server behind pool and reports settings
 // under which redsem cannot keep its promises: a version older than 6.2
 // (ErrServerTooOld) or a maxmemory-policy that may evict keys without a TTL
-// (ErrEvictingServer; noeviction and the volatile-* policies are fine, since
-// redsem's keys never have a TTL). Call it once at startup. It returns nil
-// when the server does not let this user run INFO, as it cannot tell then.
+// (ErrEvictingServer; noeviction and volatile-* are fine). Call it once at
+// startup; it is two round trips. It returns nil when the server does not
+// let this user run INFO, as it cannot tell then.
 func CheckServer(ctx context.Context, pool Pool) error {
 	conn, err := pool.GetContext(ctx)
 	if err != nil {

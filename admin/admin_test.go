@@ -1,4 +1,4 @@
-package redsem
+package admin
 
 import (
 	"context"
@@ -7,12 +7,14 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem"
 )
 
-// An Admin works on the size stored in Redis without being told one: every
+// A Handle works on the size stored in Redis without being told one: every
 // operation on a semaphore of size 3 with a holder, made by a client that
-// knows the size, and nothing written by NewAdmin.
-func TestAdminNeedsNoSize(t *testing.T) {
+// knows the size, and nothing written by New.
+func TestHandleNeedsNoSize(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		const prefix = "ops:"
@@ -22,23 +24,23 @@ func TestAdminNeedsNoSize(t *testing.T) {
 			name   string
 			want   error
 		}{
-			{nil, prefix, "jobs", ErrInvalidOption},
-			{b.pool, "a{b", "jobs", ErrInvalidOption},
-			{b.pool, prefix, "", ErrInvalidName},
+			{nil, prefix, "jobs", redsem.ErrInvalidOption},
+			{b.pool, "a{b", "jobs", redsem.ErrInvalidOption},
+			{b.pool, prefix, "", redsem.ErrInvalidName},
 		} {
-			a, err := NewAdmin(c.pool, c.prefix, c.name)
+			a, err := New(c.pool, c.prefix, c.name)
 			require.ErrorIs(t, err, c.want, "%q %q", c.prefix, c.name)
 			assert.Nil(t, a)
 		}
-		a, err := NewAdmin(b.pool, prefix, "jobs")
+		a, err := New(b.pool, prefix, "jobs")
 		require.NoError(t, err)
 		assert.Equal(t, "jobs", a.Name())
-		assert.Equal(t, 0, b.keyCount(t), "NewAdmin writes nothing")
+		assert.Equal(t, 0, b.keyCount(t), "New writes nothing")
 		st, err := a.Status(ctx)
 		require.NoError(t, err)
 		assert.False(t, st.Exists)
 
-		s := newSem(t, b, "jobs", 3, WithPrefix(prefix), WithFixedTTL(), WithTTL(time.Minute))
+		s := newSem(t, b, "jobs", 3, redsem.WithPrefix(prefix), redsem.WithFixedTTL(), redsem.WithTTL(time.Minute))
 		held := holdN(t, ctx, s.TryAcquire, 2)
 		st, err = a.Status(ctx)
 		require.NoError(t, err)
@@ -59,7 +61,7 @@ func TestAdminNeedsNoSize(t *testing.T) {
 		assert.Equal(t, 3, st.Available)
 
 		// An expired lease is reclaimed; Repair finds nothing else to do.
-		b.do(t, "ZADD", s.k.leases, "XX", time.Now().Add(-time.Minute).UnixMilli(), held[0].Token())
+		b.do(t, "ZADD", key(prefix, "jobs", "leases"), "XX", time.Now().Add(-time.Minute).UnixMilli(), held[0].Token())
 		n, err := a.Reclaim(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, 1, n)
@@ -70,6 +72,6 @@ func TestAdminNeedsNoSize(t *testing.T) {
 
 		require.NoError(t, a.Delete(ctx))
 		assert.Equal(t, 0, b.keyCount(t), "Delete removed every key")
-		assert.ErrorIs(t, held[1].Release(context.Background()), ErrLeaseLost)
+		assert.ErrorIs(t, held[1].Release(context.Background()), redsem.ErrLeaseLost)
 	})
 }

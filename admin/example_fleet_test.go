@@ -1,13 +1,16 @@
-package redsem_test
+package admin_test
 
 import (
 	"context"
 	"fmt"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 	"github.com/redsem/redsem/rate"
 )
 
@@ -29,7 +32,7 @@ func ExampleReadFleet() {
 	gate, _ := rate.New(pool, "partner-api", 100, time.Minute)
 	gate.Allow(ctx)
 
-	fleet, err := redsem.ReadFleet(ctx, pool, redsem.DefaultPrefix, redsem.DefaultScanLimit)
+	fleet, err := admin.ReadFleet(ctx, pool, redsem.DefaultPrefix, admin.ScanLimits{})
 	if err != nil {
 		panic(err)
 	}
@@ -43,4 +46,13 @@ func ExampleReadFleet() {
 	// Output:
 	// video-encoders: 2 of 4 held, 0 waiting, 0 expired
 	// partner-api: 1 of 100 per 1m0s started
+}
+
+// exampleRedis starts an in-process Redis for the examples; use your own.
+func exampleRedis() (addr string, stop func()) {
+	m, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	return m.Addr(), m.Close
 }

@@ -1,13 +1,17 @@
-package redsem
+package admin
 
 import (
 	"context"
+
+	"github.com/alicebob/miniredis/v2"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem"
 
 	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/rate"
@@ -46,10 +50,10 @@ func TestScanNamesFindsEveryKind(t *testing.T) {
 		const prefix = "f*[l]?:"
 		odd := []string{"plain", "a b", "x{y}", "ü", "%41", "100%", "both", "m"}
 		for _, name := range odd[:len(odd)-1] {
-			_, err := newSem(t, b, name, 2, WithPrefix(prefix), WithFixedTTL()).TryAcquire(ctx)
+			_, err := newSem(t, b, name, 2, redsem.WithPrefix(prefix), redsem.WithFixedTTL()).TryAcquire(ctx)
 			require.NoError(t, err)
 		}
-		mu, err := NewMutex(b.pool, "m", WithPrefix(prefix), WithFixedTTL())
+		mu, err := redsem.NewMutex(b.pool, "m", redsem.WithPrefix(prefix), redsem.WithFixedTTL())
 		require.NoError(t, err)
 		_, err = mu.TryLock(ctx)
 		require.NoError(t, err)
@@ -59,14 +63,14 @@ func TestScanNamesFindsEveryKind(t *testing.T) {
 		}
 		// Decoys: another prefix the unquoted pattern would match, the
 		// default prefix, a non-canonical encoding, a look-alike suffix.
-		for _, p := range []string{"fxlx:", "f*[l]?x:", DefaultPrefix} {
-			_, err := newSem(t, b, "decoy", 1, WithPrefix(p), WithFixedTTL()).TryAcquire(ctx)
+		for _, p := range []string{"fxlx:", "f*[l]?x:", redsem.DefaultPrefix} {
+			_, err := newSem(t, b, "decoy", 1, redsem.WithPrefix(p), redsem.WithFixedTTL()).TryAcquire(ctx)
 			require.NoError(t, err)
 		}
 		b.do(t, "HSET", prefix+"{%4a}:meta", "size", 1)
 		b.do(t, "HSET", prefix+"{z}:other:meta", "size", 1)
 
-		names, err := ScanNames(ctx, b.pool, prefix, 100)
+		names, err := ScanNames(ctx, b.pool, prefix, ScanLimits{Limit: 100})
 		require.NoError(t, err)
 		assert.False(t, names.Truncated)
 		want := []Found{
@@ -83,14 +87,14 @@ func TestScanNamesStopsAtTheLimit(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		for i := 0; i < 7; i++ {
-			_, err := newSem(t, b, "s"+strconv.Itoa(i), 1, WithFixedTTL()).TryAcquire(ctx)
+			_, err := newSem(t, b, "s"+strconv.Itoa(i), 1, redsem.WithFixedTTL()).TryAcquire(ctx)
 			require.NoError(t, err)
 		}
 		for _, c := range []struct {
 			limit, found int
 			truncated    bool
 		}{{3, 3, true}, {6, 6, true}, {7, 7, false}, {100, 7, false}} {
-			names, err := ScanNames(ctx, b.pool, DefaultPrefix, c.limit)
+			names, err := ScanNames(ctx, b.pool, redsem.DefaultPrefix, ScanLimits{Limit: c.limit})
 			require.NoError(t, err)
 			assert.Len(t, names.Found, c.found, "limit %d", c.limit)
 			assert.Equal(t, c.truncated, names.Truncated, "limit %d", c.limit)
@@ -100,30 +104,38 @@ func TestScanNamesStopsAtTheLimit(t *testing.T) {
 
 func TestScanNamesRejectsBadInput(t *testing.T) {
 	ctx := context.Background()
-	m := miniredisT(t)
+	m := miniredis.RunT(t)
 	pool := newPool(t, m.Addr())
 	for _, c := range []struct {
 		pool   Pool
 		prefix string
-		limit  int
+		lim    ScanLimits
 	}{
-		{nil, "p:", 1},
-		{pool, "p{", 1},
-		{pool, string(make([]byte, engine.MaxPrefixLen+1)), 1},
-		{pool, "p:", 0},
-		{pool, "p:", -1},
+		{nil, "p:", ScanLimits{}},
+		{pool, "p{", ScanLimits{}},
+		{pool, string(make([]byte, engine.MaxPrefixLen+1)), ScanLimits{}},
+		{pool, "p:", ScanLimits{Limit: -1}},
+		{pool, "p:", ScanLimits{MaxScan: -1}},
 	} {
-		_, err := ScanNames(ctx, c.pool, c.prefix, c.limit)
-		assert.ErrorIs(t, err, ErrInvalidOption, "%q %d", c.prefix, c.limit)
-		_, err = ReadFleet(ctx, c.pool, c.prefix, c.limit)
-		assert.ErrorIs(t, err, ErrInvalidOption, "%q %d", c.prefix, c.limit)
+		_, err := ScanNames(ctx, c.pool, c.prefix, c.lim)
+		assert.ErrorIs(t, err, redsem.ErrInvalidOption, "%q %+v", c.prefix, c.lim)
+		_, err = ReadFleet(ctx, c.pool, c.prefix, c.lim)
+		assert.ErrorIs(t, err, redsem.ErrInvalidOption, "%q %+v", c.prefix, c.lim)
 	}
-	for _, maxScan := range []int{0, -1} {
-		_, err := ScanNamesWithin(ctx, pool, "p:", 10, maxScan)
-		assert.ErrorIs(t, err, ErrInvalidOption, "max scan %d", maxScan)
-		_, err = ReadFleetWithin(ctx, pool, "p:", 10, maxScan)
-		assert.ErrorIs(t, err, ErrInvalidOption, "max scan %d", maxScan)
+}
+
+// The zero ScanLimits are the defaults: DefaultScanLimit names.
+func TestScanLimitsZeroIsDefault(t *testing.T) {
+	ctx := ctxT(t, 10*time.Second)
+	m := miniredis.RunT(t)
+	b := &backend{name: "miniredis", mini: m, addr: m.Addr(), pool: newPool(t, m.Addr())}
+	for i := 0; i < DefaultScanLimit+1; i++ {
+		b.do(t, "HSET", key(redsem.DefaultPrefix, "s"+strconv.Itoa(i), "meta"), "size", 1)
 	}
+	names, err := ScanNames(ctx, b.pool, redsem.DefaultPrefix, ScanLimits{})
+	require.NoError(t, err)
+	assert.Len(t, names.Found, DefaultScanLimit)
+	assert.True(t, names.Truncated)
 }
 
 // ReadFleet reports each semaphore's state as Status does, with the expired
@@ -133,14 +145,14 @@ func TestReadFleet(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		const prefix = "fleet:"
-		busy := newSem(t, b, "busy", 4, WithPrefix(prefix), WithFixedTTL())
+		busy := newSem(t, b, "busy", 4, redsem.WithPrefix(prefix), redsem.WithFixedTTL())
 		held := holdN(t, ctx, busy.TryAcquire, 3)
 		// One lease's deadline is moved into the past: expired, not reclaimed.
-		b.do(t, "ZADD", busy.k.leases, "XX", time.Now().Add(-time.Minute).UnixMilli(), held[0].Token())
-		b.do(t, "RPUSH", busy.k.tokens, "forged")
+		b.do(t, "ZADD", key(prefix, "busy", "leases"), "XX", time.Now().Add(-time.Minute).UnixMilli(), held[0].Token())
+		b.do(t, "RPUSH", key(prefix, "busy", "tokens"), "forged")
 		time.Sleep(30 * time.Millisecond) // so the oldest hold is measurably old
 
-		idle := newSem(t, b, "idle", 2, WithPrefix(prefix), WithFixedTTL())
+		idle := newSem(t, b, "idle", 2, redsem.WithPrefix(prefix), redsem.WithFixedTTL())
 		l, err := idle.TryAcquire(ctx)
 		require.NoError(t, err)
 		require.NoError(t, l.Release(ctx))
@@ -156,7 +168,7 @@ func TestReadFleet(t *testing.T) {
 
 		b.do(t, "SET", prefix+"{broken}:meta", "not a hash")
 
-		fl, err := ReadFleet(ctx, b.pool, prefix, 100)
+		fl, err := ReadFleet(ctx, b.pool, prefix, ScanLimits{Limit: 100})
 		require.NoError(t, err)
 		assert.False(t, fl.Truncated)
 		require.Len(t, fl.Semaphores, 2)
@@ -192,6 +204,6 @@ func TestReadFleet(t *testing.T) {
 
 		require.Len(t, fl.Failed, 1)
 		assert.Equal(t, "broken", fl.Failed[0].Name)
-		assert.ErrorIs(t, fl.Failed[0].Err, ErrWrongType)
+		assert.ErrorIs(t, fl.Failed[0].Err, redsem.ErrWrongType)
 	})
 }

@@ -1,4 +1,4 @@
-package redsem
+package admin
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+
 	"github.com/redsem/redsem/internal/engine"
 )
 
@@ -64,23 +65,21 @@ func (inv Inventory) Healthy() bool {
 		len(inv.Duplicates) == 0 && len(inv.Strangers) == 0
 }
 
-// Check reads the token inventory of the semaphore in one script that
-// writes nothing. It reports the size stored in Redis, whatever size this
-// Semaphore was made with. Errors: ErrWrongType, ErrCorrupt (unreadable
-// meta), or a connection error.
-func (s *Semaphore) Check(ctx context.Context) (Inventory, error) {
-	v, _, err := engine.Call(ctx, s.pool, engine.Check, s.k.all(5)...)
-	vals, err := redis.Values(v, err)
+// Check reads where every token of the semaphore is, in one script that
+// writes nothing, against the size stored in Redis. Errors: ErrWrongType,
+// ErrCorrupt (unreadable meta), or a connection error.
+func (h *Handle) Check(ctx context.Context) (Inventory, error) {
+	vals, err := redis.Values(h.call(ctx, "check", engine.Check, h.keys()...))
 	if err != nil {
-		return Inventory{}, s.scriptError("check", err)
+		return Inventory{}, err
 	}
-	inv := Inventory{Name: s.name}
+	inv := Inventory{Name: h.name}
 	var exists int
 	var nowUs int64
 	_, err = redis.Scan(vals, &exists, &inv.Size, &inv.Epoch, &nowUs, &inv.Leased, &inv.Pending,
 		&inv.Free, &inv.Retired, &inv.Duplicates, &inv.Strangers, &inv.Missing, &inv.Withheld)
 	if err != nil {
-		return Inventory{}, fmt.Errorf("redsem: check %q: %w", engine.Printable(s.name), err)
+		return Inventory{}, fmt.Errorf("redsem: check %q: %w", engine.Printable(h.name), err)
 	}
 	inv.Exists = exists == 1
 	inv.ServerTime = time.UnixMicro(nowUs)
@@ -102,43 +101,21 @@ type RepairReport struct {
 	Missing []int
 }
 
-// Repair restores the token inventory that Check reports, in one atomic
-// script. First it gives back the tokens of expired leases and stale
-// pending lists (as Reclaim does). Then it removes the strangers and the
-// duplicate copies from the token list, keeping the order of the rest; it
-// never touches a lease or a pending list (a stranger in a pending list is
-// dropped by its waiter's script or by the pending sweep). Last it mints the
-// missing slots again, if that is safe.
-//
-// The rule: missing tokens are minted only when Redis records no holder at
-// all, neither a lease (retired ones included) nor a lease record, and no
-// pending list holds a token. Then no client Redis knows of holds or is
-// being handed a missing token, and minting it cannot make an extra permit.
-// Otherwise a missing token may be one that is held (its lease record lost
-// or damaged), so nothing is minted: Repair returns the report, whose
-// Missing lists the slots, and an error matching ErrRepairUnsafe that says
-// what blocks it. Release the leases (or let them expire) and run Repair
-// again.
-//
-// What Redis does not record, Repair cannot see: if leases were lost with
-// their records (eviction, a failover, keys deleted by hand), their holders
-// may still be running. Run Repair after such a loss only once every lease
-// of that time has ended, one lease TTL later.
-//
-// Repair of a semaphore that does not exist does nothing; with tokens or
-// leases but no meta record it fails with ErrCorrupt (Delete it). Running it
-// again is safe; after a connection error it is run once more on a fresh
-// connection, and the report is then that of the second run.
-func (s *Semaphore) Repair(ctx context.Context) (RepairReport, error) {
-	v, _, err := engine.Call(ctx, s.pool, engine.Repair, s.k.all(5)...)
-	vals, err := redis.Values(v, err)
+// Repair restores the inventory Check reports, in one atomic script: it
+// gives back the tokens of expired leases and stale pending lists (as
+// Reclaim), drops strangers and duplicates from the token list, and mints
+// the missing slots again only when Redis records no holder and no pending
+// token at all; otherwise it returns the report and an error matching
+// ErrRepairUnsafe that says what blocks it. See docs/resize-and-repair.md.
+func (h *Handle) Repair(ctx context.Context) (RepairReport, error) {
+	vals, err := redis.Values(h.call(ctx, "repair", engine.Repair, h.keys()...))
 	if err != nil {
-		return RepairReport{}, s.scriptError("repair", err)
+		return RepairReport{}, err
 	}
 	var r RepairReport
 	var leases, records, pending int
 	if _, err := redis.Scan(vals, &r.Reclaimed, &r.Dropped, &r.Minted, &r.Missing, &leases, &records, &pending); err != nil {
-		return RepairReport{}, fmt.Errorf("redsem: repair %q: %w", engine.Printable(s.name), err)
+		return RepairReport{}, fmt.Errorf("redsem: repair %q: %w", engine.Printable(h.name), err)
 	}
 	if len(r.Missing) == 0 {
 		return r, nil
@@ -155,5 +132,5 @@ func (s *Semaphore) Repair(ctx context.Context) (RepairReport, error) {
 		}
 	}
 	return r, fmt.Errorf("%w: semaphore %q: %d missing slots not minted: Redis records %s",
-		ErrRepairUnsafe, engine.Printable(s.name), len(r.Missing), strings.Join(why, ", "))
+		ErrRepairUnsafe, engine.Printable(h.name), len(r.Missing), strings.Join(why, ", "))
 }

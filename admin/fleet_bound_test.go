@@ -1,4 +1,4 @@
-package redsem
+package admin
 
 import (
 	"testing"
@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem"
 )
 
 // One fleet read on a large keyspace where few keys are redsem's sends at
@@ -17,16 +19,16 @@ func TestReadFleetBoundsTheScan(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	const prefix = "bound:"
 	for _, name := range []string{"a", "b", "c"} {
-		_, err := newSem(t, b, name, 2, WithPrefix(prefix), WithFixedTTL()).TryAcquire(ctx)
+		_, err := newSem(t, b, name, 2, redsem.WithPrefix(prefix), redsem.WithFixedTTL()).TryAcquire(ctx)
 		require.NoError(t, err)
 	}
 	// 150,000 keys of another program: 300 SCAN calls of COUNT 500 to walk.
 	b.do(t, "DEBUG", "POPULATE", 150000, "other")
-	_, err := ReadFleet(ctx, b.pool, prefix, 100) // loads the status script
+	_, err := ReadFleet(ctx, b.pool, prefix, ScanLimits{Limit: 100}) // loads the status script
 	require.NoError(t, err)
 
 	b.do(t, "CONFIG", "RESETSTAT")
-	fl, err := ReadFleet(ctx, b.pool, prefix, 100)
+	fl, err := ReadFleet(ctx, b.pool, prefix, ScanLimits{Limit: 100})
 	require.NoError(t, err)
 	calls := b.srv.CommandCalls(t)
 	assert.Equal(t, DefaultMaxScan, calls["scan"], "SCAN calls of one ReadFleet: %v", calls)
@@ -35,7 +37,7 @@ func TestReadFleetBoundsTheScan(t *testing.T) {
 	assert.True(t, fl.Truncated, "the cap cut the scan short")
 
 	b.do(t, "CONFIG", "RESETSTAT")
-	names, err := ScanNamesWithin(ctx, b.pool, prefix, 100, 2000)
+	names, err := ScanNames(ctx, b.pool, prefix, ScanLimits{Limit: 100, MaxScan: 2000})
 	require.NoError(t, err)
 	calls = b.srv.CommandCalls(t)
 	assert.False(t, names.Truncated, "a cap above the keyspace's walk")
@@ -44,7 +46,7 @@ func TestReadFleetBoundsTheScan(t *testing.T) {
 	assert.Less(t, calls["scan"], 2000, "%v", calls)
 
 	b.do(t, "CONFIG", "RESETSTAT")
-	names, err = ScanNamesWithin(ctx, b.pool, prefix, 100, 7)
+	names, err = ScanNames(ctx, b.pool, prefix, ScanLimits{Limit: 100, MaxScan: 7})
 	require.NoError(t, err)
 	assert.Equal(t, 7, b.srv.CommandCalls(t)["scan"])
 	assert.True(t, names.Truncated)

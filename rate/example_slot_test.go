@@ -1,4 +1,4 @@
-package redsem_test
+package rate_test
 
 import (
 	"context"
@@ -13,8 +13,10 @@ import (
 	"github.com/redsem/redsem/rate"
 )
 
-// At most 2 calls in flight and at most 10 starts per second.
-func ExampleGate() {
+// At most 2 calls in flight and at most 10 starts per second: a semaphore's
+// slot first, then a start; WaitHolding gives the slot back when no start
+// comes.
+func ExampleGate_WaitHolding() {
 	addr, stop := exampleRedis()
 	defer stop()
 	pool := &redis.Pool{MaxIdle: 16, Dial: func() (redis.Conn, error) { return redis.Dial("tcp", addr) }}
@@ -22,7 +24,6 @@ func ExampleGate() {
 
 	inFlight, _ := redsem.NewSemaphore(pool, "geo-api", 2)
 	perSecond, _ := rate.New(pool, "geo-api", 10, time.Second)
-	gate, _ := redsem.NewGate(inFlight, perSecond)
 
 	ctx := context.Background()
 	var running, most atomic.Int32
@@ -31,12 +32,16 @@ func ExampleGate() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pass, err := gate.Acquire(ctx)
+			slot, err := inFlight.Acquire(ctx)
 			if err != nil {
 				fmt.Println("acquire:", err)
 				return
 			}
-			defer pass.Release(ctx)
+			if _, err := perSecond.WaitHolding(ctx, slot); err != nil {
+				fmt.Println("wait:", err) // the slot was given back
+				return
+			}
+			defer slot.Release(ctx)
 			n := running.Add(1)
 			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 			}

@@ -1,4 +1,4 @@
-package redsem
+package admin
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/gomodule/redigo/redis"
 
@@ -43,16 +42,22 @@ type Names struct {
 	Truncated bool
 }
 
-// DefaultScanLimit is a sensible cap on the names one scan reports.
+// DefaultScanLimit is the cap on the names one scan reports unless
+// ScanLimits.Limit says otherwise.
 const DefaultScanLimit = 1000
 
 // DefaultMaxScan is the cap on the SCAN calls of one scan (over all nodes
-// of a cluster) that ScanNames and ReadFleet apply: with COUNT 500, about
-// 50,000 keys examined, a few tens of milliseconds of server time. A
-// keyspace larger than that is not walked whole (Truncated is set): pass a
-// larger cap to ScanNamesWithin or ReadFleetWithin, or keep the semaphores
-// in a database of their own.
+// of a cluster) unless ScanLimits.MaxScan says otherwise: with COUNT 500,
+// about 50,000 keys examined, a few tens of milliseconds of server time. A
+// larger keyspace is not walked whole (Truncated is set): raise the cap, or
+// keep the semaphores in a database of their own.
 const DefaultMaxScan = 100
+
+// ScanLimits bound one scan. The zero value is the defaults.
+type ScanLimits struct {
+	Limit   int // the most names reported; 0: DefaultScanLimit
+	MaxScan int // the most SCAN calls, over all nodes; 0: DefaultMaxScan
+}
 
 // scanCount is the COUNT hint of each SCAN call: how many keys Redis looks
 // at per call, which bounds the work of one call on the server.
@@ -68,38 +73,27 @@ type MultiNodePool interface {
 }
 
 // ScanNames finds the semaphores (mutexes, weighted semaphores) and rate
-// gates under prefix by SCAN over their meta keys: never KEYS, MATCH on the
-// prefix, a COUNT of 500 keys per call, at most limit names and at most
-// DefaultMaxScan SCAN calls (then Truncated is set and the scan stops), so
-// its cost on the server is bounded however large the keyspace. It is
-// ScanNamesWithin with DefaultMaxScan. It reads no semaphore state: a name
-// is reported when its meta key exists. Key names that are not of the form
-// redsem writes (another program's keys that happen to match) are skipped.
-//
-// On a MultiNodePool (Redis Cluster) every master is scanned. Otherwise the
-// pool's connections must all reach one Redis: SCAN cursors are per server.
-//
-// Errors: ErrInvalidOption for a prefix WithPrefix would refuse or a limit
-// below 1; otherwise a connection error or Redis's error reply.
-func ScanNames(ctx context.Context, pool Pool, prefix string, limit int) (Names, error) {
-	return ScanNamesWithin(ctx, pool, prefix, limit, DefaultMaxScan)
-}
-
-// ScanNamesWithin is ScanNames with at most maxScan SCAN calls in all
-// (about 500 keys examined each), instead of DefaultMaxScan. Errors:
-// ErrInvalidOption for a maxScan below 1, and those of ScanNames.
-func ScanNamesWithin(ctx context.Context, pool Pool, prefix string, limit, maxScan int) (Names, error) {
-	if pool == nil {
-		return Names{}, fmt.Errorf("%w: nil pool", ErrInvalidOption)
+// gates under prefix by SCAN over their meta keys (never KEYS; COUNT 500),
+// within lim, so its cost on the server is bounded however large the
+// keyspace; it reads no state. On a MultiNodePool every master is scanned.
+// Errors: ErrInvalidOption (a bad prefix, a negative limit), a connection
+// error or Redis's error reply.
+func ScanNames(ctx context.Context, pool Pool, prefix string, lim ScanLimits) (Names, error) {
+	if err := engine.CheckPool(pool, "pool"); err != nil {
+		return Names{}, err
 	}
 	if err := engine.CheckPrefix(prefix); err != nil {
 		return Names{}, err
 	}
-	if limit < 1 {
-		return Names{}, fmt.Errorf("%w: scan limit %d is below 1", ErrInvalidOption, limit)
+	limit, maxScan := lim.Limit, lim.MaxScan
+	if limit < 0 || maxScan < 0 {
+		return Names{}, fmt.Errorf("%w: scan limits %+v: below 0", engine.ErrInvalidOption, lim)
 	}
-	if maxScan < 1 {
-		return Names{}, fmt.Errorf("%w: max SCAN calls %d is below 1", ErrInvalidOption, maxScan)
+	if limit == 0 {
+		limit = DefaultScanLimit
+	}
+	if maxScan == 0 {
+		maxScan = DefaultMaxScan
 	}
 	nodes := []Pool{pool}
 	if mp, ok := pool.(MultiNodePool); ok {
@@ -249,21 +243,14 @@ type FleetError struct {
 	Err  error
 }
 
-// ReadFleet finds the names under prefix with ScanNames (at most limit
-// names, at most DefaultMaxScan SCAN calls) and reads each one's state in
-// one script call: Status for a semaphore, rate.ReadStatus for a rate gate.
-// A name deleted between the scan and its read is left out. A name whose keys Redis refuses to read (ErrWrongType,
-// ErrCorrupt, another error reply) goes to Failed; any other error (a
-// connection error, ctx's end) stops the read and is returned.
-func ReadFleet(ctx context.Context, pool Pool, prefix string, limit int) (Fleet, error) {
-	return ReadFleetWithin(ctx, pool, prefix, limit, DefaultMaxScan)
-}
-
-// ReadFleetWithin is ReadFleet with at most maxScan SCAN calls, as
-// ScanNamesWithin. One call sends at most maxScan SCAN calls and one script
-// call per name found.
-func ReadFleetWithin(ctx context.Context, pool Pool, prefix string, limit, maxScan int) (Fleet, error) {
-	names, err := ScanNamesWithin(ctx, pool, prefix, limit, maxScan)
+// ReadFleet finds the names under prefix with ScanNames (within lim) and
+// reads each one's state in one script call: Status for a semaphore,
+// rate.ReadStatus for a rate gate. A name deleted meanwhile is left out; one
+// whose keys Redis refuses to read (ErrWrongType, ErrCorrupt, another error
+// reply) goes to Failed. Any other error (a connection error, ctx's end)
+// stops the read and is returned.
+func ReadFleet(ctx context.Context, pool Pool, prefix string, lim ScanLimits) (Fleet, error) {
+	names, err := ScanNames(ctx, pool, prefix, lim)
 	if err != nil {
 		return Fleet{}, err
 	}
@@ -287,7 +274,7 @@ func ReadFleetWithin(ctx context.Context, pool Pool, prefix string, limit, maxSc
 		if err == nil {
 			continue
 		}
-		if errors.Is(err, ErrWrongType) || errors.Is(err, ErrCorrupt) || engine.IsRedisError(err) {
+		if errors.Is(err, engine.ErrWrongType) || errors.Is(err, engine.ErrCorrupt) || engine.IsRedisError(err) {
 			fl.Failed = append(fl.Failed, FleetError{Name: f.Name, Kind: f.Kind, Err: err})
 			continue
 		}
@@ -297,35 +284,9 @@ func ReadFleetWithin(ctx context.Context, pool Pool, prefix string, limit, maxSc
 }
 
 func readSemaphore(ctx context.Context, pool Pool, prefix, name string) (Status, error) {
-	a, err := NewAdmin(pool, prefix, name)
+	h, err := New(pool, prefix, name)
 	if err != nil {
 		return Status{}, err
 	}
-	return a.Status(ctx)
-}
-
-// Expired counts the holders whose lease deadline has passed and whose
-// token no client has reclaimed yet (the next Acquire, Reclaim or Repair
-// does).
-func (st Status) Expired() int {
-	n := 0
-	for _, h := range st.Holders {
-		if h.Expired {
-			n++
-		}
-	}
-	return n
-}
-
-// OldestHold is how long the longest-held lease has been held at
-// ServerTime, by Redis time; 0 without holders.
-func (st Status) OldestHold() time.Duration {
-	var oldest time.Duration
-	for _, h := range st.Holders {
-		if h.Acquired.IsZero() {
-			continue
-		}
-		oldest = max(oldest, st.ServerTime.Sub(h.Acquired))
-	}
-	return oldest
+	return h.Status(ctx)
 }
