@@ -214,7 +214,7 @@ func (l *Lease) Context() context.Context {
 // if its tokens were reclaimed. It ignores ctx's end (so `defer
 // l.Release(ctx)` works) and is bounded by a timeout of its own (5s). It
 // stops auto-refresh; after a connection error the lease ends on this side
-// all the same. Calling it again is safe (see the package doc, Leases).
+// all the same. Calling it again is safe (docs/design.md, Leases).
 func (l *Lease) Release(ctx context.Context) error {
 	if l == nil {
 		return ErrLeaseLost
@@ -318,8 +318,8 @@ func (l *Lease) sameEpoch(ctx context.Context) (bool, error) {
 // extends nothing: ErrLeaseLost once Redis no longer records it,
 // ErrLeaseExpired once its local deadline has passed, ErrReleased after
 // Release, ErrInvalidTTL for a ttl outside MinTTL..MaxTTL. It never revives
-// an expired lease, and may run beside another Refresh (see the package
-// doc, Leases).
+// an expired lease, and may run beside another Refresh (see
+// docs/design.md, Leases).
 func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return ErrLeaseLost
