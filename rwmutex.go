@@ -11,48 +11,11 @@ import (
 )
 
 // RWMutex is a read-write lock shared through Redis: any number of read
-// leases at once, or one write lease and no read lease, across every process
-// that uses the same name, prefix and Redis. An RWMutex holds no Redis state
-// of its own and is safe for concurrent use; create one per name and share
-// it. Its keys are under <prefix>{<name>}:rw: (see the package
-// documentation), so an RWMutex and a Semaphore of one name are two locks.
-//
-// RLock, TryRLock, Lock and TryLock return a *Lease with the contract of a
-// Semaphore's (Release, Refresh, auto-refresh, Fence, Done, Context).
-//
-// # Fairness
-//
-// First come, first served, with readers batched: a request is granted at
-// once only when nobody waits and it is compatible with the leases out. Any
-// other request queues in Redis behind the earlier ones, and whatever frees
-// the lock lets in the head of the queue: every reader up to the next writer
-// together, or the writer alone once no lease is out. So a waiting writer is
-// never starved by readers that come after it (they queue behind it), and the
-// readers queued behind a writer go in together when it releases. A reader
-// waits for the writers queued before it, and no longer.
-//
-// FIFO was chosen over phase-fair (where every waiting reader goes in when a
-// writer leaves, even ones that came after the next writer) because it is
-// the order the Semaphore already serves in, each grant's position is plain
-// from the queue (admin's RWStatus), and a writer's wait is bounded by what was ahead
-// of it when it came, not by a reader phase that others may still join.
-//
-// # Waiting and failure
-//
-// Waiters sleep in BLPOP on a doorbell of their own, with the acquisition's
-// script right behind it in the same write; the script that lets a waiter in
-// records its lease and rings the doorbell, so the handoff is one wake-up,
-// as a Semaphore's is, and nobody polls. Every waiter's block is capped at
-// the earliest lease deadline, so the waiters reclaim a crashed holder's
-// lease within one TTL; a waiter that dies in the queue is dropped after its
-// block plus the grace, and if it is let in first, the lease it was granted
-// lasts min(TTL, max(grace, 1s)) unless its own script confirms it. A
-// cancelled or timed-out wait returns within 250ms, leaves the queue, and
-// lets in whoever it held up.
-//
-// Fences: a lease's Fence is greater than that of every lease of the lock
-// granted before it, read leases included, so a store that refuses fences
-// below one it has seen refuses a writer that stalled past its lease.
+// leases at once, or one write lease, across every process that uses the
+// same name and prefix. Requests are served first come, first served, with
+// the readers at the head let in together, so a waiting writer is never
+// starved (docs/rwmutex.md). Its leases are Leases, and its keys are not a
+// Semaphore's: an RWMutex and a Semaphore of one name are two locks.
 type RWMutex struct {
 	s *Semaphore // pools, options, clock and key base of the lock's leases
 }
