@@ -2,9 +2,9 @@
 // repairing, resizing and deleting a semaphore or read-write lock without
 // taking part in it, scanning a prefix for every semaphore, read-write lock
 // and rate gate (ScanNames, ReadFleet), listing and removing every key of a
-// name whatever its kind and type (Kinds, Keys, Purge), checking the server (CheckServer), the Redis
-// commands a client needs (ACLCommands), and Counters, a ready-made
-// redsem.Observer.
+// name whatever its kind and type (Kinds, Keys, Purge), checking the server
+// (CheckServer), the Redis commands a client needs (ACLCommands), and
+// Counters, a ready-made redsem.Observer.
 //
 // A service that only takes and gives back permits needs none of it; the
 // redsem command, redsem top and the Prometheus exporter are built on it.
