@@ -61,6 +61,13 @@ func TestEveryKindOneView(t *testing.T) {
 	r := e.run(t, "status", "api")
 	assert.Contains(t, r.stdout, "limit      5 per 1s\n", "a rate gate set from the shell has a view")
 
+	// top shows the lock too: held by a writer, saturated.
+	r = e.run(t, "top", "-n", "1")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, `2 semaphores, 1 locks, 1 rate gates`)
+	assert.Equal(t, []string{"backup", "rw", "1", "-", "100%", "0", "-", "0", "0"},
+		strings.Fields(regexp.MustCompile(`(?m)^backup\s.*$`).FindString(r.stdout))[:9], r.stdout)
+
 	for name, want := range map[string]string{
 		"enc":    `"enc": semaphore, size 3, free 3, pending 0, leased 0, withheld 0, retired 0, duplicates 0, strangers 0, missing none: healthy`,
 		"job":    `"job": mutex, size 1, free 1,`,
