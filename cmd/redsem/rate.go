@@ -109,7 +109,7 @@ func rateStatus(c connFlags, name string, asJSON bool, stdout io.Writer) error {
 		if asJSON {
 			return writeJSON(stdout, noneJSON{Kind: kindNone, Name: name, Kinds: kindNames(kinds)})
 		}
-		fmt.Fprintf(stdout, "no rate gate %q under prefix %q\n", name, c.prefix)
+		fmt.Fprintf(stdout, "%q does not exist (no rate gate of that name under prefix %q)\n", name, c.prefix)
 		if len(kinds) > 0 {
 			fmt.Fprintln(stdout, alsoLine(name, kinds))
 		}

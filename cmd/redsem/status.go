@@ -73,11 +73,11 @@ func cmdStatus(args []string, stdout, _ io.Writer) error {
 			if *asJSON {
 				return writeJSON(stdout, noneJSON{Kind: kindNone, Name: n.name, Kinds: kindNames(n.kinds)})
 			}
-			what := "no semaphore, mutex, read-write lock or rate gate"
+			what := "semaphore, mutex, read-write lock or rate gate"
 			if kind.k != "" {
-				what = "no " + kindWords(kind.k)
+				what = kindWords(kind.k)
 			}
-			fmt.Fprintf(stdout, "%s %q under prefix %q\n", what, n.name, n.prefix)
+			fmt.Fprintf(stdout, "%q does not exist (no %s of that name under prefix %q)\n", n.name, what, n.prefix)
 			if len(n.kinds) > 0 {
 				fmt.Fprintln(stdout, alsoLine(n.name, n.kinds))
 			}
