@@ -89,7 +89,7 @@ func (s *Semaphore) acquire(ctx context.Context, mode engine.Mode, start *engine
 	case res.Pending != nil:
 		return nil, res.Pending, nil
 	}
-	return nil, nil, fmt.Errorf("%w: semaphore %q", ErrNoToken, engine.Printable(s.name))
+	return nil, nil, fmt.Errorf("%w: every slot of %q is taken", ErrNoToken, engine.Printable(s.name))
 }
 
 // driver is the acquisition driver of s, on s's pools and time source;

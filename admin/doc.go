@@ -1,9 +1,10 @@
 // Package admin holds the operators' side of redsem: reading, checking,
 // repairing, resizing and deleting a semaphore or read-write lock without
-// taking part in it, scanning a prefix for every semaphore and rate gate
-// (ScanNames, ReadFleet), checking the server (CheckServer), the Redis
-// commands a client needs (ACLCommands), and Counters, a ready-made
-// redsem.Observer.
+// taking part in it, scanning a prefix for every semaphore, read-write lock
+// and rate gate (ScanNames, ReadFleet), listing and removing every key of a
+// name whatever its kind and type (Kinds, Keys, Purge), checking the server
+// (CheckServer), the Redis commands a client needs (ACLCommands), and
+// Counters, a ready-made redsem.Observer.
 //
 // A service that only takes and gives back permits needs none of it; the
 // redsem command, redsem top and the Prometheus exporter are built on it.

@@ -20,9 +20,15 @@ const (
 	// KindSemaphore is a Semaphore, a Mutex or a weighted semaphore: they
 	// share one key layout, <prefix>{<name>}:meta and its siblings.
 	KindSemaphore Kind = "semaphore"
+	// KindRWMutex is a read-write lock (redsem.RWMutex), under
+	// <prefix>{<name>}:rw:meta.
+	KindRWMutex Kind = "rwmutex"
 	// KindRate is a rate gate (package rate), under <prefix>{<name>}:rate:meta.
 	KindRate Kind = "rate"
 )
+
+// kindOrder is the order ScanNames lists the kinds in.
+var kindOrder = map[Kind]int{KindSemaphore: 0, KindRWMutex: 1, KindRate: 2}
 
 // Found is one name ScanNames found.
 type Found struct {
@@ -32,7 +38,8 @@ type Found struct {
 
 // Names is what ScanNames found.
 type Names struct {
-	// Found lists the semaphores, then the rate gates, each sorted by name.
+	// Found lists the semaphores, then the read-write locks, then the rate
+	// gates, each sorted by name.
 	Found []Found
 	// Truncated is true when the scan stopped early: at the limit on names
 	// (there are more names under the prefix than Found lists), or at the
@@ -72,8 +79,8 @@ type MultiNodePool interface {
 	MasterPools() ([]*redis.Pool, error)
 }
 
-// ScanNames finds the semaphores (mutexes, weighted semaphores) and rate
-// gates under prefix by SCAN over their meta keys (never KEYS; COUNT 500),
+// ScanNames finds the semaphores (mutexes, weighted semaphores), read-write
+// locks and rate gates under prefix by SCAN over their meta keys (never KEYS; COUNT 500),
 // within lim, so its cost on the server is bounded however large the
 // keyspace; it reads no state. On a MultiNodePool every master is scanned.
 // Errors: ErrInvalidOption (a bad prefix, a negative limit), a connection
@@ -122,7 +129,7 @@ func ScanNames(ctx context.Context, pool Pool, prefix string, lim ScanLimits) (N
 	sort.Slice(names.Found, func(i, j int) bool {
 		a, b := names.Found[i], names.Found[j]
 		if a.Kind != b.Kind {
-			return a.Kind == KindSemaphore
+			return kindOrder[a.Kind] < kindOrder[b.Kind]
 		}
 		return a.Name < b.Name
 	})
@@ -195,7 +202,7 @@ func globEscape(s string) string {
 }
 
 // parseMetaKey returns the name and kind of a meta key under prefix:
-// <prefix>{<encoded name>}:meta or <prefix>{<encoded name>}:rate:meta,
+// <prefix>{<encoded name>}:meta, :rw:meta or :rate:meta,
 // with a name that encodeName would have written.
 func parseMetaKey(prefix, key string) (Found, bool) {
 	rest, ok := strings.CutPrefix(key, prefix+"{")
@@ -210,6 +217,8 @@ func parseMetaKey(prefix, key string) (Found, bool) {
 	switch tail {
 	case ":meta":
 		kind = KindSemaphore
+	case ":rw:meta":
+		kind = KindRWMutex
 	case ":rate:meta":
 		kind = KindRate
 	default:
@@ -222,11 +231,12 @@ func parseMetaKey(prefix, key string) (Found, bool) {
 	return Found{Name: name, Kind: kind}, true
 }
 
-// Fleet is a snapshot of every semaphore and rate gate under one prefix.
-// Each one is read in one script call and is consistent on its own; the
-// fleet as a whole is not one atomic view.
+// Fleet is a snapshot of every semaphore, read-write lock and rate gate
+// under one prefix. Each one is read in one script call and is consistent
+// on its own; the fleet as a whole is not one atomic view.
 type Fleet struct {
 	Semaphores []Status
+	RWMutexes  []RWStatus
 	RateGates  []rate.Status
 	// Failed lists the names whose state could not be read: a key of the
 	// wrong type, a corrupt record.
@@ -245,7 +255,7 @@ type FleetError struct {
 
 // ReadFleet finds the names under prefix with ScanNames (within lim) and
 // reads each one's state in one script call: Status for a semaphore,
-// rate.ReadStatus for a rate gate. A name deleted meanwhile is left out; one
+// RWStatus for a read-write lock, rate.ReadStatus for a rate gate. A name deleted meanwhile is left out; one
 // whose keys Redis refuses to read (ErrWrongType, ErrCorrupt, another error
 // reply) goes to Failed. Any other error (a connection error, ctx's end)
 // stops the read and is returned.
@@ -263,6 +273,12 @@ func ReadFleet(ctx context.Context, pool Pool, prefix string, lim ScanLimits) (F
 			st, err = readSemaphore(ctx, pool, prefix, f.Name)
 			if err == nil && st.Exists {
 				fl.Semaphores = append(fl.Semaphores, st)
+			}
+		case KindRWMutex:
+			var st RWStatus
+			st, err = readRWMutex(ctx, pool, prefix, f.Name)
+			if err == nil && st.Exists {
+				fl.RWMutexes = append(fl.RWMutexes, st)
 			}
 		case KindRate:
 			var st rate.Status
@@ -289,4 +305,12 @@ func readSemaphore(ctx context.Context, pool Pool, prefix, name string) (Status,
 		return Status{}, err
 	}
 	return h.Status(ctx)
+}
+
+func readRWMutex(ctx context.Context, pool Pool, prefix, name string) (RWStatus, error) {
+	h, err := New(pool, prefix, name)
+	if err != nil {
+		return RWStatus{}, err
+	}
+	return h.RWStatus(ctx)
 }

@@ -21,6 +21,8 @@ func TestParseMetaKey(t *testing.T) {
 	for key, want := range map[string]Found{
 		"p:{a}:meta":         {"a", KindSemaphore},
 		"p:{a}:rate:meta":    {"a", KindRate},
+		"p:{a}:rw:meta":      {"a", KindRWMutex},
+		"p:{a}:rw:x:meta":    {},
 		"p:{a%20b}:meta":     {"a b", KindSemaphore},
 		"p:{%7Bx%7D}:meta":   {"{x}", KindSemaphore},
 		"p:{rate}:meta":      {"rate", KindSemaphore},
@@ -61,6 +63,10 @@ func TestScanNamesFindsEveryKind(t *testing.T) {
 			_, err := newRateGate(t, b, name, 3, time.Hour, rate.WithPrefix(prefix)).Allow(ctx)
 			require.NoError(t, err)
 		}
+		rw, err := redsem.NewRWMutex(b.pool, "lock", redsem.WithPrefix(prefix), redsem.WithFixedTTL())
+		require.NoError(t, err)
+		_, err = rw.TryLock(ctx)
+		require.NoError(t, err)
 		// Decoys: another prefix the unquoted pattern would match, the
 		// default prefix, a non-canonical encoding, a look-alike suffix.
 		for _, p := range []string{"fxlx:", "f*[l]?x:", redsem.DefaultPrefix} {
@@ -77,6 +83,7 @@ func TestScanNamesFindsEveryKind(t *testing.T) {
 			{"%41", KindSemaphore}, {"100%", KindSemaphore}, {"a b", KindSemaphore},
 			{"both", KindSemaphore}, {"m", KindSemaphore}, {"plain", KindSemaphore},
 			{"x{y}", KindSemaphore}, {"ü", KindSemaphore},
+			{"lock", KindRWMutex},
 			{"api", KindRate}, {"both", KindRate},
 		}
 		assert.Equal(t, want, names.Found)
@@ -139,8 +146,9 @@ func TestScanLimitsZeroIsDefault(t *testing.T) {
 }
 
 // ReadFleet reports each semaphore's state as Status does, with the expired
-// leases and the oldest hold, each rate gate's starts in the current window,
-// and a name whose keys are unreadable in Failed.
+// leases and the oldest hold, each read-write lock's as RWStatus does, each
+// rate gate's starts in the current window, and a name whose keys are
+// unreadable in Failed.
 func TestReadFleet(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
@@ -167,6 +175,11 @@ func TestReadFleet(t *testing.T) {
 		b.do(t, "ZADD", prefix+"{api}:rate:waits", time.Now().Add(-time.Minute).UnixMicro(), "w:dead")
 
 		b.do(t, "SET", prefix+"{broken}:meta", "not a hash")
+
+		rw, err := redsem.NewRWMutex(b.pool, "lock", redsem.WithPrefix(prefix), redsem.WithFixedTTL())
+		require.NoError(t, err)
+		_, err = rw.TryRLock(ctx)
+		require.NoError(t, err)
 
 		fl, err := ReadFleet(ctx, b.pool, prefix, ScanLimits{Limit: 100})
 		require.NoError(t, err)
@@ -201,6 +214,11 @@ func TestReadFleet(t *testing.T) {
 		assert.Equal(t, 0, rs.Due)
 		assert.Equal(t, 0, rs.Waiting)
 		assert.Equal(t, 0, rs.Stray)
+
+		require.Len(t, fl.RWMutexes, 1)
+		assert.Equal(t, "lock", fl.RWMutexes[0].Name)
+		assert.Len(t, fl.RWMutexes[0].Readers, 1)
+		assert.Nil(t, fl.RWMutexes[0].Writer)
 
 		require.Len(t, fl.Failed, 1)
 		assert.Equal(t, "broken", fl.Failed[0].Name)

@@ -108,8 +108,12 @@ type TooLargeError struct {
 }
 
 func (e *TooLargeError) Error() string {
-	return fmt.Sprintf("redsem: rate gate %q: a start of %d units can never pass limit %d, %v",
-		e.Name, e.Units, e.Index+1, e.Limit)
+	which := ""
+	if e.Index > 0 {
+		which = fmt.Sprintf(" (its limit #%d)", e.Index+1)
+	}
+	return fmt.Sprintf("redsem: rate gate %q: a start of %d units can never pass its limit of %v%s",
+		e.Name, e.Units, e.Limit, which)
 }
 
 // Unwrap lets errors.Is(err, ErrTooLarge) hold.

@@ -64,6 +64,7 @@ func TestQuotaTakesFromAllOrNone(t *testing.T) {
 		require.ErrorAs(t, err, &tl)
 		assert.Equal(t, 1, tl.Index)
 		assert.Equal(t, Limit{N: 100, Per: time.Hour}, tl.Limit)
+		assert.EqualError(t, err, `redsem: rate gate "llm": a start of 101 units can never pass its limit of 100 per 1h0m0s (its limit #2)`)
 
 		st, err := q.Status(ctx)
 		require.NoError(t, err)

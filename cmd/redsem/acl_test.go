@@ -19,7 +19,8 @@ import (
 // Every command of redsem runs as a Redis user allowed only
 // admin.ACLCommands() on ~redsem:*, with SELECT added for the database the
 // URL names: run (free, and blocked until a slot frees), --adopt-size,
-// status, check, repair, resize, reclaim, delete, rate set.
+// --rate, status, check, repair, resize, reclaim, delete (of every kind),
+// rate set and rate status.
 func TestCommandsAsACLUser(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -58,6 +59,13 @@ func TestCommandsAsACLUser(t *testing.T) {
 		{[]string{"delete", "--force", "acl"}, "deleted"},
 		{[]string{"delete", "--force", "one"}, "deleted"},
 		{[]string{"rate", "set", "acl-rate", "5/1s"}, "admits 5 per 1s"},
+		{[]string{"run", "--rate", "5/s", "acl-rate", "--", "true"}, ""},
+		{[]string{"rate", "status", "acl-rate"}, "limit      5 per 1s"},
+		{[]string{"check", "acl-rate"}, "rate, 5 per 1s"},
+		{[]string{"run", "acl-lock", "--", "true"}, ""},
+		{[]string{"status", "acl-lock"}, "rwmutex"},
+		{[]string{"delete", "--force", "acl-rate"}, "deleted \"acl-rate\": rate ("},
+		{[]string{"delete", "--force", "acl-lock"}, "deleted \"acl-lock\": rwmutex ("},
 	} {
 		r := e.run(t, tc.args...)
 		assert.Equal(t, 0, r.code, "%v: %s", tc.args, r.stderr)
@@ -67,9 +75,6 @@ func TestCommandsAsACLUser(t *testing.T) {
 	c, err := redis.Dial("tcp", srv.Addr, redis.DialDatabase(2))
 	require.NoError(t, err)
 	defer c.Close()
-	// A rate gate has no delete: rate set created its meta only.
-	_, err = c.Do("DEL", "redsem:{acl-rate}:rate:meta")
-	require.NoError(t, err)
 	keys, err := redis.Strings(c.Do("KEYS", "*"))
 	require.NoError(t, err)
 	assert.Empty(t, keys, "delete removed everything")

@@ -11,15 +11,15 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// resize, check and repair against a real server: resize creates and
-// changes the size, check reports a sabotaged inventory with exit 65, and
-// repair restores it.
+// resize, check and repair against a real server: resize --create creates,
+// resize changes the size, check reports a sabotaged inventory with exit 65,
+// and repair restores it.
 func TestResizeCheckRepair(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r := e.run(t, "resize", "adm", "3")
+	r := e.run(t, "resize", "--create", "adm", "3")
 	require.Equal(t, 0, r.code, r.stderr)
-	assert.Contains(t, r.stdout, "3 slot(s)")
+	assert.Equal(t, "created semaphore \"adm\" with 3 slot(s)\n", r.stdout)
 
 	r = e.run(t, "check", "--json", "adm")
 	require.Equal(t, 0, r.code, r.stderr)
@@ -64,6 +64,7 @@ func TestResizeCheckRepair(t *testing.T) {
 
 	r = e.run(t, "resize", "adm", "zero")
 	assert.Equal(t, 64, r.code)
+	assert.Equal(t, "redsem: resize: N must be a whole number from 1 to 10000, not \"zero\"\n", r.stderr)
 }
 
 // After "redsem resize pool 1", run --size 3 fails with 65 as before, and
@@ -91,26 +92,28 @@ func TestRunAdoptSize(t *testing.T) {
 	assert.Equal(t, "size=3\n", r.stdout)
 }
 
-// delete of a semaphore that does not exist means one thing, with or
-// without --force: it is already gone, exit 0 and say so.
+// delete of a name that does not exist means one thing, with or without
+// --force: exit 66 (no such name) and say so on stderr; a name that exists
+// needs --force, and a second delete is then 66 again.
 func TestDeleteMissing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	for _, args := range [][]string{{"delete", "nope"}, {"delete", "--force", "nope"}} {
 		r := e.run(t, args...)
-		assert.Equal(t, 0, r.code, "%v: %s", args, r.stderr)
-		assert.Equal(t, "semaphore \"nope\" does not exist; nothing to delete\n", r.stdout, "%v", args)
-		assert.Empty(t, r.stderr, "%v", args)
+		assert.Equal(t, exitNoName, r.code, "%v: %s", args, r.stderr)
+		assert.Equal(t, "redsem: delete: no key of \"nope\" under prefix \"redsem:\"; nothing to delete\n", r.stderr, "%v", args)
+		assert.Empty(t, r.stdout, "%v", args)
 	}
-	r := e.run(t, "resize", "there", "2")
+	r := e.run(t, "resize", "--create", "there", "2")
 	require.Equal(t, 0, r.code, r.stderr)
 	r = e.run(t, "delete", "there")
 	assert.Equal(t, exitUsage, r.code, "an existing one needs --force")
+	assert.Equal(t, "redsem: delete: \"there\" is a semaphore of size 2 with 0 holder(s) and 0 waiter(s); add --force to delete its 2 keys\n", r.stderr)
 	r = e.run(t, "delete", "--force", "there")
 	assert.Equal(t, 0, r.code, r.stderr)
-	assert.Equal(t, "deleted \"there\"\n", r.stdout)
+	assert.Equal(t, "deleted \"there\": semaphore (2 keys)\n", r.stdout)
 	r = e.run(t, "delete", "--force", "there")
-	assert.Equal(t, 0, r.code, "twice is fine")
+	assert.Equal(t, exitNoName, r.code, "twice: no such name")
 }
 
 // A key of the wrong type exits 65 with the reason on stderr and nothing on
@@ -127,10 +130,23 @@ func TestWrongTypeExits65WithoutAReport(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.Do("SET", "redsem:{wtl}:rw:meta", "x")
 	require.NoError(t, err)
-	for _, args := range [][]string{{"repair", "wt"}, {"status", "wtl"}, {"run", "wtl", "--", "true"}} {
+	for _, args := range [][]string{{"repair", "wt"}, {"status", "wtl"}, {"run", "wtl", "--", "true"}, {"check", "wt"}, {"reclaim", "wt"}} {
 		r := e.run(t, args...)
 		assert.Equal(t, exitData, r.code, "%v: %s", args, r.stderr)
 		assert.Contains(t, r.stderr, "wrong type", "%v", args)
 		assert.Empty(t, r.stdout, "%v", args)
 	}
+	// The admin commands say how to clear it; delete --force does, and says
+	// which key of which type it removed.
+	r := e.run(t, "repair", "wt")
+	assert.Contains(t, r.stderr, "(redsem delete --force wt removes every key of the name)")
+	r = e.run(t, "delete", "--force", "wt")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "deleted \"wt\": semaphore (1 key including redsem:{wt}:meta, a string)\n", r.stdout)
+	r = e.run(t, "delete", "--force", "-v", "wtl")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "deleted \"wtl\": rwmutex (1 key including redsem:{wtl}:rw:meta, a string)\n  redsem:{wtl}:rw:meta (string)\n", r.stdout)
+	n, err := redis.Int(c.Do("DBSIZE"))
+	require.NoError(t, err)
+	assert.Zero(t, n)
 }

@@ -10,19 +10,25 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
+
 	"github.com/redsem/redsem"
 	"github.com/redsem/redsem/admin"
 )
 
-const checkAllHelp = `Usage: redsem check --all [--limit N] [--max-scan N] [--timeout D] [connection flags]
+const checkAllHelp = `Usage: redsem check --all [--json] [--limit N] [--max-scan N] [--timeout D] [connection flags]
 
-Checks every semaphore (and mutex) under the prefix, found by SCAN over their
-meta keys, as "redsem check NAME" does, and prints one line for each one that
-is unhealthy: slots missing or duplicated, stray tokens, or keys that cannot
-be read. Prints nothing when all are healthy, so it suits cron. Exits 0 when
-all are healthy, 65 when any is not. Rate gates are not checked.
+Checks every name under the prefix, found by SCAN over their meta keys, as
+"redsem check NAME" does for its kind (semaphore, mutex, read-write lock,
+rate gate), and prints one line for each one that is unhealthy: slots
+missing or duplicated, stray tokens or grant-log entries, or keys that
+cannot be read. Prints nothing when all are healthy, so it suits cron. Exits
+0 when all are healthy, 65 when any is not.
 
-  --all            check every semaphore under --prefix
+  --all            check every name under --prefix
+  --json           print one JSON report: "prefix", "checked", "healthy",
+                   "truncated" and "unhealthy" (the check --json document of
+                   each unhealthy name; one that cannot be read has "error")
   --limit N        check at most N names (default 1000); when more exist a
                    line on stderr says so
   --max-scan N     send at most N SCAN calls (COUNT 500) to find them (default
@@ -48,12 +54,31 @@ func wantsCheckAll(args []string) bool {
 	return false
 }
 
+// checkAllJSON is check --all --json.
+type checkAllJSON struct {
+	Prefix    string `json:"prefix"`
+	Checked   int    `json:"checked"`
+	Healthy   bool   `json:"healthy"`
+	Truncated bool   `json:"truncated"`
+	Unhealthy []any  `json:"unhealthy"`
+}
+
+// unreadableJSON is a name check --all could not read.
+type unreadableJSON struct {
+	Kind    string `json:"kind"`
+	Name    string `json:"name"`
+	Exists  bool   `json:"exists"`
+	Healthy bool   `json:"healthy"`
+	Error   string `json:"error"`
+}
+
 // cmdCheckAll is "redsem check --all".
 func cmdCheckAll(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("check")
 	var c connFlags
 	c.register(fs)
 	fs.Bool("all", false, "")
+	asJSON := fs.Bool("json", false, "")
 	limit := fs.Int("limit", admin.DefaultScanLimit, "")
 	maxScan := fs.Int("max-scan", admin.DefaultMaxScan, "")
 	timeout := durationValue{d: time.Minute}
@@ -72,7 +97,7 @@ func cmdCheckAll(args []string, stdout, stderr io.Writer) error {
 		return usagef("check: --max-scan must be at least 1, not %d", *maxScan)
 	}
 	if timeout.d <= 0 {
-		return usagef("check: --timeout must be positive")
+		return usagef("check: --timeout must be positive, not %s", timeout.String())
 	}
 	p, err := connect(c)
 	if err != nil {
@@ -85,40 +110,71 @@ func cmdCheckAll(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	total, unhealthy := 0, 0
+	report := checkAllJSON{Prefix: c.prefix, Truncated: names.Truncated, Unhealthy: []any{}}
 	for _, f := range names.Found {
-		if f.Kind != admin.KindSemaphore {
-			continue
-		}
-		total++
 		adm, err := admin.New(p.main, c.prefix, f.Name)
 		if err != nil {
 			return err
 		}
-		inv, err := adm.Check(ctx)
+		n := &named{adm: adm, pool: p.main, prefix: c.prefix, name: f.Name, kinds: []admin.Kind{f.Kind}}
+		res, err := checkKind(ctx, n, f.Kind)
 		switch {
-		case errors.Is(err, redsem.ErrWrongType) || errors.Is(err, redsem.ErrCorrupt):
-			unhealthy++
-			fmt.Fprintf(stdout, "%q: cannot check: %v\n", f.Name, oneLine(err))
+		case errors.Is(err, redsem.ErrWrongType) || errors.Is(err, redsem.ErrCorrupt) || engineRedisError(err):
+			report.Checked++
+			report.Unhealthy = append(report.Unhealthy, unreadableJSON{Kind: string(f.Kind), Name: f.Name, Exists: true, Error: oneLine(err)})
+			if !*asJSON {
+				fmt.Fprintf(stdout, "%q: %s: cannot check: %v\n", f.Name, f.Kind, oneLine(err))
+			}
 			continue
 		case err != nil:
 			return err
 		}
-		if inv.Exists && !inv.Healthy() {
-			unhealthy++
-			fmt.Fprintf(stdout, "%q: size %d, free %d, pending %d, leased %d, withheld %d, retired %d, duplicates %d, strangers %d, missing %v\n",
-				f.Name, inv.Size, len(inv.Free), len(inv.Pending), len(inv.Leased), len(inv.Withheld), len(inv.Retired),
-				len(inv.Duplicates), len(inv.Strangers), inv.Missing)
+		if notThere(res.doc) {
+			continue // deleted since the scan
+		}
+		report.Checked++
+		if !res.healthy {
+			report.Unhealthy = append(report.Unhealthy, res.doc)
+			if !*asJSON {
+				fmt.Fprintln(stdout, res.line)
+			}
+		}
+	}
+	report.Healthy = len(report.Unhealthy) == 0
+	if *asJSON {
+		if err := writeJSON(stdout, report); err != nil {
+			return err
 		}
 	}
 	if names.Truncated {
 		fmt.Fprintf(stderr, "redsem: check --all: checked %d names under %q only; more may exist (raise --limit %d or --max-scan %d)\n",
 			len(names.Found), c.prefix, *limit, *maxScan)
 	}
-	if unhealthy > 0 {
-		return exitf(exitData, "check --all: %d of %d semaphores under %q unhealthy", unhealthy, total, c.prefix)
+	if !report.Healthy {
+		return exitf(exitData, "check --all: %d of %d names under %q unhealthy", len(report.Unhealthy), report.Checked, c.prefix)
 	}
 	return nil
+}
+
+// notThere reports whether a check document is of a name that no longer
+// exists.
+func notThere(doc any) bool {
+	switch d := doc.(type) {
+	case checkJSON:
+		return !d.Exists
+	case rwCheckJSON:
+		return !d.Exists
+	case rateCheckJSON:
+		return !d.Exists
+	}
+	return false
+}
+
+// engineRedisError reports whether err is Redis's error reply about one
+// name's keys (as admin.ReadFleet counts it), not a failed connection.
+func engineRedisError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
 }
 
 // oneLine flattens an error message onto one line.

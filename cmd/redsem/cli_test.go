@@ -47,11 +47,16 @@ func TestErrorsAreOneLine(t *testing.T) {
 		assert.NotContains(t, r.stderr, "goroutine", "%v", tc.args)
 		assert.Empty(t, r.stdout, "%v", tc.args)
 	}
-	// An unknown command is answered with the list of them all.
-	r := e.run(t, "bogus")
-	for name := range commands {
-		assert.Contains(t, r.stderr, name)
+	// An unknown command, and no command at all, are answered with the
+	// list of them all.
+	for _, args := range [][]string{{"bogus"}, nil} {
+		r := e.run(t, args...)
+		for name := range commands {
+			assert.Contains(t, r.stderr, name, "%v", args)
+		}
+		assert.Contains(t, r.stderr, commandList, "%v", args)
 	}
+	assert.Len(t, strings.Split(commandList, ", "), len(commands)+2, "commandList: every command, help and version")
 }
 
 func TestHelpForEveryCommand(t *testing.T) {
@@ -60,6 +65,7 @@ func TestHelpForEveryCommand(t *testing.T) {
 	for _, args := range [][]string{
 		{"help"}, {"--help"}, {"run", "--help"}, {"run", "-h"}, {"status", "--help"},
 		{"reclaim", "--help"}, {"delete", "--help"}, {"demo", "--help"}, {"help", "run"},
+		{"resize", "--help"}, {"check", "--help"}, {"repair", "--help"}, {"rate", "--help"}, {"top", "--help"},
 	} {
 		r := e.run(t, args...)
 		assert.Equal(t, 0, r.code, "%v: %s", args, r.stderr)

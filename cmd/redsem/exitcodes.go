@@ -24,10 +24,15 @@ const (
 	// exitUsage: a bad flag or argument, or delete without --force of a
 	// semaphore that exists.
 	exitUsage = 64
-	// exitData: the semaphore's state in Redis does not fit the request: the
-	// size differs from the stored one, a key holds another type, or the
-	// state is corrupt.
+	// exitData: the state in Redis does not fit the request: the size
+	// differs from the stored one, a key holds another type, the state is
+	// corrupt, or NAME is of a kind the command does not act on (resize of a
+	// lock or a rate gate).
 	exitData = 65
+	// exitNoName: NAME does not exist: no semaphore, mutex, read-write lock
+	// or rate gate of that name under the prefix (every command that acts on
+	// one name but status, which says so and exits 0). sysexits' EX_NOINPUT.
+	exitNoName = 66
 	// exitUnavailable: Redis could not be reached or answered with an error.
 	exitUnavailable = 69
 	// exitSoftware: an internal error, e.g. the demo saw more holders than

@@ -119,7 +119,7 @@ func scanArgs(fs *flag.FlagSet, args []string, help string, stopAfter int) (pos,
 	}
 	set := func(f *flag.Flag, shown, value string) error {
 		if err := f.Value.Set(value); err != nil {
-			return bad("invalid value %q for %s: %v", value, shown, err)
+			return bad("invalid value %q for %s: %v", value, shown, flagError(f, err))
 		}
 		return nil
 	}
@@ -206,6 +206,21 @@ func setBundle(fs *flag.FlagSet, letters string, next []string,
 		return 1, set(f, shown, next[0])
 	}
 	return 0, nil
+}
+
+// flagError words the flag package's own errors ("parse error", "value out
+// of range") for people.
+func flagError(f *flag.Flag, err error) string {
+	switch err.Error() {
+	case "parse error":
+		if isBool(f) {
+			return "not true or false"
+		}
+		return "not a whole number"
+	case "value out of range":
+		return "out of range"
+	}
+	return err.Error()
 }
 
 func isBool(f *flag.Flag) bool {

@@ -102,7 +102,7 @@ func TestFlockHabits(t *testing.T) {
 
 	r := e.run(t, "resize", "habits", "-2")
 	assert.Equal(t, exitUsage, r.code)
-	assert.Equal(t, "redsem: resize: N must be a whole number of at least 1, not \"-2\"\n", r.stderr)
+	assert.Equal(t, "redsem: resize: N must be a whole number from 1 to 10000, not \"-2\"\n", r.stderr)
 
 	c, err := redis.Dial("tcp", e.srv.Addr, redis.DialDatabase(2))
 	require.NoError(t, err)

@@ -74,7 +74,7 @@ func makeFleet(t *testing.T, e *env) *redis.Pool {
 	return pool
 }
 
-var rowName = regexp.MustCompile(`(?m)^(\S+)\s+(sem|rate)\s`)
+var rowName = regexp.MustCompile(`(?m)^(\S+)\s+(sem|mutex|rw|rate)\s`)
 
 // topOrder returns the names of the first block of top's output, in order.
 func topOrder(out string) []string {
@@ -95,7 +95,7 @@ func TestTopPlainLines(t *testing.T) {
 	assert.Empty(t, r.stderr)
 	assert.NotContains(t, r.stdout, "\x1b[", "no terminal escapes into a pipe")
 	assert.Equal(t, 2, strings.Count(r.stdout, "redsem top "), "one block per refresh:\n%s", r.stdout)
-	assert.Contains(t, r.stdout, `prefix "redsem:"  4 semaphores, 1 rate gates`)
+	assert.Contains(t, r.stdout, `prefix "redsem:"  4 semaphores, 0 locks, 1 rate gates`)
 	assert.Equal(t, []string{"lock", "full", "half", "api", "idle"}, topOrder(r.stdout), r.stdout)
 	fields := func(name string) []string {
 		m := regexp.MustCompile(`(?m)^` + name + `\s.*$`).FindString(r.stdout)
@@ -103,8 +103,8 @@ func TestTopPlainLines(t *testing.T) {
 	}
 	// NAME KIND HELD SIZE SAT WAIT FREE EXP STRAY OLDEST
 	assert.Equal(t, []string{"half", "sem", "2", "4", "50%", "0", "2", "0", "0"}, fields("half")[:9])
-	assert.Equal(t, []string{"lock", "sem", "1", "1", "100%", "1", "0", "0", "0"}, fields("lock")[:9])
-	assert.Equal(t, []string{"api", "rate", "3", "10", "30%", "0", "7", "-", "0", "per", "1m0s"}, fields("api"))
+	assert.Equal(t, []string{"lock", "mutex", "1", "1", "100%", "1", "0", "0", "0"}, fields("lock")[:9])
+	assert.Equal(t, []string{"api", "rate", "3", "10", "30%", "0", "7", "-", "0", "per", "1m"}, fields("api"))
 	assert.Equal(t, []string{"idle", "sem", "0", "3", "0%", "0", "3", "0", "0", "-"}, fields("idle"))
 }
 
@@ -207,12 +207,13 @@ func TestCheckAll(t *testing.T) {
 	assert.Equal(t, exitData, r.code, r.stderr)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	require.Len(t, lines, 3, r.stdout)
-	assert.True(t, strings.HasPrefix(lines[0], `"bad": cannot check: `), lines[0])
-	assert.True(t, strings.HasPrefix(lines[1], `"half": size 4,`), lines[1])
+	assert.True(t, strings.HasPrefix(lines[0], `"bad": semaphore: cannot check: `), lines[0])
+	assert.True(t, strings.HasPrefix(lines[1], `"half": semaphore, size 4,`), lines[1])
 	assert.Contains(t, lines[1], "strangers 1")
-	assert.True(t, strings.HasPrefix(lines[2], `"idle": size 3,`), lines[2])
-	assert.Contains(t, lines[2], "missing [")
-	assert.Equal(t, "redsem: check --all: 3 of 5 semaphores under \"redsem:\" unhealthy\n", r.stderr)
+	assert.True(t, strings.HasSuffix(lines[1], ": unhealthy"), lines[1])
+	assert.True(t, strings.HasPrefix(lines[2], `"idle": semaphore, size 3,`), lines[2])
+	assert.Contains(t, lines[2], "missing slot ")
+	assert.Equal(t, "redsem: check --all: 3 of 6 names under \"redsem:\" unhealthy\n", r.stderr)
 
 	// Another prefix holds nothing: healthy.
 	r = e.run(t, "check", "--all", "--prefix", "other:")

@@ -1,17 +1,22 @@
 //go:build unix
 
 // Command redsem is a distributed flock(1) on Redis: it runs a command while
-// holding one of the N slots of a named semaphore, shows and repairs
-// semaphores, and demonstrates the library with an embedded Redis.
+// holding a read-write lock, one of the N slots of a named semaphore, or a
+// start of a rate gate; shows, checks, repairs and deletes every kind of
+// name; and demonstrates the library with an embedded Redis.
 //
 //	redsem run [flags] NAME -- COMMAND [ARGS...]
 //	redsem status [--json] NAME
 //	redsem reclaim NAME
-//	redsem resize NAME N
+//	redsem resize [--create] NAME N
 //	redsem check [--json] NAME
 //	redsem repair NAME
 //	redsem delete --force NAME
 //	redsem rate set NAME N/PER [N/PER...]
+//	redsem rate status [--json] NAME
+//	redsem top [--json] [-n N]
+//	redsem check --all [--json]
+//	redsem exporter [--listen :9464]
 //	redsem demo [--workers W] [--size K] [--work D]
 //
 // Run "redsem help" or "redsem COMMAND --help" for details; README.md in
@@ -29,20 +34,26 @@ import (
 const mainHelp = `redsem: a distributed flock(1) on Redis, with status and a demo.
 
 Usage:
-  redsem run [flags] NAME -- COMMAND [ARGS...]   run COMMAND holding a slot of NAME
-  redsem status [--json] NAME                    show size, free slots, holders
+  redsem run [flags] NAME -- COMMAND [ARGS...]   run COMMAND holding the lock NAME (or a slot: --size)
+  redsem run --rate N/PER NAME -- COMMAND        run COMMAND once rate gate NAME allows a start
+  redsem status [--json] NAME                    show NAME, whatever its kind
   redsem reclaim NAME                            give back the slots of expired leases
-  redsem resize NAME N                           set the number of slots for everyone
-  redsem check [--json] NAME                     where every slot is; exit 65 if unhealthy
+  redsem resize [--create] NAME N                set a semaphore's number of slots for everyone
+  redsem check [--json] NAME                     is NAME healthy; exit 65 if not
   redsem repair NAME                             drop stray tokens, mint missing ones safely
-  redsem delete --force NAME                     remove the semaphore's keys
+  redsem delete --force NAME                     remove every key of NAME
   redsem rate set NAME N/PER [N/PER...]          change a rate gate's limits for everyone
+  redsem rate status [--json] NAME               show a rate gate
   redsem demo [--workers W] [--size K]           watch W workers share K slots (no Redis needed)
-  redsem top [--prefix P]                        live view of every semaphore and rate gate
-  redsem check --all [--prefix P]                every unhealthy semaphore; exit 65 if any
+  redsem top [--prefix P] [--json]               live view of every semaphore, lock and rate gate
+  redsem check --all [--prefix P] [--json]       every unhealthy name; exit 65 if any
   redsem exporter [--listen :9464]               Prometheus /metrics (runs redsem-exporter)
   redsem help COMMAND                            help for one command
   redsem --version                               print the version
+
+Kinds: a semaphore (a mutex is one of size 1), a read-write lock (what run
+NAME takes without --size), a rate gate. Every command above acts on each
+kind it applies to, says which kind it found, and refuses the others.
 
 Redis comes from --redis URL or $REDIS_URL (default redis://127.0.0.1:6379).
 
@@ -51,10 +62,12 @@ Examples:
   redsem run -n nightly-backup -- /usr/local/bin/backup.sh
   redsem run --size 4 -w 60 encoders -- ffmpeg -i in.mov out.mp4
   redsem status --json encoders
+  redsem run --rate 10/1m partner-api -- ./sync.sh
 
-Exit codes: 0 ok; run passes the command's code through; 1 no slot (-n, -w);
-64 usage; 65 semaphore state; 69 Redis unavailable; 70 internal; 75 lease lost;
-126/127 command not runnable/not found; 128+N signal N.
+Exit codes: 0 ok; run passes the command's code through; 1 no slot or start
+(-n, -w); 64 usage; 65 state in Redis (or an action the kind does not take);
+66 no such name; 69 Redis unavailable; 70 internal; 75 lease lost; 126/127
+command not runnable/not found; 128+N signal N.
 `
 
 // command is one subcommand: its help text and its body.
@@ -99,7 +112,7 @@ func main() {
 // dispatch runs the subcommand args[0] and returns the exit code.
 func dispatch(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		return report(stderr, usagef("missing command: run, status, reclaim, resize, check, repair, delete or demo (see redsem help)"))
+		return report(stderr, usagef("missing command; commands: %s (see redsem help)", commandList))
 	}
 	name, rest := args[0], args[1:]
 	switch name {

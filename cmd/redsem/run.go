@@ -16,10 +16,12 @@ import (
 
 	"github.com/redsem/redsem"
 	"github.com/redsem/redsem/admin"
+	"github.com/redsem/redsem/rate"
 )
 
 const runHelp = `Usage: redsem run [flags] NAME -- COMMAND [ARGS...]
        redsem run [flags] NAME -c 'SHELL COMMAND'
+       redsem run --rate N/PER [flags] NAME -- COMMAND [ARGS...]
 
 Waits for the lock NAME, runs COMMAND while holding it, refreshes the lease
 while COMMAND runs, releases it when COMMAND exits, and exits with COMMAND's
@@ -62,6 +64,18 @@ Semaphore:
                         it again (default: never; at least 100ms; not for the
                         lock: needs --size or --adopt-size)
 
+Rate gate:
+  --rate N/PER          wait for a start of rate gate NAME (at most N starts
+                        in any window of PER, across every machine: 5/s,
+                        100/1m, 20/250ms) before running COMMAND, and take no
+                        lock: nothing is held while it runs. Repeat it for a
+                        quota of several limits. With --size, take the slot
+                        first, then the start (at most N starts per PER, and
+                        at most SIZE commands at once). -n and -w apply to
+                        the start as to a slot; REDSEM_RATE_AT is the start's
+                        grant time (Redis TIME, RFC 3339). redsem rate set
+                        changes the limits for every client
+
 Losing the lease:
   --kill-after DURATION time between TERM and KILL once the lease is lost
                         (default 5s)
@@ -94,6 +108,8 @@ Examples:
   redsem run --size 4 -w 600 encoders -- ffmpeg -i in.mov out.mp4
   # flock -c style, with a 2-minute lease
   redsem run --ttl 2m -E 0 reports -c 'make reports && upload reports/*'
+  # cron jobs on many machines that may call the partner API 10 times a minute
+  redsem run --rate 10/1m partner-api -- ./sync.sh
 `
 
 // runOptions are the parsed flags and arguments of run.
@@ -114,11 +130,16 @@ type runOptions struct {
 	verbose   bool
 	shared    bool // -s: the read side of the lock
 	sizeSet   bool // --size was given
+	rates     limitsValue
 }
 
 // locked reports whether run takes a side of the read-write lock NAME
-// (the default) rather than a slot of semaphore NAME (--size, --adopt-size).
-func (o *runOptions) locked() bool { return !o.sizeSet && !o.adoptSize }
+// (the default) rather than a slot of semaphore NAME (--size, --adopt-size)
+// or only a start of rate gate NAME (--rate alone).
+func (o *runOptions) locked() bool { return !o.sem() && len(o.rates.ls) == 0 }
+
+// sem reports whether run takes a slot of semaphore NAME.
+func (o *runOptions) sem() bool { return o.sizeSet || o.adoptSize }
 
 func parseRunArgs(args []string) (*runOptions, error) {
 	o := &runOptions{busyCode: exitBusy, lostCode: exitLost, size: 1}
@@ -156,6 +177,7 @@ func parseRunArgs(args []string) (*runOptions, error) {
 	fs.Var(&o.killAfter, "kill-after", "")
 	fs.IntVar(&o.lostCode, "lost-exit-code", exitLost, "")
 	fs.StringVar(&o.label, "label", "", "")
+	fs.Var(&o.rates, "rate", "")
 
 	// Flags may come before and after NAME; the command starts after "--"
 	// or at the first argument after NAME that is not a flag.
@@ -192,10 +214,12 @@ func parseRunArgs(args []string) (*runOptions, error) {
 	switch {
 	case o.shared && exclusive:
 		return nil, usagef("run: -s (shared) and -x (exclusive) exclude each other")
+	case len(o.rates.ls) > 0 && (o.shared || exclusive):
+		return nil, usagef("run: --rate takes no lock: it does not go with -s or -x (add --size N for a slot as well)")
 	case o.shared && !o.locked():
 		return nil, usagef("run: -s takes the read side of the lock NAME, which has no --size or --adopt-size")
-	case o.idle.set && o.locked():
-		return nil, usagef("run: --idle-expiry applies to a semaphore (--size or --adopt-size), not to the lock NAME")
+	case o.idle.set && !o.sem():
+		return nil, usagef("run: --idle-expiry applies to a semaphore (--size or --adopt-size), not to the lock NAME or a rate gate")
 	}
 	if !o.killAfter.set {
 		o.killAfter.d = 5 * time.Second
@@ -240,8 +264,17 @@ func cmdRun(args []string, _, stderr io.Writer) error {
 	if o.idle.set {
 		opts = append(opts, redsem.WithIdleExpiry(o.idle.d))
 	}
+	var q *rate.Quota
+	if len(o.rates.ls) > 0 {
+		if q, err = rate.NewQuota(p.main, o.name, o.rates.ls, rate.WithPrefix(o.conn.prefix), rate.WithBlockingPool(p.block)); err != nil {
+			return err
+		}
+	}
 	var lk locker
-	if o.locked() {
+	switch {
+	case !o.locked() && !o.sem():
+		// --rate alone: no lock.
+	case o.locked():
 		m, err := redsem.NewRWMutex(p.main, o.name, opts...)
 		if err != nil {
 			return err
@@ -250,7 +283,7 @@ func cmdRun(args []string, _, stderr io.Writer) error {
 		if o.shared {
 			lk = locker{try: m.TryRLock, wait: m.RLock}
 		}
-	} else {
+	default:
 		sem, err := redsem.NewSemaphore(p.main, o.name, o.size, opts...)
 		if err != nil {
 			return err
@@ -274,9 +307,32 @@ func cmdRun(args []string, _, stderr io.Writer) error {
 	defer signal.Stop(tstp)
 
 	started := time.Now()
-	lease, err := acquire(lk, o, sigs)
-	if err != nil {
-		return err
+	var lease *redsem.Lease
+	if lk.try != nil {
+		if lease, err = acquire(lk, o, sigs); err != nil {
+			return err
+		}
+	}
+	var env []string
+	if q != nil {
+		st, err := takeStart(q, o, sigs, started)
+		if err != nil {
+			if lease != nil {
+				// Nothing is held when no start was had (rate.WaitHolding).
+				rctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+				_ = lease.Release(rctx)
+				cancel()
+			}
+			return err
+		}
+		env = append(env, "REDSEM_RATE_AT="+st.At.UTC().Format(time.RFC3339Nano))
+		if o.verbose {
+			fmt.Fprintf(stderr, "redsem: started under rate gate %q (%s) after %v\n", o.name, o.rates.String(),
+				time.Since(started).Round(time.Millisecond))
+		}
+	}
+	if lease == nil {
+		return supervise(nil, env, o, sigs, stderr)
 	}
 	if ops := lk.ops; o.adoptSize {
 		// The size in force, for REDSEM_SIZE and the messages: the stored
@@ -295,7 +351,7 @@ func cmdRun(args []string, _, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "redsem: holding %s after %v, fence %d\n",
 			what, time.Since(started).Round(time.Millisecond), lease.Fence())
 	}
-	return supervise(lease, o, sigs, stderr)
+	return supervise(lease, env, o, sigs, stderr)
 }
 
 // sizeValue is --size: an int that remembers it was given (the flags are
@@ -315,7 +371,7 @@ func (v *sizeValue) String() string {
 func (v *sizeValue) Set(s string) error {
 	n, err := strconv.Atoi(s)
 	if err != nil {
-		return err
+		return errors.New("not a whole number")
 	}
 	*v.n, *v.set = n, true
 	return nil
@@ -388,4 +444,63 @@ func acquire(lk locker, o *runOptions, sigs <-chan os.Signal) (*redsem.Lease, er
 	default:
 		return nil, r.err
 	}
+}
+
+// takeStart waits for a start of the rate gate as the flags say: -n takes
+// one now or none (AllowN), -w waits at most what is left of the wait that
+// began at began. A signal while waiting ends the wait with exit code
+// 128+N. Each start takes one unit of every limit.
+func takeStart(q *rate.Quota, o *runOptions, sigs <-chan os.Signal, began time.Time) (rate.Start, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if o.wait.set && o.wait.d > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithDeadline(ctx, began.Add(o.wait.d))
+		defer stop()
+	}
+	units := make([]int, len(o.rates.ls))
+	for i := range units {
+		units[i] = 1
+	}
+	type result struct {
+		st  rate.Start
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		if o.nonblock {
+			r.st, r.err = q.AllowN(ctx, units...)
+		} else {
+			r.st, r.err = q.WaitN(ctx, units...)
+		}
+		done <- r
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case s := <-sigs:
+		cancel()
+		<-done // a start granted meanwhile is spent: the rule still holds
+		return rate.Start{}, exitf(exitSignalBase+int(s.(syscall.Signal)), "")
+	}
+	var limited *rate.LimitedError
+	switch {
+	case r.err == nil:
+		return r.st, nil
+	case errors.As(r.err, &limited):
+		if o.verbose {
+			return rate.Start{}, exitf(o.busyCode, "no start now under rate gate %q (%s); the next in %v",
+				o.name, o.rates.String(), limited.RetryAfter.Round(time.Millisecond))
+		}
+		return rate.Start{}, exitf(o.busyCode, "")
+	case errors.Is(r.err, context.DeadlineExceeded):
+		if o.verbose {
+			return rate.Start{}, exitf(o.busyCode, "no start within %v under rate gate %q (%s)", o.wait.d, o.name, o.rates.String())
+		}
+		return rate.Start{}, exitf(o.busyCode, "")
+	case errors.Is(r.err, rate.ErrRateMismatch):
+		return rate.Start{}, fmt.Errorf("%w (give --rate the limits stored, see redsem rate status; redsem rate set changes them for every client)", r.err)
+	}
+	return rate.Start{}, r.err
 }

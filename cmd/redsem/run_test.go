@@ -292,7 +292,7 @@ func TestRunIdleExpiry(t *testing.T) {
 	time.Sleep(400 * time.Millisecond)
 	r = e.run(t, "status", "tenant-7")
 	require.Equal(t, 0, r.code, r.stderr)
-	assert.Contains(t, r.stdout, "does not exist yet")
+	assert.Contains(t, r.stdout, `"tenant-7" does not exist`)
 
 	r = e.run(t, "run", "--idle-expiry", "1s", "lock-7", "--", "true")
 	assert.Equal(t, exitUsage, r.code)

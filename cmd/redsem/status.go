@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,22 +11,29 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/redsem/redsem"
 	"github.com/redsem/redsem/admin"
+	"github.com/redsem/redsem/rate"
 )
 
-const statusHelp = `Usage: redsem status [--json] [connection flags] NAME
+const statusHelp = `Usage: redsem status [--json] [--kind K] [connection flags] NAME
 
-Shows a snapshot of semaphore NAME: its size, free slots, waiters, and each
-holder with its slot, fence, label and time left. The holder label is
-"host:pid command" for holders started by redsem run. When there is no
-semaphore NAME but a read-write lock NAME (what redsem run NAME takes without
---size), it shows the lock: its readers, its writer and its queue.
+Shows a snapshot of NAME, whatever its kind, and says which kind it is:
+  semaphore, mutex  size, free slots, waiters, and each holder with its slot,
+                    fence, label and time left
+  rwmutex           readers, writer and queue (what redsem run NAME takes
+                    without --size)
+  rate              limits, starts in the window, starts possible now,
+                    waiters (the same as redsem rate status)
+The holder label is "host:pid command" for holders started by redsem run.
+A NAME that does not exist is not an error: status says so and exits 0.
 
-  --json           print JSON instead of a table (exit code 0 also when the
-                   semaphore does not exist: see "exists"). Keys are
+  --json           print JSON instead of a table ("kind" says which, "none"
+                   when NAME does not exist; "exists" false then). Keys are
                    snake_case, lists are never null, slots are numbers,
                    times RFC 3339, durations in ms (keys ending in _ms)
+  --kind K         semaphore (or mutex), rwmutex or rate: which one when NAME
+                   names several (default: the first of them in that order;
+                   the others are listed in "kinds")
 
 ` + connHelp + `
 Examples:
@@ -39,8 +45,8 @@ Examples:
 // opTimeout bounds status, reclaim and delete.
 const opTimeout = 10 * time.Second
 
-// openAdmin returns an Admin of the semaphore NAME for the commands that
-// inspect or repair it: none of them needs its size.
+// openAdmin returns a Handle of NAME for the commands that inspect or
+// repair it: none of them needs its size.
 func openAdmin(c connFlags, name string) (*admin.Handle, *pools, error) {
 	p, err := connect(c)
 	if err != nil {
@@ -56,33 +62,72 @@ func openAdmin(c connFlags, name string) (*admin.Handle, *pools, error) {
 
 func cmdStatus(args []string, stdout, _ io.Writer) error {
 	var asJSON *bool
-	flags := func(fs *flag.FlagSet) { asJSON = fs.Bool("json", false, "") }
-	return adminCommand("status", statusHelp, args, 1, flags, func(ctx context.Context, adm *admin.Handle, _ []string) error {
-		st, err := adm.Status(ctx)
+	var kind *kindFlag
+	flags := func(fs *flag.FlagSet) {
+		asJSON = fs.Bool("json", false, "")
+		kind = registerKind(fs)
+	}
+	return adminCommand("status", statusHelp, args, 1, flags, func(ctx context.Context, n *named, _ []string) error {
+		k, ok := n.pick(kind.k)
+		if !ok {
+			if *asJSON {
+				return writeJSON(stdout, noneJSON{Kind: kindNone, Name: n.name, Kinds: kindNames(n.kinds)})
+			}
+			what := "semaphore, mutex, read-write lock or rate gate"
+			if kind.k != "" {
+				what = kindWords(kind.k)
+			}
+			fmt.Fprintf(stdout, "%q does not exist (no %s of that name under prefix %q)\n", n.name, what, n.prefix)
+			if len(n.kinds) > 0 {
+				fmt.Fprintln(stdout, alsoLine(n.name, n.kinds))
+			}
+			return nil
+		}
+		doc, print, err := readStatus(ctx, n, k)
 		if err != nil {
 			return err
 		}
-		if !st.Exists {
-			// redsem run NAME takes the read-write lock NAME by default:
-			// show that lock when there is no semaphore of the name.
-			rw, err := adm.RWStatus(ctx)
-			if errors.Is(err, redsem.ErrWrongType) {
-				return err // what redsem run NAME would fail on (exit 65)
-			}
-			if err == nil && rw.Exists {
-				if *asJSON {
-					return writeJSON(stdout, toRWStatusJSON(rw))
-				}
-				printRWStatus(stdout, rw)
-				return nil
-			}
-		}
 		if *asJSON {
-			return writeJSON(stdout, toStatusJSON(st))
+			return writeJSON(stdout, doc)
 		}
-		printStatus(stdout, st)
+		print(stdout)
+		if others := n.others(k); len(others) > 0 && kind.k == "" {
+			fmt.Fprintln(stdout)
+			fmt.Fprintln(stdout, alsoLine(n.name, others))
+		}
 		return nil
 	})
+}
+
+// readStatus reads NAME as kind k and returns its status --json document
+// and a function that prints its table.
+func readStatus(ctx context.Context, n *named, k admin.Kind) (any, func(io.Writer), error) {
+	kinds := kindNames(n.kinds)
+	switch k {
+	case admin.KindRWMutex:
+		st, err := n.adm.RWStatus(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		doc := toRWStatusJSON(st)
+		doc.Kinds = kinds
+		return doc, func(w io.Writer) { printRWStatus(w, st) }, nil
+	case admin.KindRate:
+		st, err := rate.ReadStatus(ctx, n.pool, n.prefix, n.name)
+		if err != nil {
+			return nil, nil, err
+		}
+		doc := toRateStatusJSON(st)
+		doc.Kinds = kinds
+		return doc, func(w io.Writer) { printRateStatus(w, st) }, nil
+	}
+	st, err := n.adm.Status(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	doc := toStatusJSON(st)
+	doc.Kinds = kinds
+	return doc, func(w io.Writer) { printStatus(w, st) }, nil
 }
 
 // slotOf returns the slot part of a token ("3f2a9c0d41be:2" -> "2").
@@ -95,13 +140,11 @@ func slotOf(token string) string {
 
 func printStatus(w io.Writer, st admin.Status) {
 	if !st.Exists {
-		fmt.Fprintf(w, "semaphore %q does not exist yet (the first acquire creates it)\n", st.Name)
-		if st.Waiting > 0 {
-			fmt.Fprintf(w, "waiting    %d\n", st.Waiting)
-		}
+		// Deleted between the look-up and the read.
+		fmt.Fprintf(w, "semaphore %q does not exist (the first acquire creates it)\n", st.Name)
 		return
 	}
-	fmt.Fprintf(w, "semaphore  %s\n", st.Name)
+	fmt.Fprintf(w, "%-10s %s\n", semKind(st.Size), st.Name)
 	fmt.Fprintf(w, "size       %d\n", st.Size)
 	fmt.Fprintf(w, "available  %d\n", st.Available)
 	fmt.Fprintf(w, "held       %d\n", len(st.Holders))

@@ -53,9 +53,11 @@ func TestStatusJSONAndTable(t *testing.T) {
 
 	r = e.run(t, "status", "--json", "nobody")
 	require.Equal(t, 0, r.code, r.stderr)
-	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
-	assert.False(t, st.Exists)
-	assert.Empty(t, st.Holders)
+	var none statusJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &none))
+	assert.False(t, none.Exists)
+	assert.Equal(t, "none", none.Kind)
+	assert.Empty(t, none.Holders)
 
 	r = e.run(t, "reclaim", "st")
 	assert.Equal(t, 0, r.code, r.stderr)
@@ -76,17 +78,16 @@ func TestJSONStyle(t *testing.T) {
 	e.start(t, helperEnvFor(), append([]string{"run", "--size", "2", "js"}, helperArgs()...)...)
 	waitHelper(t, e.dir, "child")
 	for _, args := range [][]string{
-		{"status", "--json", "js"}, {"check", "--json", "js"},
-		{"status", "--json", "none"}, {"check", "--json", "none"},
+		{"status", "--json", "js"}, {"check", "--json", "js"}, {"status", "--json", "none"},
 	} {
 		r := e.run(t, args...)
 		require.Equal(t, 0, r.code, "%v: %s", args, r.stderr)
 		var doc map[string]any
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc), r.stdout)
 		checkJSONStyle(t, strings.Join(args, " "), doc)
+		assert.Contains(t, doc, "kind")
 		assert.Contains(t, doc, "name")
 		assert.Contains(t, doc, "exists")
-		assert.Contains(t, doc, "size")
 	}
 	r := e.run(t, "status", "--json", "js")
 	var doc struct {

@@ -21,25 +21,33 @@ import (
 
 // supervise runs the command while lease is held and returns its exit
 // status as an *exitError (nil for 0). The lease is released on every path.
-func supervise(lease *redsem.Lease, o *runOptions, sigs <-chan os.Signal, stderr io.Writer) error {
+// With no lease (run --rate alone) the command just runs; env is added to
+// its environment either way.
+func supervise(lease *redsem.Lease, env []string, o *runOptions, sigs <-chan os.Signal, stderr io.Writer) error {
 	release := func(timeout time.Duration) error {
+		if lease == nil {
+			return nil
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		return lease.Release(ctx)
 	}
-	if !lease.Valid() {
+	if lease != nil && !lease.Valid() {
 		_ = release(opTimeout)
 		return exitf(o.lostCode, "lease on %q lost before the command started: %v", o.name, lease.Err())
 	}
 	cmd := exec.Command(o.argv[0], o.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(),
-		"REDSEM_NAME="+o.name,
-		"REDSEM_SIZE="+strconv.Itoa(o.size),
-		"REDSEM_TOKEN="+lease.Token(),
-		"REDSEM_SLOT="+slotOf(lease.Token()),
-		"REDSEM_FENCE="+strconv.FormatInt(lease.Fence(), 10),
-	)
+	cmd.Env = append(os.Environ(), "REDSEM_NAME="+o.name)
+	if lease != nil {
+		cmd.Env = append(cmd.Env,
+			"REDSEM_SIZE="+strconv.Itoa(o.size),
+			"REDSEM_TOKEN="+lease.Token(),
+			"REDSEM_SLOT="+slotOf(lease.Token()),
+			"REDSEM_FENCE="+strconv.FormatInt(lease.Fence(), 10),
+		)
+	}
+	cmd.Env = append(cmd.Env, env...)
 	cmd.SysProcAttr = childAttr()
 	exited, err := startLocked(cmd)
 	if err != nil {
@@ -52,8 +60,11 @@ func supervise(lease *redsem.Lease, o *runOptions, sigs <-chan os.Signal, stderr
 		fmt.Fprintf(stderr, "redsem: warning: no guard process (%v): if redsem is killed, only the command's first process is stopped\n", gerr)
 	}
 
-	var (
+	var leaseDone <-chan struct{}
+	if lease != nil {
 		leaseDone = lease.Done()
+	}
+	var (
 		killTimer <-chan time.Time
 		lost      error
 		state     *os.ProcessState

@@ -16,18 +16,21 @@ import (
 	"github.com/redsem/redsem/admin"
 )
 
-const topHelp = `Usage: redsem top [--interval D] [-n N] [--limit N] [--max-scan N] [--plain] [connection flags]
+const topHelp = `Usage: redsem top [--interval D] [-n N] [--limit N] [--max-scan N] [--plain] [--json] [connection flags]
 
-A live view of every semaphore, mutex and rate gate under the prefix, found
-by SCAN over their meta keys and read one script call each, refreshed every
---interval and sorted by saturation (held/size, then waiters). On a terminal
-the view is redrawn in place; otherwise (a pipe, a file, --plain) each
-refresh prints a time line and one plain line per name. Stop it with Ctrl-C.
+A live view of every semaphore, mutex, read-write lock and rate gate under
+the prefix, found by SCAN over their meta keys and read one script call
+each, refreshed every --interval and sorted by saturation (held/size, then
+waiters). On a terminal the view is redrawn in place; otherwise (a pipe, a
+file, --plain) each refresh prints a time line and one plain line per name.
+Stop it with q or Ctrl-C.
 
-Columns: NAME, KIND (sem, rate), HELD (rate: starts in the current window),
-SIZE (rate: starts allowed per interval), SAT (HELD/SIZE), WAIT (waiters),
-FREE (rate: starts possible now), EXP (leases expired, not yet reclaimed), STRAY (stray tokens), OLDEST
-(age of the oldest lease; rate: the interval).
+Columns: NAME, KIND (sem, mutex, rw, rate), HELD (rw: readers and writer;
+rate: starts in the current window), SIZE (rate: starts allowed per
+interval; rw: -), SAT (HELD/SIZE; rw: 100% while a writer holds), WAIT
+(waiters), FREE (rate: starts possible now), EXP (leases expired, not yet
+reclaimed), STRAY (stray tokens), OLDEST (age of the oldest lease; rate: the
+interval).
 
   --interval D     time between refreshes (default 1s)
   -n N             stop after N refreshes (default 0: until interrupted)
@@ -35,12 +38,17 @@ FREE (rate: starts possible now), EXP (leases expired, not yet reclaimed), STRAY
   --max-scan N     send at most N SCAN calls (COUNT 500) per refresh (default 100);
                    a keyspace larger than that is not walked whole
   --plain          plain lines even on a terminal
+  --json           one JSON document per refresh instead of the view:
+                   "prefix", "truncated", "names" (each name's
+                   status --json document) and "failed"; top -n 1 --json is
+                   one report
 
 ` + connHelp + `
 Examples:
   redsem top
   redsem top --prefix myapp: --interval 5s
   redsem top -n 1 | sort -k4 -n
+  redsem top -n 1 --json | jq '.names[] | select(.waiting > 0) | .name'
 `
 
 // topOptions are the flags of top.
@@ -50,6 +58,7 @@ type topOptions struct {
 	limit    int
 	maxScan  int
 	plain    bool
+	json     bool
 }
 
 func cmdTop(args []string, stdout, _ io.Writer) error {
@@ -62,6 +71,7 @@ func cmdTop(args []string, stdout, _ io.Writer) error {
 	fs.IntVar(&o.limit, "limit", admin.DefaultScanLimit, "")
 	fs.IntVar(&o.maxScan, "max-scan", admin.DefaultMaxScan, "")
 	fs.BoolVar(&o.plain, "plain", false, "")
+	fs.BoolVar(&o.json, "json", false, "")
 	pos, err := parseArgs(fs, args, topHelp)
 	if err != nil {
 		return err
@@ -70,13 +80,15 @@ func cmdTop(args []string, stdout, _ io.Writer) error {
 	case len(pos) > 0:
 		return usagef("top: no arguments expected, got %q (see redsem top --help)", strings.Join(pos, " "))
 	case o.interval.d < 10*time.Millisecond:
-		return usagef("top: --interval must be at least 10ms")
+		return usagef("top: --interval must be at least 10ms, not %s", o.interval.String())
 	case o.n < 0:
-		return usagef("top: -n must be at least 0")
+		return usagef("top: -n must be at least 0, not %d", o.n)
 	case o.limit < 1:
-		return usagef("top: --limit must be at least 1")
+		return usagef("top: --limit must be at least 1, not %d", o.limit)
 	case o.maxScan < 1:
-		return usagef("top: --max-scan must be at least 1")
+		return usagef("top: --max-scan must be at least 1, not %d", o.maxScan)
+	case o.json && o.plain:
+		return usagef("top: --json and --plain exclude each other")
 	}
 	p, err := connect(c)
 	if err != nil {
@@ -85,7 +97,16 @@ func cmdTop(args []string, stdout, _ io.Writer) error {
 	defer p.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	t := &topView{w: stdout, prefix: c.prefix, shown: p.shown, live: !o.plain && isTerminal(stdout)}
+	t := &topView{w: stdout, prefix: c.prefix, shown: p.shown, live: !o.plain && !o.json && isTerminal(stdout), json: o.json}
+	if !o.json && isTerminal(os.Stdin) {
+		// q quits: read keys as they are typed (Ctrl-C stays a signal).
+		var quit context.CancelFunc
+		ctx, quit = context.WithCancel(ctx)
+		defer quit()
+		restore := keysMode(os.Stdin)
+		defer restore()
+		go readQuit(os.Stdin, quit)
+	}
 	read := func() (admin.Fleet, error) {
 		rctx, cancel := context.WithTimeout(ctx, opTimeout)
 		defer cancel()
@@ -128,13 +149,32 @@ func (t *topView) run(ctx context.Context, fl admin.Fleet, read func() (admin.Fl
 	}
 }
 
-// topView draws the fleet: redrawn in place on a terminal (live), or as
-// plain lines, one block per refresh.
+// readQuit reads r until a q (or Q, or a Ctrl-C byte should the terminal
+// pass it on) and then calls quit.
+func readQuit(r io.Reader, quit func()) {
+	b := make([]byte, 16)
+	for {
+		n, err := r.Read(b)
+		for _, c := range b[:n] {
+			if c == 'q' || c == 'Q' || c == 3 {
+				quit()
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// topView draws the fleet: redrawn in place on a terminal (live), as plain
+// lines, one block per refresh, or as one JSON document per refresh.
 type topView struct {
 	w      io.Writer
 	prefix string
 	shown  string // the Redis URL, password redacted
 	live   bool
+	json   bool
 }
 
 func (t *topView) begin() {
@@ -152,9 +192,13 @@ func (t *topView) end() {
 // show draws one refresh; err is the read's error (the fleet is then the
 // last one read).
 func (t *topView) show(fl admin.Fleet, err error, now time.Time) {
+	if t.json {
+		_ = writeJSON(t.w, toFleetJSON(t.prefix, fl, err))
+		return
+	}
 	rows := topRows(fl)
-	head := fmt.Sprintf("redsem top  %s  %s  prefix %q  %d semaphores, %d rate gates",
-		now.Format("15:04:05"), t.shown, t.prefix, len(fl.Semaphores), len(fl.RateGates))
+	head := fmt.Sprintf("redsem top  %s  %s  prefix %q  %d semaphores, %d locks, %d rate gates",
+		now.Format("15:04:05"), t.shown, t.prefix, len(fl.Semaphores), len(fl.RWMutexes), len(fl.RateGates))
 	if fl.Truncated {
 		head += "  (scan incomplete: raise --limit or --max-scan)"
 	}
@@ -192,6 +236,7 @@ type topRow struct {
 	oldest                      time.Duration
 	sat                         float64
 	showExpired, oldestIsPeriod bool
+	lock                        bool // a read-write lock: no size, no free count
 }
 
 // topRows turns the fleet into rows sorted by saturation, then waiters,
@@ -199,13 +244,32 @@ type topRow struct {
 func topRows(fl admin.Fleet) []topRow {
 	var rows []topRow
 	for _, st := range fl.Semaphores {
-		rows = append(rows, topRow{name: st.Name, kind: "sem", held: len(st.Holders), size: st.Size,
+		kind := "sem"
+		if st.Size == 1 {
+			kind = kindMutex
+		}
+		rows = append(rows, topRow{name: st.Name, kind: kind, held: len(st.Holders), size: st.Size,
 			wait: st.Waiting, free: st.Available, expired: st.Expired(), stray: st.Stray,
 			oldest: st.OldestHold(), showExpired: true})
 	}
 	for _, st := range fl.RateGates {
 		rows = append(rows, topRow{name: st.Name, kind: "rate", held: st.Started, size: st.Limit,
 			wait: st.Waiting, free: st.Available + st.Due, stray: st.Stray, oldest: st.Per, oldestIsPeriod: true})
+	}
+	for _, st := range fl.RWMutexes {
+		r := topRow{name: st.Name, kind: "rw", held: len(rwHolders(st)), wait: len(st.Queue), showExpired: true, lock: true}
+		for _, h := range rwHolders(st) {
+			if h.Expired {
+				r.expired++
+			}
+			if !h.Acquired.IsZero() {
+				r.oldest = max(r.oldest, st.ServerTime.Sub(h.Acquired))
+			}
+		}
+		if st.Writer != nil {
+			r.sat = 1
+		}
+		rows = append(rows, r)
 	}
 	for i := range rows {
 		if rows[i].size > 0 {
@@ -248,15 +312,21 @@ func formatRows(rows []topRow) []string {
 		}
 		switch {
 		case r.oldestIsPeriod:
-			oldest = "per " + r.oldest.String()
+			oldest = "per " + perText(r.oldest)
 		case r.oldest > 0:
 			oldest = r.oldest.Round(time.Second).String()
 			if r.oldest < time.Second {
 				oldest = r.oldest.Round(time.Millisecond).String()
 			}
 		}
-		out = append(out, line(names[i], r.kind, fmt.Sprint(r.held), fmt.Sprint(r.size),
-			fmt.Sprintf("%.0f%%", 100*r.sat), fmt.Sprint(r.wait), fmt.Sprint(r.free), exp,
+		size, sat, free := fmt.Sprint(r.size), fmt.Sprintf("%.0f%%", 100*r.sat), fmt.Sprint(r.free)
+		if r.lock {
+			size, free = "-", "-"
+			if r.sat == 0 {
+				sat = "-"
+			}
+		}
+		out = append(out, line(names[i], r.kind, fmt.Sprint(r.held), size, sat, fmt.Sprint(r.wait), free, exp,
 			fmt.Sprint(r.stray), oldest))
 	}
 	return out

@@ -1,0 +1,181 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/redsem/redsem/internal/engine"
+)
+
+// Key is one Redis key of a name, as Keys and Purge report it.
+type Key struct {
+	Key  string
+	Type string // Redis's TYPE: "hash", "list", "zset", "string", ...
+	Kind Kind   // the layout the key belongs to
+}
+
+// keysScript lists (ARGV[1] "list") or deletes (ARGV[1] "delete") every key
+// of one name under the three layouts (semaphore, read-write lock, rate
+// gate), whatever their type, or reports the TYPE of the three meta keys
+// (ARGV[1] "kinds"). KEYS are the fixed keys, the three meta keys first;
+// ARGV[2..4] are the three layouts' bases. The keys named after an
+// acquisition in flight (a semaphore's pend:, bell: and part: keys, a lock's
+// bell:, a gate's in:) are found through the ids the fixed keys of the
+// right type hold: members of the sorted sets and lists, fields of the
+// hashes, each taken as is, without its "w:"-style tag, and up to a "|".
+// Every key shares the name's hash tag, as every script's do.
+var keysScript = redis.NewScript(-1, `
+local mode = ARGV[1]
+if mode == 'kinds' then
+  return {redis.call('TYPE', KEYS[1])['ok'], redis.call('TYPE', KEYS[2])['ok'], redis.call('TYPE', KEYS[3])['ok']}
+end
+local out, seen = {}, {}
+local function add(k)
+  if seen[k] then return end
+  seen[k] = true
+  local t = redis.call('TYPE', k)['ok']
+  if t ~= 'none' then
+    out[#out + 1] = k
+    out[#out + 1] = t
+  end
+end
+for _, k in ipairs(KEYS) do add(k) end
+local function ids_of(k)
+  local t, items = redis.call('TYPE', k)['ok'], {}
+  if t == 'zset' then items = redis.call('ZRANGE', k, 0, -1)
+  elseif t == 'list' then items = redis.call('LRANGE', k, 0, -1)
+  elseif t == 'hash' then items = redis.call('HKEYS', k)
+  end
+  local ids = {}
+  for _, m in ipairs(items) do
+    ids[m] = true
+    ids[string.match(m, '^([^|]+)') or m] = true
+    local rest = string.match(m, '^%a:(.+)$')
+    if rest then
+      ids[rest] = true
+      ids[string.match(rest, '^([^|]+)') or rest] = true
+    end
+  end
+  return ids
+end
+-- base, the keys holding ids, the keys named after an id
+local layouts = {
+  {ARGV[2], {'meta', 'holders', 'waits', 'wqueue'}, {'pend:', 'bell:', 'part:'}},
+  {ARGV[3], {'holders', 'queue', 'waits', 'leases'}, {'bell:'}},
+  {ARGV[4], {'holders', 'queue', 'waits'}, {'in:'}},
+}
+for _, l in ipairs(layouts) do
+  for _, src in ipairs(l[2]) do
+    for id in pairs(ids_of(l[1] .. src)) do
+      for _, sfx in ipairs(l[3]) do add(l[1] .. sfx .. id) end
+    end
+  end
+end
+if mode == 'delete' then
+  local ks = {}
+  for i = 1, #out, 2 do ks[#ks + 1] = out[i] end
+  for i = 1, #ks, 1000 do redis.call('DEL', unpack(ks, i, math.min(i + 999, #ks))) end
+end
+return out
+`)
+
+// layoutKeys returns the fixed keys of the Handle's name under the three
+// layouts, the three meta keys first, and the three bases.
+func (h *Handle) layoutKeys() (keys []interface{}, bases [3]string) {
+	b := h.base
+	bases = [3]string{b, b + "rw:", b + "rate:"}
+	keys = []interface{}{b + "meta", bases[1] + "meta", bases[2] + "meta"}
+	for _, s := range []string{"tokens", "leases", "holders", "waits", "wqueue"} {
+		keys = append(keys, b+s)
+	}
+	for _, s := range []string{"queue", "leases", "holders", "waits"} {
+		keys = append(keys, bases[1]+s)
+	}
+	for _, s := range []string{"holders", "queue", "waits"} {
+		keys = append(keys, bases[2]+s)
+	}
+	for i := 1; i <= engine.MaxLimits; i++ {
+		keys = append(keys, bases[2]+"log:"+strconv.Itoa(i))
+	}
+	return keys, bases
+}
+
+func (h *Handle) runKeys(ctx context.Context, op, mode string) ([]string, error) {
+	keys, bases := h.layoutKeys()
+	args := append(keys, mode, bases[0], bases[1], bases[2])
+	// The script takes a variable number of keys: tell EVAL how many.
+	v, _, err := engine.Call(ctx, h.pool, keysScript, append([]interface{}{len(keys)}, args...)...)
+	out, err := redis.Strings(v, err)
+	if err != nil {
+		return nil, engine.ScriptError(op, "name", h.name, err)
+	}
+	return out, nil
+}
+
+// Kinds reports which kinds of thing exist under the Handle's name, in the
+// order semaphore, read-write lock, rate gate: those whose meta key exists.
+// A semaphore and a lock (and a rate gate) of one name are apart, so there
+// may be several. A meta key of the wrong type counts (reading that kind then
+// fails with ErrWrongType); keys without their meta key do not (Keys lists
+// them). One script call that writes nothing.
+func (h *Handle) Kinds(ctx context.Context) ([]Kind, error) {
+	types, err := h.runKeys(ctx, "kinds of", "kinds")
+	if err != nil {
+		return nil, err
+	}
+	if len(types) != 3 {
+		return nil, fmt.Errorf("redsem: kinds of %q: unexpected reply %q", engine.Printable(h.name), types)
+	}
+	var kinds []Kind
+	for i, k := range []Kind{KindSemaphore, KindRWMutex, KindRate} {
+		if types[i] != "none" {
+			kinds = append(kinds, k)
+		}
+	}
+	return kinds, nil
+}
+
+// Keys lists every key of the Handle's name under the three layouts
+// (semaphore, read-write lock, rate gate), whatever their type: the fixed
+// ones and those of acquisitions in flight that the fixed ones name. One
+// script call that writes nothing.
+func (h *Handle) Keys(ctx context.Context) ([]Key, error) {
+	flat, err := h.runKeys(ctx, "keys of", "list")
+	if err != nil {
+		return nil, err
+	}
+	return h.toKeys(flat), nil
+}
+
+// Purge deletes every key Keys lists, whatever the kind and the type, in one
+// atomic script, and returns them. Unlike Delete it needs no key of the
+// right type: it is how to remove a name someone else wrote to. Holders of
+// a semaphore or lock learn it at their next Refresh or Release
+// (ErrLeaseLost); the next acquisition creates the name afresh, with a new
+// epoch. Calling it again after a connection error is safe.
+func (h *Handle) Purge(ctx context.Context) ([]Key, error) {
+	flat, err := h.runKeys(ctx, "delete", "delete")
+	if err != nil {
+		return nil, err
+	}
+	return h.toKeys(flat), nil
+}
+
+func (h *Handle) toKeys(flat []string) []Key {
+	var out []Key
+	for i := 0; i+1 < len(flat); i += 2 {
+		k := Key{Key: flat[i], Type: flat[i+1], Kind: KindSemaphore}
+		switch rest := strings.TrimPrefix(k.Key, h.base); {
+		case strings.HasPrefix(rest, "rw:"):
+			k.Kind = KindRWMutex
+		case strings.HasPrefix(rest, "rate:"):
+			k.Kind = KindRate
+		}
+		out = append(out, k)
+	}
+	return out
+}
