@@ -47,6 +47,7 @@ import (
 // A block importing a nested module whose go line is newer than the running
 // Go is skipped with a log line (the oldest-Go CI step cannot build it).
 func TestDocsCompile(t *testing.T) {
+	t.Parallel()
 	root := repoRoot(t)
 	files := markdownFiles(t, root)
 	require.Contains(t, files, filepath.Join(root, "README.md"))
@@ -63,6 +64,7 @@ func TestDocsCompile(t *testing.T) {
 // the Markdown line, for each kind of block that does not compile, and
 // passes the same blocks once they are fixed.
 func TestDocsCompileCatchesBrokenBlocks(t *testing.T) {
+	t.Parallel()
 	root := repoRoot(t)
 	md := filepath.Join(t.TempDir(), "broken.md")
 	text := "# broken\n\n" +
