@@ -50,13 +50,7 @@ var extraBackends []extraBackend
 // eachBackend runs f against miniredis and against a real redis-server
 // (through redigo), and against every extra backend. REDSEM_BACKENDS, a
 // comma-separated list of names, runs only those.
-//
-// The test that calls it runs in parallel with the package's other
-// parallel tests: each backend is its own server, so a behaviour test must
-// not change a package global (the clock, a script, a failpoint); the tests
-// that do call no eachBackend and stay serial.
 func eachBackend(t *testing.T, f func(t *testing.T, b *backend)) {
-	t.Parallel()
 	run := func(name string, start func(t *testing.T) *backend) {
 		if !backendSelected(name) {
 			return
