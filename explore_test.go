@@ -10,7 +10,8 @@ package redsem
 // of random programs from seeds. A violation prints as the schedule that
 // led to it; those schedules are kept below as regression cases.
 //
-// Budget: about a minute in the README's test command. Longer:
+// Budget: about 40 seconds in the README's test command, about three
+// minutes under REDSEM_LONG=1 (CI runs both). Longer:
 // REDSEM_EXPLORE_SECONDS=600 go test -run TestExplore -v .
 
 import (
@@ -29,15 +30,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// exploreBudget is the time the explorer may take in a test: the default
-// fits the README's test command; REDSEM_EXPLORE_SECONDS sets it.
-func exploreBudget(def time.Duration) time.Duration {
+// exploreBudget is the time the explorer may take in a test: short in the
+// README's test command (every scenario still runs, with fewer schedules),
+// long under REDSEM_LONG=1 (longRun); REDSEM_EXPLORE_SECONDS sets it.
+func exploreBudget(short, long time.Duration) time.Duration {
 	if s := os.Getenv("REDSEM_EXPLORE_SECONDS"); s != "" {
 		if n, err := strconv.Atoi(s); err == nil && n > 0 {
 			return time.Duration(n) * time.Second
 		}
 	}
-	return def
+	if longRun() {
+		return long
+	}
+	return short
 }
 
 func newExploreEnv(t testing.TB) *exploreEnv {
@@ -401,7 +406,7 @@ const exploreDepth = 9
 
 func TestExploreSeams(t *testing.T) {
 	env := newExploreEnv(t)
-	budget := exploreBudget(60 * time.Second)
+	budget := exploreBudget(16*time.Second, 60*time.Second)
 	scs := seamScenarios()
 	for _, sc := range scs {
 		sc := sc
@@ -425,7 +430,7 @@ func TestExploreSeams(t *testing.T) {
 
 func TestExploreRandom(t *testing.T) {
 	env := newExploreEnv(t)
-	budget := exploreBudget(60 * time.Second)
+	budget := exploreBudget(12*time.Second, 60*time.Second)
 	start := time.Now()
 	cx, n := randomWalks(t, env, 1, 1<<30, start.Add(budget/2))
 	t.Logf("%d random walks in %v", n, time.Since(start).Round(time.Millisecond))
@@ -443,7 +448,7 @@ func TestExploreWeightedSteps(t *testing.T) {
 	engine.AcquireN = acquireNWith(t, "local STEP = 128\n", "local STEP = 1\n")
 	defer func() { engine.AcquireN = saved }()
 	env := newExploreEnv(t)
-	budget := exploreBudget(20 * time.Second)
+	budget := exploreBudget(8*time.Second, 20*time.Second)
 	start := time.Now()
 	for _, sc := range seamScenarios() {
 		if !weighted(sc) {

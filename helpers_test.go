@@ -73,6 +73,12 @@ func eachBackend(t *testing.T, f func(t *testing.T, b *backend)) {
 	}
 }
 
+// longRun reports whether REDSEM_LONG=1 asks for the long runs: the
+// explorations with their long budgets (exploreBudget). Without it every
+// test still runs, with budgets that fit the README's test command; CI runs
+// the long ones in a step of their own (.ci/run).
+func longRun() bool { return os.Getenv("REDSEM_LONG") == "1" }
+
 func backendSelected(name string) bool {
 	only := os.Getenv("REDSEM_BACKENDS")
 	if only == "" {

@@ -583,6 +583,7 @@ func TestCancellationStorm(t *testing.T) {
 // by the read deadline, settled, and retried with shorter blocks; the
 // waiter still gets the token and nothing leaks.
 func TestShortReadTimeoutPool(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	s := newSem(t, b, "short-read", 1)

@@ -102,6 +102,7 @@ func TestRefreshInTheGapOfAnother(t *testing.T) {
 // command can shorten a BLMOVE already waiting), then reclaims the token:
 // the bound the README gives for this case.
 func TestRefreshShorterTTLWithAWaiterBlocked(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 20*time.Second)
 	const oldTTL = 3 * time.Second

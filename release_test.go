@@ -101,6 +101,7 @@ func TestReleaseFastPathAfterShrink(t *testing.T) {
 // releaseTimeout (and a lease with auto-refresh on the wire stops as
 // promptly), and the slot comes back by the lease's TTL once Redis answers.
 func TestReleaseAgainstHungServerIsBounded(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	for _, mode := range []struct {
 		name string

@@ -85,6 +85,7 @@ func TestStaleGrantsDoNotLoop(t *testing.T) {
 // still return within engine.SettleWait of its context's end, as a cancelled
 // Acquire does, and the token is back once Redis answers again.
 func TestStaleGrantReleaseDoesNotOutliveContext(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	const ttl = 100 * time.Millisecond
 	plain := newSem(t, b, "stale-hang", 2, WithTTL(ttl))

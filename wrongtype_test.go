@@ -215,6 +215,7 @@ func wrongTypeOps() []wrongTypeOp {
 }
 
 func TestWrongTypeWritesNothing(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, op := range wrongTypeOps() {
 			// Untouched, the state is sound and the operation works.

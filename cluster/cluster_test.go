@@ -26,6 +26,7 @@ import (
 // The cluster tests share one 3-master, 3-replica cluster and run in order:
 // each leaves the cluster stable and every semaphore settled.
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	c := redistest.StartCluster(t, 3, 1)
 	t.Logf("cluster of 6 up in %v", time.Since(start).Round(time.Millisecond))
@@ -457,6 +458,7 @@ func median(ds []time.Duration) time.Duration {
 // scripts now step aside (TRYAGAIN) on a migrating slot before their first
 // write, and the cluster pool retries once the move is over.
 func TestReclaimDuringMigration(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t, 2, 0)
 	p := newPool(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -502,6 +504,7 @@ func TestReclaimDuringMigration(t *testing.T) {
 // pending list), and the pool retries once the move is over. A release and
 // a waiter during a migration both complete, and nothing is lost.
 func TestReleaseAndAcquireDuringMigration(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t, 2, 0)
 	p := newPool(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -16,6 +16,7 @@ import (
 // fail at once: here the map is blanked for the slot just after a refresh,
 // so the next one comes only after the minimum gap.
 func TestNoMasterForAMoment(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t, 1, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

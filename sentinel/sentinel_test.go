@@ -21,6 +21,7 @@ import (
 // The sentinel tests share one topology (a master, two replicas, three
 // sentinels) and run in order: the failovers change who is master.
 func TestSentinel(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	set := redistest.StartSentinels(t, redistest.SentinelOptions{})
 	t.Logf("master, 2 replicas and 3 sentinels up in %v", time.Since(start).Round(time.Millisecond))
@@ -256,6 +257,7 @@ func testConnectDuringFailover(t *testing.T, set *redistest.Sentinels, p *Pool) 
 // the Pool needs each password on its own side, and a configuration with
 // the two swapped, or one missing, finds no master.
 func TestAuth(t *testing.T) {
+	t.Parallel()
 	const dataPW, sentPW = "d4ta-pw", "s3ntinel-pw"
 	set := redistest.StartSentinels(t, redistest.SentinelOptions{Replicas: 1, Sentinels: 1,
 		Password: dataPW, SentinelPassword: sentPW})
@@ -289,6 +291,7 @@ func TestAuth(t *testing.T) {
 // sentinels, serves a semaphore and follows a failover, all over TLS. TLS on
 // one side only, or without the CA, finds no master.
 func TestTLS(t *testing.T) {
+	t.Parallel()
 	tc := redistest.NewTLS(t)
 	set := redistest.StartSentinels(t, redistest.SentinelOptions{Replicas: 1, Sentinels: 1, TLS: tc})
 	withTLS := []redis.DialOption{redis.DialUseTLS(true), redis.DialTLSConfig(tc.Config)}
