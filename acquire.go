@@ -27,9 +27,11 @@ import (
 // computed (lease.go, Local deadlines).
 
 // Acquire blocks until a token is free and returns a lease on it, or until
-// ctx ends: then it returns an error for which errors.Is(err, ctx.Err())
-// holds, and no token is lost. Waiters sleep in Redis and are served first
-// come, first served; an uncontended Acquire is one round trip.
+// ctx ends: then errors.Is(err, ctx.Err()) holds and no token is lost.
+// Waiters are served first come, first served: in this process behind one
+// blocking Redis call (WithWaitConnections), between processes by Redis.
+// Other errors: *SizeMismatchError, ErrWrongType, ErrCorrupt,
+// ErrOutOfMemory, ErrStaleGrant, or a connection error.
 func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
 	start := time.Now()
 	var l *Lease
@@ -76,11 +78,11 @@ func (s *Semaphore) observeAcquire(start time.Time, l *Lease, err error) (*Lease
 	return l, nil
 }
 
-// acquire runs an acquisition of one token in mode, continuing start if
-// given. In ModeRegister a refusal returns the registration.
-func (s *Semaphore) acquire(ctx context.Context, mode engine.Mode, start *engine.Pending) (*Lease, *engine.Pending, error) {
+// acquire runs an acquisition of one token in mode, going on with
+// registration reg if given. In ModeRegister a refusal returns the registration.
+func (s *Semaphore) acquire(ctx context.Context, mode engine.Mode, reg *engine.Pending) (*Lease, *engine.Pending, error) {
 	p := &oneToken{s: s}
-	res, err := engine.Drive(ctx, s.driver(p.fail), p, mode, start)
+	res, err := engine.Drive(ctx, s.driver(p.fail), p, mode, reg)
 	switch {
 	case err != nil:
 		return nil, nil, err
@@ -96,7 +98,7 @@ func (s *Semaphore) acquire(ctx context.Context, mode engine.Mode, start *engine
 // fail maps the protocol's errors.
 func (s *Semaphore) driver(fail func(error) error) *engine.Driver {
 	return &engine.Driver{Pool: s.pool, Block: s.block, MaxBlock: &s.maxBlock, Grace: s.cfg.grace, Clock: clk,
-		Observe: func(sent time.Time, nowUs int64) { s.clock.observe(monoUs(sent), nowUs) }, Fail: fail}
+		Observe: s.offset.observeReply, Fail: fail}
 }
 
 // oneToken is the protocol of one token: acquire.lua, BLMOVE from the
@@ -121,27 +123,28 @@ func (p *oneToken) Wait(ctx context.Context, conn redis.Conn, acq string, r engi
 
 func (p *oneToken) Abort(ctx context.Context, acq, mode string) (engine.Reply, error) {
 	s := p.s
-	sent := monoNow()
 	v, _, err := engine.Call(ctx, s.pool, engine.Abort, engine.Args(engine.Abort, append(s.k.all(5), s.k.pend(acq)),
 		engine.A("acqID", acq), engine.A("mode", mode), engine.A("tombMs", s.tombMs()))...)
-	r, err := parseAcquireReply(v, err)
-	if err == nil {
-		s.clock.observe(sent, r.NowUs)
-	}
-	return r, err
+	return parseAcquireReply(v, err)
 }
 
 // Accept takes a grant, unless this process was frozen while Redis handed
 // it over and the lease's local deadline has passed: such a grant is given
 // back, never used.
 func (p *oneToken) Accept(ctx context.Context, acq string, r engine.Reply, sent time.Time) bool {
-	l := p.s.newLease(acq, r, monoUs(sent))
+	p.lease = p.s.takeGrant(ctx, acq, r, sent)
+	return p.lease != nil
+}
+
+// takeGrant turns grant r of acquisition acq into a lease, or gives it
+// back and returns nil when its local deadline has passed already.
+func (s *Semaphore) takeGrant(ctx context.Context, acq string, r engine.Reply, sent time.Time) *Lease {
+	l := s.newLease(acq, r, monoUs(sent))
 	if !l.Valid() {
-		p.s.giveBack(ctx, l)
-		return false
+		s.returnGrant(ctx, l)
+		return nil
 	}
-	p.lease = l.use()
-	return true
+	return l.use()
 }
 
 func (p *oneToken) fail(err error) error {
@@ -206,10 +209,10 @@ func (s *Semaphore) settle(ctx context.Context, acq string) {
 	engine.Settle(ctx, s.driver(p.fail), p, acq)
 }
 
-// giveBack releases a grant the acquisition will not use. After ctx has
+// returnGrant releases a grant the acquisition will not use. After ctx has
 // ended it waits engine.SettleWait at most; the release goes on in the
 // background (bounded by releaseTimeout).
-func (s *Semaphore) giveBack(ctx context.Context, l *Lease) {
+func (s *Semaphore) returnGrant(ctx context.Context, l *Lease) {
 	done := make(chan struct{})
 	clk.Go(func() {
 		defer close(done)

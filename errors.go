@@ -14,12 +14,6 @@ import (
 // Sentinel errors. Test for them with errors.Is; the errors returned carry
 // more detail (the semaphore's name, the key, the stored size).
 var (
-	// ErrNoToken is returned when a try finds nothing free: by TryAcquire and
-	// TryAcquireN (no token, or not k of them), Mutex.TryLock (the mutex is
-	// held), and RWMutex.TryRLock and TryLock (the lock is held on the other
-	// side, or by a writer, or others queue before this caller).
-	ErrNoToken = engine.ErrNoToken
-
 	// ErrLeaseLost is returned by Release and Refresh when Redis no longer
 	// records the lease: it expired and its token was reclaimed (and maybe
 	// handed to another holder), the semaphore was deleted, or Redis lost its
@@ -35,6 +29,12 @@ var (
 	// already released through this handle, and is the cause reported by
 	// Lease.Err after a successful Release.
 	ErrReleased = errors.New("redsem: lease already released")
+
+	// ErrNoToken is returned when a try finds nothing free: by TryAcquire and
+	// TryAcquireN (no token, or not k of them), Mutex.TryLock (the mutex is
+	// held), and RWMutex.TryRLock and TryLock (the lock is held on the other
+	// side, or by a writer, or others queue before this caller).
+	ErrNoToken = engine.ErrNoToken
 
 	// ErrSizeMismatch is returned when the size a client asked for differs
 	// from the size stored in Redis by the client that created the semaphore.

@@ -35,6 +35,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redsem/redsem/internal/engine"
 )
 
 type checker struct {
@@ -385,7 +387,7 @@ func (c *checker) final(r *run) string {
 	// Every lease a program left behind expires; a Reclaim gives it back.
 	w := r.w
 	w.mu.Lock()
-	w.advanceTo(w.now.Add(r.sc.ttl + r.sc.grace + maxBlock + blockSlack + time.Minute))
+	w.advanceTo(w.now.Add(r.sc.ttl + r.sc.grace + engine.MaxBlock + engine.BlockSlack + time.Minute))
 	w.mu.Unlock()
 	ctx := context.Background()
 	if r.repairAtEnd {
@@ -415,7 +417,7 @@ func (c *checker) final(r *run) string {
 		// Idle now: once the idle time and the last tombstone have passed,
 		// nothing of it is left.
 		w.mu.Lock()
-		w.advanceTo(w.now.Add(r.sc.idle + r.sc.grace + maxBlock + blockSlack + time.Minute))
+		w.advanceTo(w.now.Add(r.sc.idle + r.sc.grace + engine.MaxBlock + engine.BlockSlack + time.Minute))
 		w.mu.Unlock()
 		// One leftover is known: the pending list of a BLMOVE that
 		// reached Redis after its registration was swept, from a process

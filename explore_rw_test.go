@@ -209,7 +209,7 @@ func (c *checker) checkRW(r *run) string {
 func (c *checker) finalRW(r *run) string {
 	w := r.w
 	w.mu.Lock()
-	w.advanceTo(w.now.Add(r.sc.ttl + r.sc.grace + maxBlock + blockSlack + time.Minute))
+	w.advanceTo(w.now.Add(r.sc.ttl + r.sc.grace + engine.MaxBlock + engine.BlockSlack + time.Minute))
 	w.mu.Unlock()
 	ctx := context.Background()
 	l, err := c.rwAdmin.TryLock(ctx)

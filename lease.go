@@ -61,7 +61,7 @@ func (s *Semaphore) newLease(acq string, r engine.Reply, sentUs int64) *Lease {
 	l.ctx, l.end = context.WithCancelCause(context.Background())
 	stopCtx, stop := context.WithCancel(context.Background())
 	l.stop, l.stopCh = stop, stopCtx.Done()
-	l.deadline = s.clock.localDeadline(deadlineMs, s.cfg.ttl, sentUs)
+	l.deadline = s.offset.localDeadline(deadlineMs, s.cfg.ttl, sentUs)
 	l.timer = clk.AfterFunc(l.deadline.Sub(clk.Now()), func() { l.end(ErrLeaseExpired) })
 	l.stopCtx = stopCtx
 	return l
@@ -114,6 +114,14 @@ type leaseKind struct {
 
 var semaphoreLeases = &leaseKind{what: "semaphore", release: &engine.Release, refresh: &engine.Refresh,
 	keys: func(k keys) []interface{} { return k.all(4) }}
+
+// leaseKind is the kind of the leases s grants.
+func (s *Semaphore) leaseKind() *leaseKind {
+	if s.kind == nil {
+		return semaphoreLeases
+	}
+	return s.kind
+}
 
 // tokenArgs are the keys and arguments of script acting on toks (one or
 // more of the lease's tokens): the first token, the acquisition id, extra,
@@ -333,6 +341,12 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if l.ctx.Err() != nil {
 		return context.Cause(l.ctx)
 	}
+	if !l.Valid() {
+		// Past its local deadline, its timer not fired yet: Redis may have
+		// expired it already.
+		l.end(ErrLeaseExpired)
+		return ErrLeaseExpired
+	}
 	s := l.sem
 	sent := monoNow()
 	f := l.startRefresh(sent, ttl)
@@ -367,7 +381,7 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 			l.endRefresh(f)
 			return s.scriptError("refresh", err)
 		}
-		s.clock.observe(sent, vals[2])
+		s.offset.observe(sent, vals[2])
 		if vals[0] != 1 {
 			l.endRefresh(f)
 			err := l.lost()
@@ -398,7 +412,7 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		return context.Cause(l.ctx)
 	}
 	l.ttl = ttl
-	dl := s.clock.localDeadline(deadlineMs, ttl, sent)
+	dl := s.offset.localDeadline(deadlineMs, ttl, sent)
 	if overlapped && dl.After(l.deadline) {
 		// Another refresh was on the wire too, and Redis may have run it
 		// after this one: keep the earlier deadline.
@@ -492,7 +506,7 @@ func (l *Lease) autoRefresh(stopCtx context.Context) {
 	defer l.wg.Done()
 	for {
 		l.mu.Lock()
-		wait := time.Until(l.deadline) - 2*l.ttl/3
+		wait := l.deadline.Sub(clk.Now()) - 2*l.ttl/3
 		ttl := l.ttl
 		l.mu.Unlock()
 		if !sleep(stopCtx, l.ctx, wait) {
@@ -536,9 +550,10 @@ func sleep(a, b context.Context, d time.Duration) bool {
 	}
 }
 
-// Local deadlines. Leases are timed by Redis TIME, never by a client's wall clock (FM-17).
+// Local deadlines. Leases are timed by Redis TIME, never by a client's
+// wall clock (docs/failure-modes.md, FM-17).
 // A client still needs to know, on its own clock, when a lease stops being
-// safe to rely on. serverClock keeps a lower bound of the offset between this
+// safe to rely on. serverOffset keeps a lower bound of the offset between this
 // process's monotonic clock and Redis TIME, learnt from replies: a reply
 // carrying server time S to a request sent at local time L proves
 // offset = local - server >= L - S, because the server read S after L. A
@@ -558,16 +573,20 @@ func monoTime(us int64) time.Time { return monoBase.Add(time.Duration(us) * time
 // bound is lowered by this much per microsecond of its age.
 const driftPPM = 100
 
-type serverClock struct {
+type serverOffset struct {
 	mu   sync.Mutex
 	have bool
 	off  int64 // µs, local - server lower bound, as of at
 	at   int64 // local µs of the sample
 }
 
+// observeReply records that a request sent at sent (clk) was answered with
+// server time nowUs: every acquisition script's reply (engine.Driver.Observe).
+func (c *serverOffset) observeReply(sent time.Time, nowUs int64) { c.observe(monoUs(sent), nowUs) }
+
 // observe records that a request sent at local time sentUs was answered with
 // server time srvUs.
-func (c *serverClock) observe(sentUs, srvUs int64) {
+func (c *serverOffset) observe(sentUs, srvUs int64) {
 	cand := sentUs - srvUs
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -576,7 +595,7 @@ func (c *serverClock) observe(sentUs, srvUs int64) {
 	}
 }
 
-func (c *serverClock) boundAt(nowUs int64) int64 {
+func (c *serverOffset) boundAt(nowUs int64) int64 {
 	age := nowUs - c.at
 	if age < 0 {
 		age = 0
@@ -593,7 +612,7 @@ func leaseMargin(ttl time.Duration) int64 { return (ttl / 100).Microseconds() + 
 // 2ms for clock rate differences over the lease. sentUs is when the request
 // that produced the deadline was sent; it bounds the result when no sample
 // exists.
-func (c *serverClock) localDeadline(deadlineMs int64, ttl time.Duration, sentUs int64) time.Time {
+func (c *serverOffset) localDeadline(deadlineMs int64, ttl time.Duration, sentUs int64) time.Time {
 	margin := leaseMargin(ttl)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -603,6 +622,7 @@ func (c *serverClock) localDeadline(deadlineMs int64, ttl time.Duration, sentUs 
 	return monoTime(deadlineMs*1000 + c.boundAt(monoNow()) - margin)
 }
 
-// clk is the time source of every acquisition and lease of this process
-// (engine.Clock); the explorer's tests swap in a virtual one.
+// clk is the Clock of this package's acquisitions and leases (see
+// engine.Clock for what goes through it); the explorer's tests swap in a
+// virtual one.
 var clk engine.Clock = engine.RealClock{}

@@ -4,9 +4,10 @@ import (
 	"time"
 )
 
-// Observer receives a Semaphore's events, for metrics. Its
-// methods run on the goroutine that caused the event and must be fast and
-// safe for concurrent use. admin.Counters is a ready-made Observer; an adapter to
+// Observer receives a Semaphore's events, for metrics. Its methods must be
+// fast and safe for concurrent use: Acquired and AcquireFailed run on the
+// acquiring goroutine, Released and LeaseLost on a goroutine of their own
+// once the lease has ended, maybe after Release returned. admin.Counters is a ready-made Observer; an adapter to
 // Prometheus or OpenTelemetry is a few lines (see docs/metrics.md). An Observer
 // that also implements RefreshObserver hears of failed background
 // refreshes.

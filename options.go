@@ -39,13 +39,6 @@ const (
 	// more than the fences an earlier epoch can have run ahead of TIME (one
 	// per grant, and a grant costs Redis more than a µs).
 	minIdleExpiry = 100 * time.Millisecond
-
-	// maxBlock caps one blocking wait; a wait that long starts over with a
-	// new BLMOVE. The connection's read timeout should be 0 or above
-	// maxBlock+blockSlack.
-	maxBlock   = engine.MaxBlock
-	blockSlack = engine.BlockSlack
-	minBlock   = engine.MinBlock
 )
 
 // Option configures a Semaphore or a Mutex. Every With* function of this
@@ -61,18 +54,17 @@ type optionFunc func(*config) error
 func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
-	prefix     string
-	ttl        time.Duration
-	grace      time.Duration
-	label      string
-	fixedTTL   bool // no auto-refresh (WithFixedTTL)
-	refreshSet bool // WithFixedTTL or WithAutoRefresh was given
-	blockPool  Pool
-	waitConns  int  // blocking calls shared by a Semaphore's waiters; 0: one per waiter
-	waitSet    bool // WithWaitConnections was given
-	adoptSize  bool
-	observer   Observer
-	idle       time.Duration // WithIdleExpiry; 0: off
+	prefix    string
+	ttl       time.Duration
+	grace     time.Duration
+	label     string
+	fixedTTL  bool // no auto-refresh (WithFixedTTL)
+	blockPool Pool
+	waitConns int  // blocking calls shared by a Semaphore's waiters; 0: one per waiter
+	waitSet   bool // WithWaitConnections was given
+	adoptSize bool
+	observer  Observer
+	idle      time.Duration // WithIdleExpiry; 0: off
 }
 
 // WithPrefix sets the prefix of every key of the semaphore. Default
@@ -134,7 +126,7 @@ func WithLabel(label string) Option {
 // Default: auto-refresh (WithAutoRefresh).
 func WithFixedTTL() Option {
 	return optionFunc(func(c *config) error {
-		c.fixedTTL, c.refreshSet = true, true
+		c.fixedTTL = true
 		return nil
 	})
 }
@@ -145,7 +137,7 @@ func WithFixedTTL() Option {
 // option undoes an earlier WithFixedTTL.
 func WithAutoRefresh() Option {
 	return optionFunc(func(c *config) error {
-		c.fixedTTL, c.refreshSet = false, true
+		c.fixedTTL = false
 		return nil
 	})
 }

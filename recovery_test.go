@@ -600,7 +600,7 @@ func TestShortReadTimeoutPool(t *testing.T) {
 	require.NoError(t, holder.Release(ctx))
 	l, ok := <-got
 	require.True(t, ok, "the waiter acquired despite the short read timeout")
-	assert.Less(t, time.Duration(ws.maxBlock.Load()), maxBlock, "the block shrank to fit the read timeout")
+	assert.Less(t, time.Duration(ws.maxBlock.Load()), engine.MaxBlock, "the block shrank to fit the read timeout")
 	require.NoError(t, l.Release(ctx))
 	requireInventory(t, s, 1, 0)
 }
@@ -626,7 +626,7 @@ func TestBlockedWaiterConnectionKilled(t *testing.T) {
 	require.NoError(t, holder.Release(ctx))
 	l, ok := <-got
 	require.True(t, ok)
-	assert.Equal(t, maxBlock, time.Duration(ws.maxBlock.Load()), "a killed connection is not a short read timeout")
+	assert.Equal(t, engine.MaxBlock, time.Duration(ws.maxBlock.Load()), "a killed connection is not a short read timeout")
 	require.NoError(t, l.Release(ctx))
 	requireInventory(t, s, 1, 0)
 }

@@ -44,7 +44,7 @@ func NewRWMutex(pool Pool, name string, opts ...Option) (*RWMutex, error) {
 	if cfg.blockPool != nil {
 		s.block = cfg.blockPool
 	}
-	s.maxBlock.Store(int64(maxBlock))
+	s.maxBlock.Store(int64(engine.MaxBlock))
 	return &RWMutex{s: s}, nil
 }
 
@@ -141,16 +141,11 @@ func (p *rwSide) Wait(ctx context.Context, conn redis.Conn, acq string, r engine
 
 func (p *rwSide) Abort(ctx context.Context, acq, mode string) (engine.Reply, error) {
 	s := p.s
-	sent := monoNow()
 	args := engine.Args(engine.RWAbort, append(s.k.rw(), s.k.bell(acq)),
 		engine.A("acqID", acq), engine.A("mode", mode), engine.A("tombMs", s.tombMs()),
 		engine.A("ttlMs", s.cfg.ttl.Milliseconds()))
 	v, _, err := engine.Call(ctx, s.pool, engine.RWAbort, args...)
-	r, err := parseRWReply(v, err)
-	if err == nil {
-		s.clock.observe(sent, r.NowUs)
-	}
-	return r, err
+	return parseRWReply(v, err)
 }
 
 // parseRWReply is parseAcquireReply for a doorbell: a wait moves nothing,

@@ -23,14 +23,14 @@ type Pool interface {
 // same name, prefix and Redis. A Semaphore holds no Redis state of its own
 // and is safe for concurrent use; create one per name and share it.
 type Semaphore struct {
-	pool  Pool
-	block Pool
-	name  string
-	size  int
-	cfg   config
-	k     keys
-	clock serverClock
-	q     waitQueue // goroutines of this process waiting (acquire.go, shared waiting)
+	pool   Pool
+	block  Pool
+	name   string
+	size   int
+	cfg    config
+	k      keys
+	offset serverOffset // Redis TIME against this process's clock (lease.go)
+	q      waitQueue    // goroutines of this process waiting (acquire.go, shared waiting)
 	// maxBlock caps one blocking wait (ns). It starts at maxBlock and shrinks
 	// when the connection's read timeout turns out to be shorter.
 	maxBlock atomic.Int64
@@ -38,14 +38,6 @@ type Semaphore struct {
 	// RWMutex's, whose Semaphore only carries the pools, options and
 	// clock its leases share with a semaphore's (see rwmutex.go).
 	kind *leaseKind
-}
-
-// leaseKind is the kind of the leases s grants.
-func (s *Semaphore) leaseKind() *leaseKind {
-	if s.kind == nil {
-		return semaphoreLeases
-	}
-	return s.kind
 }
 
 // NewSemaphore returns the semaphore called name with size tokens, 1 to
@@ -71,7 +63,7 @@ func NewSemaphore(pool Pool, name string, size int, opts ...Option) (*Semaphore,
 	if cfg.blockPool != nil {
 		s.block = cfg.blockPool
 	}
-	s.maxBlock.Store(int64(maxBlock))
+	s.maxBlock.Store(int64(engine.MaxBlock))
 	return s, nil
 }
 
@@ -83,3 +75,40 @@ func (s *Semaphore) Size() int { return s.size }
 
 // TTL returns the lease TTL new leases get.
 func (s *Semaphore) TTL() time.Duration { return s.cfg.ttl }
+
+// keys holds the Redis keys of one semaphore. All of them share the hash tag
+// {<encoded name>}, so they live in one Redis Cluster slot and every script
+// touches a single slot.
+type keys struct {
+	base    string // <prefix>{<encoded name>}:
+	meta    string // hash: size, epoch, fence, rejected, created
+	tokens  string // list: free tokens
+	leases  string // zset: token -> lease deadline (ms, Redis TIME)
+	holders string // hash: t:<token> -> record, a:<acqID> -> token
+	waits   string // zset: w:<acqID> pending-list sweep deadline, x:<acqID> tombstones
+}
+
+func newKeys(prefix, name string) keys {
+	return keysAt(engine.KeyBase(prefix, name))
+}
+
+// keysAt returns the key set under base.
+func keysAt(base string) keys {
+	return keys{
+		base:    base,
+		meta:    base + "meta",
+		tokens:  base + "tokens",
+		leases:  base + "leases",
+		holders: base + "holders",
+		waits:   base + "waits",
+	}
+}
+
+// pend is the list a blocked waiter's BLMOVE moves its token into.
+func (k keys) pend(acqID string) string { return k.base + "pend:" + acqID }
+
+// all returns the first n keys in the order the scripts expect them.
+func (k keys) all(n int) []interface{} {
+	ks := []interface{}{k.meta, k.tokens, k.leases, k.holders, k.waits}
+	return ks[:n]
+}

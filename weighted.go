@@ -210,28 +210,18 @@ func (p *kTokens) Wait(ctx context.Context, conn redis.Conn, acq string, r engin
 // "resolve" (keep a grant and report it).
 func (p *kTokens) Abort(ctx context.Context, acq, mode string) (engine.Reply, error) {
 	s := p.s
-	sent := monoNow()
 	args := engine.Args(engine.AbortN, append(s.k.all(5), s.k.pend(acq), s.k.bell(acq), s.k.wqueue()),
 		engine.A("acqID", acq), engine.A("k", p.k), engine.A("mode", mode), engine.A("tombMs", s.tombMs()))
 	v, _, err := engine.Call(ctx, s.pool, engine.AbortN, args...)
-	r, err := parseAcquireNReply(v, err)
-	if err == nil {
-		s.clock.observe(sent, r.NowUs)
-	}
-	return r, err
+	return parseAcquireNReply(v, err)
 }
 
 // Accept takes a grant, unless it is older than its lease allows (this
 // process was frozen, or the TTL is shorter than a round trip): such a
 // grant is given back.
 func (p *kTokens) Accept(ctx context.Context, acq string, r engine.Reply, sent time.Time) bool {
-	l := p.s.newLease(acq, r, monoUs(sent))
-	if !l.Valid() {
-		p.s.giveBack(ctx, l)
-		return false
-	}
-	p.lease = l.use()
-	return true
+	p.lease = p.s.takeGrant(ctx, acq, r, sent)
+	return p.lease != nil
 }
 
 // fail maps acquire_n.lua's error replies; REDSEM_TOOMANY (k is more than

@@ -538,7 +538,7 @@ func TestRateGateCrashedClientLosesNothing(t *testing.T) {
 		var r engine.Reply
 		for tries := 0; ; tries++ {
 			require.Less(t, tries, 100, "the dead waiter never had to queue")
-			r, err = parseRateReply(takeScript.Do(conn, g.q.takeArgs(engine.NewAcqID(), (10*time.Second).Microseconds(), "fresh", []int{1})...))
+			r, err = parseRateReply(engine.RateTake.Do(conn, g.q.takeArgs(engine.NewAcqID(), (10*time.Second).Microseconds(), "fresh", []int{1})...))
 			require.NoError(t, err)
 			if r.Code == 0 {
 				break
@@ -632,12 +632,12 @@ func TestRateGateLostGrantOfCancelledWaiterIsGivenBack(t *testing.T) {
 		// The hook loses the reply of EVALSHA: the script must be loaded, or
 		// EVALSHA fails with NOSCRIPT and nothing is granted to lose.
 		c := b.pool.Get()
-		require.NoError(t, takeScript.Load(c))
+		require.NoError(t, engine.RateTake.Load(c))
 		c.Close()
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		hp := &redistest.HookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
-			if redistest.IsScript(takeScript, cmd, args) {
+			if redistest.IsScript(engine.RateTake, cmd, args) {
 				cancel()
 				return redistest.ErrLostReply
 			}
@@ -663,7 +663,7 @@ func TestRateGateLostGrantOfCancelledWaiterIsGivenBack(t *testing.T) {
 		var once sync.Once
 		hp2.AfterDo = func(cmd string, args []interface{}) error {
 			var e error
-			if redistest.IsScript(takeScript, cmd, args) {
+			if redistest.IsScript(engine.RateTake, cmd, args) {
 				once.Do(func() { e = redistest.ErrLostReply })
 			}
 			return e

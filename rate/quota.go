@@ -230,8 +230,8 @@ func (q *Quota) setLimits(ctx context.Context, limits []Limit) (time.Time, error
 	for _, l := range limits {
 		rest = append(rest, l.N, l.Per.Microseconds())
 	}
-	args := engine.Args(setScript, q.k.state(), engine.A("limits", len(limits)), engine.Rest(rest...))
-	v, _, err := engine.Call(ctx, q.pool, setScript, args...)
+	args := engine.Args(engine.RateSet, q.k.state(), engine.A("limits", len(limits)), engine.Rest(rest...))
+	v, _, err := engine.Call(ctx, q.pool, engine.RateSet, args...)
 	at, err := redis.Int64s(v, err)
 	if err != nil {
 		return time.Time{}, q.scriptError("set rate", err)

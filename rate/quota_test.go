@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/internal/redistest"
 )
 
@@ -141,7 +142,7 @@ func TestLostWeightedGrantIsGivenBack(t *testing.T) {
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		hp := &redistest.HookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
-			if redistest.IsScript(takeScript, cmd, args) {
+			if redistest.IsScript(engine.RateTake, cmd, args) {
 				cancel()
 				return redistest.ErrLostReply
 			}
@@ -154,7 +155,7 @@ func TestLostWeightedGrantIsGivenBack(t *testing.T) {
 		require.NoError(t, err)
 		// The script must run (not fail with NOSCRIPT) for its reply to be lost.
 		c := b.pool.Get()
-		require.NoError(t, takeScript.Load(c))
+		require.NoError(t, engine.RateTake.Load(c))
 		c.Close()
 		_, err = lost.WaitN(wctx, 3, 6)
 		require.ErrorIs(t, err, context.Canceled)
@@ -179,7 +180,7 @@ func TestGivenBackGrantKeepsLaterOnes(t *testing.T) {
 		acq := "0123456789abcdef0123456789abcdef"
 		c := b.pool.Get()
 		defer c.Close()
-		r, err := parseRateReply(takeScript.Do(c, g.q.takeArgs(acq, 0, "fresh", []int{3})...))
+		r, err := parseRateReply(engine.RateTake.Do(c, g.q.takeArgs(acq, 0, "fresh", []int{3})...))
 		require.NoError(t, err)
 		require.Equal(t, int64(1), r.Code)
 		later, err := g.AllowN(ctx, 5)

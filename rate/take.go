@@ -13,14 +13,6 @@ import (
 	"github.com/redsem/redsem/internal/engine"
 )
 
-// The rate gate's scripts (declared in the engine's registry).
-var (
-	takeScript   = engine.RateTake
-	abortScript  = engine.RateAbort
-	setScript    = engine.RateSet
-	statusScript = engine.RateStatus
-)
-
 // localWake is how close to its wake-up time the queue's head stops sleeping
 // in BLPOP and sleeps on a local timer instead: Redis times blocking commands
 // out on its cron tick (1/hz, 100ms by default), far too coarse for a rate.
@@ -52,7 +44,7 @@ func (q *Quota) takeArgs(acq string, blockUs int64, phase string, units []int) [
 	for i, l := range q.limits {
 		rest = append(rest, l.N, l.Per.Microseconds(), units[i])
 	}
-	return engine.Args(takeScript, q.k.args(acq), engine.A("acqID", acq), engine.A("blockUs", blockUs),
+	return engine.Args(engine.RateTake, q.k.args(acq), engine.A("acqID", acq), engine.A("blockUs", blockUs),
 		engine.A("graceUs", q.cfg.grace.Microseconds()), engine.A("tombUs", q.tomb().Microseconds()),
 		engine.A("phase", phase), engine.A("limits", len(q.limits)), engine.Rest(rest...))
 }
@@ -69,7 +61,7 @@ type takeUnits struct {
 }
 
 func (p *takeUnits) First(ctx context.Context, conn redis.Conn, acq string, block time.Duration) (engine.Reply, error) {
-	return parseRateReply(engine.RunScript(ctx, conn, takeScript, p.q.takeArgs(acq, block.Microseconds(), "fresh", p.units)...))
+	return parseRateReply(engine.RunScript(ctx, conn, engine.RateTake, p.q.takeArgs(acq, block.Microseconds(), "fresh", p.units)...))
 }
 
 // Wait waits as rate_take.lua said, then runs it again (phase "wait"). A
@@ -89,22 +81,22 @@ func (p *takeUnits) Wait(ctx context.Context, conn redis.Conn, acq string, r eng
 			return engine.Reply{}, ctx.Err()
 		case <-t.C:
 		}
-		return parseRateReply(engine.RunScript(ctx, conn, takeScript, args...))
+		return parseRateReply(engine.RunScript(ctx, conn, engine.RateTake, args...))
 	}
 	if r.Head {
 		d -= localWake
 	}
 	return parseRateReply(engine.BlockThenRun(ctx, conn, d, engine.BLPOP(q.k.inbox(acq)),
-		takeScript, args))
+		engine.RateTake, args))
 }
 
 // Abort runs rate_abort.lua (idempotent: it settles by acquisition id),
 // once more on another connection if the pooled one was dead.
 func (p *takeUnits) Abort(ctx context.Context, acq, mode string) (engine.Reply, error) {
 	q := p.q
-	args := engine.Args(abortScript, q.k.args(acq),
+	args := engine.Args(engine.RateAbort, q.k.args(acq),
 		engine.A("acqID", acq), engine.A("mode", mode), engine.A("tombUs", q.tomb().Microseconds()))
-	v, _, err := engine.Call(ctx, q.pool, abortScript, args...)
+	v, _, err := engine.Call(ctx, q.pool, engine.RateAbort, args...)
 	return parseRateReply(v, err)
 }
 

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -34,11 +36,11 @@ import (
 //  5. A reply that says the acquisition was settled behind its back
 //     (aborted, dropped as dead, given back) starts a new one.
 //
-// Each protocol supplies a small adapter (Protocol): its scripts, its reply
-// type, what its replies mean, and what a grant turns into.
+// Each protocol (Protocol) supplies its scripts and what a grant turns into;
+// every reply is decoded into one Reply.
 
 // Reply codes shared by every acquisition script and their abort scripts
-// (lua/common.lua names the same values).
+// (lua/codes.lua names the same values).
 const (
 	CodeWaiting  = 0 // nothing granted yet: registered as waiting (or, for a try, refused)
 	CodeGranted  = 1 // granted
@@ -60,13 +62,16 @@ const (
 	ModeWait
 )
 
-// Clock is where an acquisition and a lease read the time, arm a timer,
-// wait briefly and start goroutines: the driver and its settling, shared
-// waiting's pumps, a lease's deadline timer and its auto-refresh goroutine.
-// Not through it: auto-refresh's sleeps between refreshes, BlockFor's
-// reading of the context's deadline, a rate gate's local wake-up timer, and
-// the durations reported to an Observer. RealClock is the standard
-// library's; the protocol explorer's tests install a virtual one.
+// Clock is where the driver and a semaphore's leases read the time, arm a
+// timer, wait briefly and start goroutines: driveOn's times, Settle and
+// its wait, shared waiting's pumps and its last waiter's wait, a grant
+// given back, a lease's deadline timer, auto-refresh's goroutine and its
+// schedule. Not through it: the timeouts of contexts (a settle's, a
+// release's, a refresh's, a blocking read's), the deadline CtxErr and
+// BlockFor read, auto-refresh's sleep between refreshes, the goroutine that
+// reports a lease's end to an Observer, and everything of a rate gate,
+// which runs on RealClock. The protocol explorer's tests install a virtual
+// Clock.
 type Clock interface {
 	Now() time.Time
 	AfterFunc(d time.Duration, f func()) Timer
@@ -342,6 +347,18 @@ func driveOn(ctx context.Context, d *Driver, p Protocol, conn redis.Conn, mode M
 		r, err = p.Wait(ctx, conn, acq, r, d.BlockFor(ctx))
 		blockLeft = used - clk.Now().Sub(began)
 	}
+}
+
+// NewAcqID returns a random 128-bit acquisition id, in hex. Every
+// acquisition carries one, chosen before its first command: its lease or
+// start is recorded under it, and an acquisition whose reply was lost is
+// settled by it.
+func NewAcqID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("redsem: crypto/rand failed: " + err.Error())
+	}
+	return hex.EncodeToString(b[:])
 }
 
 // failed settles an acquisition whose reply was not read: the script may

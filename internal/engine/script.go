@@ -2,9 +2,7 @@ package engine
 
 import (
 	"context"
-	"crypto/rand"
 	"embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -251,16 +249,4 @@ func CtxErr(ctx context.Context) error {
 		return context.DeadlineExceeded
 	}
 	return nil
-}
-
-// NewAcqID returns a random 128-bit acquisition id, in hex. Every
-// acquisition carries one, chosen before its first command: its lease or
-// start is recorded under it, and an acquisition whose reply was lost is
-// settled by it.
-func NewAcqID() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic("redsem: crypto/rand failed: " + err.Error())
-	}
-	return hex.EncodeToString(b[:])
 }
