@@ -262,4 +262,3 @@ func TestExporterLogsFailedScrapes(t *testing.T) {
 	assert.Contains(t, failed[0], "cannot reach Redis at redis://"+down)
 	assert.Contains(t, failed[0], "connection refused")
 }
-
