@@ -23,7 +23,7 @@ func TestAPITableCompiled(t *testing.T) {
 		code.WriteString(b.code)
 	}
 	require.NotEmpty(t, code.String(), "docs/api.md has no Go block")
-	call := regexp.MustCompile("([A-Za-z]+)\\(")
+	call := regexp.MustCompile(`([A-Za-z]+)\(`)
 	n := 0
 	for _, line := range strings.Split(string(data), "\n") {
 		if !strings.HasPrefix(line, "| `") {
