@@ -69,13 +69,14 @@ func TestACLUserRunsEveryOperation(t *testing.T) {
 }
 
 // CheckServer needs INFO, which ACLCommands leaves out: without it,
-// CheckServer reports nothing; with it, it checks.
+// CheckServer reports that it could not check (ErrNotChecked); with it, it
+// checks.
 func TestACLCheckServer(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, "--maxmemory-policy", "allkeys-lru")
 	ctx := ctxT(t, 10*time.Second)
 	without := aclSetUser(t, srv, "no-info", "pw", DefaultPrefix, admin.ACLCommands())
-	assert.NoError(t, admin.CheckServer(ctx, without), "without INFO, CheckServer cannot tell")
+	assert.ErrorIs(t, admin.CheckServer(ctx, without), admin.ErrNotChecked, "without INFO, CheckServer cannot tell, and says so")
 	with := aclSetUser(t, srv, "info", "pw", DefaultPrefix, append(admin.ACLCommands(), "info"))
 	assert.ErrorIs(t, admin.CheckServer(ctx, with), admin.ErrEvictingServer, "with INFO, CheckServer sees the policy")
 }

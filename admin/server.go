@@ -21,14 +21,23 @@ var (
 	// ErrServerTooOld is returned by CheckServer for Redis older than 6.2,
 	// which lacks BLMOVE.
 	ErrServerTooOld = errors.New("redsem: redis is older than 6.2")
+
+	// ErrNotChecked is wrapped by CheckServer's error when the server
+	// refuses INFO to this user (the least-privilege ACL of ACLCommands
+	// leaves it out): the check did not run, so it did not pass either.
+	// Allow +info to the user that runs the check, or run it once as
+	// another user; treat it as a warning if you must start anyway.
+	ErrNotChecked = errors.New("redsem: server not checked")
 )
 
 // CheckServer reads INFO from the server behind pool and reports settings
 // under which redsem cannot keep its promises: a version older than 6.2
 // (ErrServerTooOld) or a maxmemory-policy that may evict keys without a TTL
 // (ErrEvictingServer; noeviction and volatile-* are fine). Call it once at
-// startup; it is two round trips. It returns nil when the server does not
-// let this user run INFO, as it cannot tell then.
+// startup; it is two round trips. When the server refuses INFO to this user
+// (an ACL without +info, as ACLCommands' is), it cannot tell, and says so:
+// its error wraps ErrNotChecked and the server's refusal. nil means the
+// server was checked and is fine.
 func CheckServer(ctx context.Context, pool Pool) error {
 	conn, err := pool.GetContext(ctx)
 	if err != nil {
@@ -37,8 +46,8 @@ func CheckServer(ctx context.Context, pool Pool) error {
 	defer conn.Close()
 	info, err := redis.String(redis.DoContext(conn, ctx, "INFO", "server"))
 	if err != nil {
-		if engine.IsRedisError(err) && strings.Contains(err.Error(), "NOPERM") {
-			return nil
+		if engine.IsRedisError(err) {
+			return notChecked("INFO server", err)
 		}
 		return fmt.Errorf("redsem: check server: %w", err)
 	}
@@ -48,7 +57,7 @@ func CheckServer(ctx context.Context, pool Pool) error {
 	mem, err := redis.String(redis.DoContext(conn, ctx, "INFO", "memory"))
 	if err != nil {
 		if engine.IsRedisError(err) {
-			return nil
+			return notChecked("INFO memory", err)
 		}
 		return fmt.Errorf("redsem: check server: %w", err)
 	}
@@ -56,6 +65,11 @@ func CheckServer(ctx context.Context, pool Pool) error {
 		return fmt.Errorf("%w: maxmemory-policy is %s; use noeviction (or a volatile-* policy) for the semaphore's database", ErrEvictingServer, p)
 	}
 	return nil
+}
+
+// notChecked is CheckServer's error when Redis refused cmd with err.
+func notChecked(cmd string, err error) error {
+	return fmt.Errorf("%w: %s refused (%w); allow +info to this user to check the version and maxmemory-policy", ErrNotChecked, cmd, err)
 }
 
 func infoField(info, field string) string {

@@ -6,8 +6,13 @@
 // read-only script per name. Nothing is cached between scrapes.
 //
 // It lives in a module of its own so that the redsem library does not
-// depend on the Prometheus client. The redsem-exporter command (cmd/) serves
-// it on /metrics; "redsem exporter" runs that command.
+// depend on the Prometheus client. "redsem exporter" (the redsem command,
+// github.com/redsem/redsem/cmd/redsem) serves it on /metrics.
+//
+// A scrape that cannot read the fleet reports redsem_scrape_error 1 and no
+// per-name metric; with Options.ErrorLog set it also logs why (and which
+// names could not be read), at most once per Options.LogEvery for the same
+// reason.
 //
 // # Metrics
 //
@@ -40,6 +45,8 @@ package exporter
 import (
 	"context"
 	"fmt"
+	"log"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,6 +71,14 @@ type Options struct {
 	MaxScan int
 	// Timeout bounds one scrape's Redis work; default 10s.
 	Timeout time.Duration
+	// ErrorLog, if set, gets a line for each scrape that could not read the
+	// fleet and for each name that could not be read, with the reason. A
+	// line already logged within LogEvery is not repeated; the next one
+	// after that says how many were held back. nil: nothing is logged.
+	ErrorLog *log.Logger
+	// LogEvery is the least time between two log lines of the same
+	// reason; default 30s.
+	LogEvery time.Duration
 }
 
 // Collector is a prometheus.Collector that reads the fleet under one
@@ -75,6 +90,7 @@ type Collector struct {
 	limit   int
 	maxScan int
 	timeout time.Duration
+	log     *limitedLog
 }
 
 // New returns a Collector that reads through pool. It fails with
@@ -82,6 +98,13 @@ type Collector struct {
 // limit, max scan or timeout. It does no I/O.
 func New(pool redsem.Pool, o Options) (*Collector, error) {
 	c := &Collector{pool: pool, prefix: o.Prefix, limit: o.Limit, maxScan: o.MaxScan, timeout: o.Timeout}
+	if o.ErrorLog != nil {
+		every := o.LogEvery
+		if every <= 0 {
+			every = 30 * time.Second
+		}
+		c.log = &limitedLog{out: o.ErrorLog, every: every, last: map[string]*logged{}}
+	}
 	if c.prefix == "" && !o.AllowEmptyPrefix {
 		c.prefix = redsem.DefaultPrefix
 	}
@@ -154,8 +177,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(durationDesc, took)
 	if err != nil {
+		c.log.printf("scrape of prefix %q failed: %v", c.prefix, err)
 		gauge(errorDesc, 1)
 		return
+	}
+	for _, f := range fl.Failed {
+		c.log.printf("cannot read %s %q: %v", f.Kind, f.Name, f.Err)
 	}
 	gauge(errorDesc, 0)
 	gauge(namesDesc, float64(len(fl.Semaphores)+len(fl.RateGates)))
@@ -189,4 +216,46 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(strayDesc, float64(st.Stray), rate, st.Name)
 		ch <- prometheus.MustNewConstMetric(rejectedDesc, prometheus.CounterValue, float64(st.Rejected), rate, st.Name)
 	}
+}
+
+// limitedLog prints a line unless the same line was printed less than every
+// ago; the next one printed says how many were held back meanwhile. It
+// forgets lines not seen for every, so it holds at most the distinct
+// reasons of the last interval.
+type limitedLog struct {
+	out   *log.Logger
+	every time.Duration
+	mu    sync.Mutex
+	last  map[string]*logged
+}
+
+type logged struct {
+	at   time.Time
+	held int
+}
+
+func (l *limitedLog) printf(format string, v ...interface{}) {
+	if l == nil {
+		return
+	}
+	reason := fmt.Sprintf(format, v...)
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, e := range l.last {
+		if now.Sub(e.at) >= 2*l.every {
+			delete(l.last, k)
+		}
+	}
+	e := l.last[reason]
+	if e != nil && now.Sub(e.at) < l.every {
+		e.held++
+		return
+	}
+	line := reason
+	if e != nil && e.held > 0 {
+		line += fmt.Sprintf(" (and %d more times since %s)", e.held, e.at.Format(time.RFC3339))
+	}
+	l.last[reason] = &logged{at: now}
+	l.out.Print(line)
 }

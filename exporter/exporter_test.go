@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -35,7 +34,7 @@ func scrape(t *testing.T, col prometheus.Collector) map[string]*dto.MetricFamily
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	p := expfmt.NewTextParser(model.UTF8Validation)
+	var p expfmt.TextParser
 	fams, err := p.TextToMetricFamilies(resp.Body)
 	require.NoError(t, err)
 	return fams

@@ -11,19 +11,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redsem/redsem"
-	"github.com/redsem/redsem/admin"
+	"github.com/redsem/redsem/goredis"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/rate"
 )
 
 // TestACLUser: a go-redis client logged in as a user allowed only
-// admin.ACLCommands plus CLIENT|ID and CLIENT|UNBLOCK (what the adapter
-// adds) runs redsem, and a cancelled wait is unblocked at once.
+// goredis.ACLCommands (admin.ACLCommands plus the CLIENT|ID and
+// CLIENT|UNBLOCK the adapter adds) runs redsem, and a cancelled wait is unblocked at once.
 func TestACLUser(t *testing.T) {
 	s := redistest.Start(t)
 	rule := []interface{}{"ACL", "SETUSER", "app", "on", ">secret", "resetkeys", "~redsem:*",
-		"resetchannels", "-@all", "+client|id", "+client|unblock"}
-	for _, c := range admin.ACLCommands() {
+		"resetchannels", "-@all"}
+	for _, c := range goredis.ACLCommands() {
 		rule = append(rule, "+"+c)
 	}
 	s.Do(t, rule[0].(string), rule[1:]...)

@@ -296,6 +296,16 @@ func (p *Pool) exec(ctx context.Context, b *batch) []reply {
 		}
 		replies := p.execOn(ctx, node, b, asking)
 		if p.cluster == nil {
+			// What go-redis's own retries covered (see onceClient): a
+			// server loading its data, a master down or turned replica
+			// refuse a command before running it.
+			switch kind, _, _ := redirect(replies[0].err); kind {
+			case "LOADING", "MASTERDOWN", "READONLY":
+				if b.follow && attempt < maxRedirects {
+					time.Sleep(10 * time.Millisecond << min(attempt, 5))
+					continue
+				}
+			}
 			return replies
 		}
 		if !b.follow || attempt >= maxRedirects {
@@ -320,7 +330,7 @@ func (p *Pool) exec(ctx context.Context, b *batch) []reply {
 
 // execOn runs b on one connection of node, in one write.
 func (p *Pool) execOn(ctx context.Context, node *redis.Client, b *batch, asking bool) []reply {
-	client := node
+	client := p.quiet(node)
 	if b.blocking {
 		// go-redis reads a pipeline under the client's ReadTimeout; give a
 		// blocking one its block time on top.
@@ -329,7 +339,7 @@ func (p *Pool) execOn(ctx context.Context, node *redis.Client, b *batch, asking 
 			if b.block == 0 {
 				t = -1 // blocks for ever: no deadline
 			}
-			client = node.WithTimeout(t)
+			client = onceClient(node, t)
 		}
 	}
 	pin := client.Conn()

@@ -18,6 +18,7 @@ import (
 type Pool struct {
 	single  *redis.Client        // *redis.Client, including a Sentinel failover client
 	cluster *redis.ClusterClient // or a cluster client
+	once    sync.Map             // *redis.Client (a node) -> its onceClient
 }
 
 // New returns a Pool over client, which must be a *redis.Client (made by
@@ -99,6 +100,34 @@ func (p *Pool) reload(ctx context.Context) {
 	if p.cluster != nil {
 		p.cluster.ReloadState(ctx)
 	}
+}
+
+// onceClient returns node's client for the adapter's commands: a clone
+// (Client.WithTimeout) that shares node's connection pool, options and hooks
+// but makes each command one attempt, MaxRetries 0 (read is its read
+// timeout). go-redis retries a command whose connection could not be had
+// (a failed dial, a pool timeout), each retry a new dial with its own
+// retries and log line: with Redis down, one TryAcquire cost seconds and a
+// dozen log lines. redsem does its own retrying where it is safe (engine.Call
+// on a fresh connection, settling by acquisition id), so one attempt is what
+// it wants; a command that was sent is never retried by go-redis anyway on a
+// pinned connection.
+func onceClient(node *redis.Client, read time.Duration) *redis.Client {
+	write := node.Options().WriteTimeout
+	c := node.WithTimeout(read)
+	o := c.Options() // the clone's own copy
+	o.WriteTimeout = write
+	o.MaxRetries = 0 // after go-redis's defaults: no retry (-1 before them)
+	return c
+}
+
+// quiet returns node's onceClient with node's own read timeout, made once.
+func (p *Pool) quiet(node *redis.Client) *redis.Client {
+	if c, ok := p.once.Load(node); ok {
+		return c.(*redis.Client)
+	}
+	c, _ := p.once.LoadOrStore(node, onceClient(node, node.Options().ReadTimeout))
+	return c.(*redis.Client)
 }
 
 // unblockFor bounds the attempts to unblock an abandoned blocking command.

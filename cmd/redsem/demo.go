@@ -45,7 +45,7 @@ Exit codes: 0 the demo ran and never saw more than K holders; 69 Redis
 unavailable; 70 it saw more than K holders; 130 interrupted.
 
 Examples:
-  go run ./cmd/redsem demo
+  go -C cmd/redsem run . demo
   redsem demo --workers 20 --size 5 --work 200ms
   redsem demo --redis redis://127.0.0.1:6379/15
 `

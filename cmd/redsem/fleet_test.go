@@ -6,12 +6,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -261,87 +258,4 @@ func TestFleetMaxScan(t *testing.T) {
 	r = e.run(t, "check", "--all")
 	assert.Equal(t, 0, r.code, r.stderr)
 	assert.Empty(t, r.stderr)
-}
-
-var (
-	exporterOnce sync.Once
-	exporterDir  string
-	exporterErr  error
-)
-
-// buildExporter builds redsem-exporter (its own module, ../../exporter)
-// once, into a directory of its own.
-func buildExporter(t *testing.T) string {
-	t.Helper()
-	exporterOnce.Do(func() {
-		exporterDir = filepath.Join(filepath.Dir(bin), "exporter")
-		cmd := exec.Command(goTool(), "build", "-o", filepath.Join(exporterDir, "redsem-exporter"), "./cmd/redsem-exporter")
-		cmd.Dir = filepath.Join("..", "..", "exporter")
-		var out []byte
-		if out, exporterErr = cmd.CombinedOutput(); exporterErr != nil {
-			exporterErr = &buildError{exporterErr, string(out)}
-		}
-	})
-	require.NoError(t, exporterErr)
-	return exporterDir
-}
-
-type buildError struct {
-	err error
-	out string
-}
-
-func (b *buildError) Error() string { return "build redsem-exporter: " + b.err.Error() + "\n" + b.out }
-
-func goTool() string {
-	if _, err := exec.LookPath("go"); err == nil {
-		return "go"
-	}
-	return filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-}
-
-// runWithPath runs the redsem binary at redsemBin with PATH set to path.
-func runWithPath(t *testing.T, redsemBin, path string, args ...string) result {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, redsemBin, args...)
-	cmd.Env = append(cleanEnv(), "PATH="+path, "REDIS_URL=redis://127.0.0.1:1")
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	return result{code: exitCodeOf(err), stdout: out.String(), stderr: errb.String()}
-}
-
-// redsem exporter runs redsem-exporter with its arguments: found on PATH,
-// or next to the redsem binary; without it, one line says how to install it.
-func TestExporterSubcommand(t *testing.T) {
-	t.Parallel()
-	dir := buildExporter(t)
-	empty := t.TempDir()
-
-	r := runWithPath(t, bin, empty, "exporter", "--help")
-	assert.Equal(t, exitUsage, r.code)
-	assert.Equal(t, "redsem: exporter: redsem-exporter not found next to redsem or on PATH; "+
-		"install it: go install github.com/redsem/redsem/exporter/cmd/redsem-exporter@latest\n", r.stderr)
-	assert.Empty(t, r.stdout)
-
-	// On PATH: the arguments reach it (its own help, its own usage error).
-	r = runWithPath(t, bin, empty+":"+dir, "exporter", "--help")
-	assert.Equal(t, 0, r.code, r.stderr)
-	assert.Contains(t, r.stdout, "Usage: redsem-exporter")
-	r = runWithPath(t, bin, dir, "exporter", "--bogus")
-	assert.Equal(t, exitUsage, r.code)
-	assert.Contains(t, r.stderr, "redsem-exporter: flag provided but not defined: -bogus")
-
-	// Next to redsem, with nothing on PATH.
-	both := t.TempDir()
-	for src, dst := range map[string]string{bin: "redsem", filepath.Join(dir, "redsem-exporter"): "redsem-exporter"} {
-		data, err := os.ReadFile(src)
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(both, dst), data, 0o755))
-	}
-	r = runWithPath(t, filepath.Join(both, "redsem"), empty, "exporter", "--help")
-	assert.Equal(t, 0, r.code, r.stderr)
-	assert.Contains(t, r.stdout, "Usage: redsem-exporter")
 }

@@ -47,7 +47,7 @@ Usage:
   redsem demo [--workers W] [--size K]           watch W workers share K slots (no Redis needed)
   redsem top [--prefix P] [--json]               live view of every semaphore, lock and rate gate
   redsem check --all [--prefix P] [--json]       every unhealthy name; exit 65 if any
-  redsem exporter [--listen :9464]               Prometheus /metrics (runs redsem-exporter)
+  redsem exporter [--listen :9464]               Prometheus /metrics for every name under --prefix
   redsem help COMMAND                            help for one command
   redsem --version                               print the version
 

@@ -377,7 +377,9 @@ func failed(ctx context.Context, d *Driver, p Protocol, acq string, err error, b
 		// Nothing was sent: a bug to report, not a wait to settle.
 		return zero, d.Fail(err)
 	}
-	if IsRedisError(err) {
+	if IsRedisError(err) || NotSent(err) {
+		// An error reply, or a dial that failed before anything was sent
+		// (a pool that dials lazily): nothing of this attempt is in doubt.
 		if waited {
 			Settle(ctx, d, p, acq)
 		}

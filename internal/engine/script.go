@@ -5,7 +5,10 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -210,11 +213,18 @@ func RunScript(ctx context.Context, conn redis.Conn, script *redis.Script, keysA
 }
 
 // Call runs script on a connection from pool. A pooled connection may be
-// dead (killed by CLIENT KILL, or from before a server restart) and fail on
-// first use; when the failure is the connection's and ctx is still live,
-// Call runs the script once more on a fresh connection and reports retried.
-// Only idempotent scripts go through Call; whether the first attempt took
-// effect is for the caller to judge.
+// dead (killed by CLIENT KILL, cut by a proxy, or from before a server
+// restart) and fail on first use, and so may every other idle connection of
+// the pool. So when an attempt fails on the connection and ctx is still
+// live, Call runs the script again on the next one: after the first such
+// failure once more whatever the error, and then as long as each connection
+// fails the way a dead one does at once (EOF, reset, broken pipe, closed),
+// which drains the pool's dead connections until a live one or a fresh dial
+// answers (at most MaxDeadConns attempts). It reports retried when an
+// attempt failed after the script may have been sent. A dial that fails
+// (nothing sent: Redis unreachable) ends Call at once, without a retry. Only
+// idempotent scripts go through Call; whether an earlier attempt took effect
+// is for the caller to judge.
 func Call(ctx context.Context, pool Pool, script *redis.Script, keysAndArgs ...interface{}) (v interface{}, retried bool, err error) {
 	for attempt := 0; ; attempt++ {
 		var conn redis.Conn
@@ -224,11 +234,38 @@ func Call(ctx context.Context, pool Pool, script *redis.Script, keysAndArgs ...i
 		}
 		v, err = RunScript(ctx, conn, script, keysAndArgs...)
 		conn.Close()
-		if err == nil || IsRedisError(err) || errors.Is(err, ErrArity) || CtxErr(ctx) != nil || attempt == 1 {
+		if err == nil || IsRedisError(err) || errors.Is(err, ErrArity) || NotSent(err) || CtxErr(ctx) != nil {
 			return v, retried, err
+		}
+		if attempt >= MaxDeadConns || (attempt >= 1 && !DeadConn(err)) {
+			return v, true, err
 		}
 		retried = true
 	}
+}
+
+// MaxDeadConns bounds the attempts Call makes past the first when each
+// fails on a dead pooled connection: more than the idle connections of any
+// reasonable pool.
+const MaxDeadConns = 256
+
+// DeadConn reports whether err is how a connection the server (or
+// something between) has closed fails on its first use: at once, before
+// any reply, with nothing run. Another connection may well work.
+func DeadConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, net.ErrClosed)
+}
+
+// NotSent reports whether err says a command never left this process: the
+// connection it needed could not be opened (a failed dial: refused,
+// unreachable, a TLS handshake that failed). redigo pools dial in
+// GetContext; a pool that dials lazily (the goredis module) reports the
+// dial's error from the command instead, and nothing is then in doubt.
+func NotSent(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
 }
 
 // IsRedisError reports whether err is an error reply from Redis (the

@@ -54,7 +54,7 @@ func TestLeastPrivilegeACL(t *testing.T) {
 	require.NoError(t, err)
 	_, lost, _ := quiesce(t, opsFor(t, app, r.name), sem, 15*time.Second)
 	ctx := ctxT(t, 10*time.Second)
-	assert.NoError(t, admin.CheckServer(ctx, app), "CheckServer without INFO permission reports nothing")
+	assert.ErrorIs(t, admin.CheckServer(ctx, app), admin.ErrNotChecked, "CheckServer without INFO permission says it could not check")
 	require.NoError(t, opsFor(t, app, r.name).Delete(ctx), "Delete as the ACL user")
 	assert.Zero(t, dbsize(t, srv))
 	t.Logf("as ACL user: %s; tokens lost=%d", rep.Summary(), lost)

@@ -1,0 +1,34 @@
+module github.com/redsem/redsem/cmd/redsem
+
+go 1.22.0
+
+// For development in this repository; a release drops them (see
+// docs/releasing.md): go install ...@version refuses a module whose go.mod
+// replaces.
+replace (
+	github.com/redsem/redsem => ../..
+	github.com/redsem/redsem/exporter => ../../exporter
+)
+
+require (
+	github.com/alicebob/miniredis/v2 v2.40.0
+	github.com/gomodule/redigo v1.9.3
+	github.com/prometheus/client_golang v1.22.0
+	github.com/redsem/redsem v0.0.0-00010101000000-000000000000
+	github.com/redsem/redsem/exporter v0.0.0-00010101000000-000000000000
+	github.com/stretchr/testify v1.12.1
+	go.uber.org/goleak v1.3.0
+)
+
+require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/client_model v0.6.1 // indirect
+	github.com/prometheus/common v0.62.0 // indirect
+	github.com/prometheus/procfs v0.15.1 // indirect
+	github.com/yuin/gopher-lua v1.1.1 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/sys v0.30.0 // indirect
+	google.golang.org/protobuf v1.36.5 // indirect
+)
