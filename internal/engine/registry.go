@@ -11,8 +11,10 @@ package engine
 // headers, and every file in lua/ is an entry script here or a helper of
 // one, never both.
 var (
-	// The semaphore's (and mutex's). acquire_fast.lua runs before
-	// common.lua is even defined.
+	// The semaphore's (and mutex's). A *_fast.lua helper is a fast path:
+	// it runs before the other helpers are defined and serves the common
+	// case itself, as the rest of its script would
+	// (TestFastPathsMatchSlowPaths).
 	Acquire  = NewScript(6, "acquire.lua", "acquire_fast.lua", "common.lua")
 	Release  = NewScript(4, "release.lua", "release_fast.lua", "common.lua", "weighted.lua")
 	Refresh  = NewScript(4, "refresh.lua", "common.lua")
