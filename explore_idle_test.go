@@ -81,13 +81,13 @@ func TestExploreIdleExpiry(t *testing.T) {
 // creation refuses as corrupt.
 func TestExplorerCatchesMissingPersist(t *testing.T) {
 	var src string
-	for _, f := range []string{"codes.lua", "acquire_fast.lua", "common.lua", "acquire.lua"} {
+	for _, f := range []string{"codes.lua", "fast.lua", "acquire_fast.lua", "common.lua", "acquire.lua"} {
 		src += mustRead(f) + "\n"
 	}
-	for _, cut := range []string{"      if m[8] then\n", "idle_setting(idle)\nwake()\n"} {
+	for _, cut := range []string{"  if exp then", "idle_setting(idle)\nwake()\n"} {
 		require.Contains(t, src, cut)
 	}
-	src = strings.Replace(src, "      if m[8] then\n", "      if false then\n", 1)
+	src = strings.Replace(src, "  if exp then", "  if false then", 1)
 	src = strings.Replace(src, "idle_setting(idle)\nwake()\n", "idle_setting(idle)\n", 1)
 	saved := acquireScript
 	acquireScript = redis.NewScript(6, src)

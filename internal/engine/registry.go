@@ -15,8 +15,8 @@ var (
 	// it runs before the other helpers are defined and serves the common
 	// case itself, as the rest of its script would
 	// (TestFastPathsMatchSlowPaths).
-	Acquire  = NewScript(6, "acquire.lua", "acquire_fast.lua", "common.lua")
-	Release  = NewScript(4, "release.lua", "release_fast.lua", "common.lua", "weighted.lua")
+	Acquire  = NewScript(6, "acquire.lua", "fast.lua", "acquire_fast.lua", "common.lua")
+	Release  = NewScript(4, "release.lua", "fast.lua", "release_fast.lua", "common.lua", "weighted.lua")
 	Refresh  = NewScript(4, "refresh.lua", "common.lua")
 	Abort    = NewScript(6, "abort.lua", "common.lua")
 	Reclaim  = NewScript(5, "reclaim.lua", "common.lua")
