@@ -9,6 +9,8 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem/internal/engine"
 )
 
 // exploreIdle is the idle time of the explorer's runs with idle expiry:
@@ -80,10 +82,7 @@ func TestExploreIdleExpiry(t *testing.T) {
 // release then leaves a token list without a semaphore, which the next
 // creation refuses as corrupt.
 func TestExplorerCatchesMissingPersist(t *testing.T) {
-	var src string
-	for _, f := range []string{"codes.lua", "fast.lua", "acquire_fast.lua", "common.lua", "acquire.lua"} {
-		src += mustRead(f) + "\n"
-	}
+	src := engine.Source("acquire.lua")
 	for _, cut := range []string{"  if exp then", "idle_setting(idle)\nwake()\n"} {
 		require.Contains(t, src, cut)
 	}

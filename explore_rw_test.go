@@ -32,6 +32,8 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem/internal/engine"
 )
 
 // rwView is an RWMutex as Redis holds it.
@@ -337,12 +339,11 @@ func TestExploreRW(t *testing.T) {
 // The RW invariants can fail: with rw_acquire.lua's fresh path made to let
 // a writer in beside live readers, the explorer finds the overlap.
 func TestExplorerCatchesBrokenRWLock(t *testing.T) {
-	src := mustRead("rw_acquire.lua")
+	src := engine.Source("rw_acquire.lua")
 	const guard = "(mode == 'r' or not any_lease())"
 	require.Contains(t, src, guard)
 	saved := rwAcquireScript
-	rwAcquireScript = redis.NewScript(6, mustRead("codes.lua")+"\n"+mustRead("common.lua")+"\n"+mustRead("rw_common.lua")+"\n"+
-		strings.Replace(src, guard, "true", 1))
+	rwAcquireScript = redis.NewScript(6, strings.Replace(src, guard, "true", 1))
 	defer func() { rwAcquireScript = saved }()
 	env := newExploreEnv(t)
 	cx, n := exploreScenario(t, env, rwScenarios()[0], exploreDepth, time.Now().Add(time.Minute))

@@ -26,6 +26,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem/internal/engine"
 )
 
 // exploreBudget is the time the explorer may take in a test: the default
@@ -568,7 +570,8 @@ func TestExplorerCatchesReintroducedBugs(t *testing.T) {
 		old, err := exploreOld.ReadFile("testdata/explore/refresh_due_unchanged.lua")
 		require.NoError(t, err)
 		saved := refreshScript
-		refreshScript = redis.NewScript(4, mustRead("codes.lua")+"\n"+mustRead("common.lua")+"\n"+string(old))
+		helpers := strings.TrimSuffix(engine.Source("refresh.lua"), mustRead("refresh.lua"))
+		refreshScript = redis.NewScript(4, helpers+string(old))
 		defer func() { refreshScript = saved }()
 		env := newExploreEnv(t)
 		cx, n := exploreScenario(t, env, seamScenario(t, "refresh to a shorter TTL, then the holder dies"), 9, time.Now().Add(time.Minute))

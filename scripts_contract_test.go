@@ -108,7 +108,7 @@ func TestScriptCallsMatchArgvHeaders(t *testing.T) {
 	lo, hi, err = engine.HeaderArgs("status.lua")
 	require.NoError(t, err)
 	assert.Equal(t, [2]int{0, 0}, [2]int{lo, hi})
-	_, _, err = engine.HeaderArgs("common.lua")
+	_, _, err = engine.HeaderArgs("base.lua")
 	assert.Error(t, err, "a helper has no ARGV header")
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/internal/failpoint"
 )
 
@@ -911,10 +912,7 @@ func TestAcquireNDeadCollectorHandsOn(t *testing.T) {
 // acquireNWith is acquire_n.lua, after its helpers, with the line from
 // replaced by to: a test's way to change one of its constants.
 func acquireNWith(t testing.TB, from, to string) *redis.Script {
-	var src string
-	for _, f := range []string{"codes.lua", "common.lua", "weighted.lua", "acquire_n.lua"} {
-		src += mustRead(f) + "\n"
-	}
+	src := engine.Source("acquire_n.lua")
 	require.Contains(t, src, from)
 	return redis.NewScript(8, strings.Replace(src, from, to, 1))
 }

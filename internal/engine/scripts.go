@@ -14,10 +14,9 @@ import (
 var luaFS embed.FS
 
 // NewScript returns the script in lua/<file> taking keys keys, after the
-// files of helpers it uses (Redis scripts cannot import one another):
-// codes.lua (the reply codes) for every script, always first; common.lua
-// for every script but status.lua, and rate_common.lua too for the rate
-// gate's. redigo runs it with EVALSHA and falls back to EVAL on
+// files of helpers it uses (Redis scripts cannot import one another), in
+// order: codes.lua (the reply codes) always first, then helpers (see
+// registry.go). redigo runs it with EVALSHA and falls back to EVAL on
 // NOSCRIPT.
 //
 // Each call is recorded (Declarations), so that a test can hold what Go
@@ -36,16 +35,31 @@ func NewScript(keys int, file string, helpers ...string) *redis.Script {
 			d.MaxArgs = Variadic
 		}
 	}
-	var src string
-	for _, h := range helpers {
-		src += MustRead(h) + "\n"
-	}
-	script := redis.NewScript(keys, src+MustRead(file))
+	script := redis.NewScript(keys, compose(file, helpers))
 	declMu.Lock()
 	declared = append(declared, d)
 	arity[script] = d
 	declMu.Unlock()
 	return script
+}
+
+func compose(file string, helpers []string) string {
+	var src string
+	for _, h := range helpers {
+		src += MustRead(h) + "\n"
+	}
+	return src + MustRead(file)
+}
+
+// Source returns the source of the declared script lua/<file> as Redis
+// runs it, after its helpers; it panics when no script is declared so.
+func Source(file string) string {
+	for _, d := range Declarations() {
+		if d.File == file {
+			return compose(file, d.Helpers)
+		}
+	}
+	panic("redsem: no script declared as " + file)
 }
 
 // Variadic is Declaration.MaxArgs for a script whose arguments end in a
