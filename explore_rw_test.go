@@ -341,12 +341,11 @@ func TestExploreRW(t *testing.T) {
 // under REDSEM_LONG=1 the depth-first search must find it too (after some
 // 600 schedules, 20 s on a 2-core machine).
 func TestExplorerCatchesBrokenRWLock(t *testing.T) {
-	src := engine.MustRead("rw_acquire.lua")
+	src := engine.Source("rw_acquire.lua")
 	const guard = "(mode == 'r' or not any_lease())"
 	require.Contains(t, src, guard)
 	saved := engine.RWAcquire
-	engine.RWAcquire = redis.NewScript(6, engine.MustRead("codes.lua")+"\n"+engine.MustRead("common.lua")+"\n"+engine.MustRead("rw_common.lua")+"\n"+
-		strings.Replace(src, guard, "true", 1))
+	engine.RWAcquire = redis.NewScript(6, strings.Replace(src, guard, "true", 1))
 	defer func() { engine.RWAcquire = saved }()
 	env := newExploreEnv(t)
 	sc := rwScenarios()[0]

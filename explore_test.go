@@ -28,6 +28,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/redsem/redsem/internal/engine"
 	"github.com/stretchr/testify/require"
+
 )
 
 // exploreBudget is the time the explorer may take in a test: short in the
@@ -566,7 +567,8 @@ func TestExplorerCatchesReintroducedBugs(t *testing.T) {
 		old, err := exploreOld.ReadFile("testdata/explore/refresh_due_unchanged.lua")
 		require.NoError(t, err)
 		saved := engine.Refresh
-		engine.Refresh = redis.NewScript(4, engine.MustRead("codes.lua")+"\n"+engine.MustRead("common.lua")+"\n"+string(old))
+		helpers := strings.TrimSuffix(engine.Source("refresh.lua"), engine.MustRead("refresh.lua"))
+		engine.Refresh = redis.NewScript(4, helpers+string(old))
 		defer func() { engine.Refresh = saved }()
 		env := newExploreEnv(t)
 		cx, n := exploreScenario(t, env, seamScenario(t, "refresh to a shorter TTL, then the holder dies"), 9, time.Now().Add(time.Minute))

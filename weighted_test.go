@@ -913,10 +913,7 @@ func TestAcquireNDeadCollectorHandsOn(t *testing.T) {
 // acquireNWith is acquire_n.lua, after its helpers, with the line from
 // replaced by to: a test's way to change one of its constants.
 func acquireNWith(t testing.TB, from, to string) *redis.Script {
-	var src string
-	for _, f := range []string{"codes.lua", "common.lua", "weighted.lua", "acquire_n.lua"} {
-		src += engine.MustRead(f) + "\n"
-	}
+	src := engine.Source("acquire_n.lua")
 	require.Contains(t, src, from)
 	return redis.NewScript(8, strings.Replace(src, from, to, 1))
 }

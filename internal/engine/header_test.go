@@ -102,7 +102,7 @@ func TestScriptCallsMatchArgvHeaders(t *testing.T) {
 	lo, hi, err = headerArgs("status.lua")
 	require.NoError(t, err)
 	assert.Equal(t, [2]int{0, 0}, [2]int{lo, hi})
-	_, _, err = headerArgs("common.lua")
+	_, _, err = headerArgs("base.lua")
 	assert.Error(t, err, "a helper has no ARGV header")
 }
 

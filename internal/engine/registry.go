@@ -11,31 +11,48 @@ package engine
 // headers, and every file in lua/ is an entry script here or a helper of
 // one, never both.
 var (
-	// The semaphore's (and mutex's). acquire_fast.lua runs before
-	// common.lua is even defined.
-	Acquire  = NewScript(6, "acquire.lua", "acquire_fast.lua", "common.lua")
-	Release  = NewScript(4, "release.lua", "release_fast.lua", "common.lua", "weighted.lua")
-	Refresh  = NewScript(4, "refresh.lua", "common.lua")
-	Abort    = NewScript(6, "abort.lua", "common.lua")
-	Reclaim  = NewScript(5, "reclaim.lua", "common.lua")
-	Delete   = NewScript(5, "delete.lua", "common.lua")
+	// The semaphore's (and mutex's). A *_fast.lua helper is a fast path:
+	// it runs before the other helpers are defined and serves the common
+	// case itself, as the rest of its script would
+	// (TestFastPathsMatchSlowPaths).
+	Acquire  = NewScript(6, "acquire.lua", with([]string{"fast.lua", "acquire_fast.lua"}, semaphore)...)
+	Release  = NewScript(4, "release.lua", with([]string{"fast.lua", "release_fast.lua"}, semaphore, weighted)...)
+	Refresh  = NewScript(4, "refresh.lua", semaphore...)
+	Abort    = NewScript(6, "abort.lua", semaphore...)
+	Reclaim  = NewScript(5, "reclaim.lua", semaphore...)
+	Delete   = NewScript(5, "delete.lua", semaphore...)
 	Status   = NewScript(5, "status.lua")
-	Resize   = NewScript(5, "resize.lua", "common.lua")
-	Check    = NewScript(5, "check.lua", "common.lua", "inventory.lua")
-	Repair   = NewScript(5, "repair.lua", "common.lua", "inventory.lua")
-	AcquireN = NewScript(8, "acquire_n.lua", "common.lua", "weighted.lua")
-	AbortN   = NewScript(8, "abort_n.lua", "common.lua", "weighted.lua")
+	Resize   = NewScript(5, "resize.lua", semaphore...)
+	Check    = NewScript(5, "check.lua", with(semaphore, []string{"inventory.lua"})...)
+	Repair   = NewScript(5, "repair.lua", with(semaphore, []string{"inventory.lua"})...)
+	AcquireN = NewScript(8, "acquire_n.lua", with(semaphore, weighted)...)
+	AbortN   = NewScript(8, "abort_n.lua", with(semaphore, weighted)...)
 
 	// The read-write lock's.
-	RWAcquire = NewScript(6, "rw_acquire.lua", "common.lua", "rw_common.lua")
-	RWAbort   = NewScript(6, "rw_abort.lua", "common.lua", "rw_common.lua")
-	RWRelease = NewScript(5, "rw_release.lua", "common.lua", "rw_common.lua")
-	RWRefresh = NewScript(5, "rw_refresh.lua", "common.lua", "rw_common.lua")
+	RWAcquire = NewScript(6, "rw_acquire.lua", "base.lua", "rw_common.lua")
+	RWAbort   = NewScript(6, "rw_abort.lua", "base.lua", "rw_common.lua")
+	RWRelease = NewScript(5, "rw_release.lua", "base.lua", "rw_common.lua")
+	RWRefresh = NewScript(5, "rw_refresh.lua", "base.lua", "rw_common.lua")
 
 	// The rate gate's (package rate): RateKeys keys for a start, its state
 	// keys (RateStateKeys) for the others.
-	RateTake   = NewScript(RateKeys, "rate_take.lua", "common.lua", "rate_common.lua")
-	RateAbort  = NewScript(RateKeys, "rate_abort.lua", "common.lua", "rate_common.lua")
-	RateSet    = NewScript(RateStateKeys, "rate_set.lua", "common.lua", "rate_common.lua")
-	RateStatus = NewScript(RateStateKeys, "rate_status.lua", "common.lua", "rate_common.lua")
+	RateTake   = NewScript(RateKeys, "rate_take.lua", rate...)
+	RateAbort  = NewScript(RateKeys, "rate_abort.lua", rate...)
+	RateSet    = NewScript(RateStateKeys, "rate_set.lua", rate...)
+	RateStatus = NewScript(RateStateKeys, "rate_status.lua", rate...)
 )
+
+// The helper files scripts share, in the order they run.
+var (
+	semaphore = []string{"base.lua", "meta.lua", "idle.lua", "tokens.lua", "sweep.lua"}
+	weighted  = []string{"weighted.lua"}
+	rate      = []string{"base.lua", "rate_common.lua", "rate_window.lua"}
+)
+
+func with(lists ...[]string) []string {
+	var all []string
+	for _, l := range lists {
+		all = append(all, l...)
+	}
+	return all
+}

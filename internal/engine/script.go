@@ -35,16 +35,33 @@ func NewScript(keys int, file string, helpers ...string) *redis.Script {
 			d.MaxArgs = Variadic
 		}
 	}
-	var src string
-	for _, h := range helpers {
-		src += MustRead(h) + "\n"
-	}
-	script := redis.NewScript(keys, src+MustRead(file))
+	script := redis.NewScript(keys, compose(file, helpers))
 	declMu.Lock()
 	declared = append(declared, d)
 	arity[script] = d
 	declMu.Unlock()
 	return script
+}
+
+func compose(file string, helpers []string) string {
+	var src string
+	for _, h := range helpers {
+		src += MustRead(h) + "\n"
+	}
+	return src + MustRead(file)
+}
+
+// Source returns the source of the declared script lua/<file> as Redis
+// runs it, after its helpers; it panics when no script is declared so.
+func Source(file string) string {
+	declMu.Lock()
+	defer declMu.Unlock()
+	for _, d := range declared {
+		if d.File == file {
+			return compose(file, d.Helpers)
+		}
+	}
+	panic("redsem: no script declared as " + file)
 }
 
 // Variadic is Declaration.MaxArgs for a script whose arguments end in a

@@ -17,13 +17,8 @@ if #acq < 16 or string.find(acq, '[|:]') or not k or not tomb
   or (mode ~= 'release' and mode ~= 'resolve') then
   return redis.error_reply('REDSEM_ARG invalid arguments to abort_n')
 end
-local err = check_types(5)
-if err then return redis.error_reply(err) end
-for i = 6, 8 do
-  err = type_err(KEYS[i], 'list')
-  if err then return redis.error_reply(err) end
-end
-err = type_err(part_of(acq), 'list')
+local err = check_types(5) or type_err(KEYS[6], 'list') or type_err(KEYS[7], 'list')
+  or type_err(KEYS[8], 'list') or type_err(part_of(acq), 'list')
 if err then return redis.error_reply(err) end
 local now = now_us()
 local now_ms = math.floor(now / 1000)

@@ -1,8 +1,8 @@
--- acquire.lua: the whole of Acquire and TryAcquire on the server.
--- Runs either alone (the fast path) or right behind a waiter's
+-- acquire.lua: Acquire and TryAcquire. Runs alone, or right behind a
+-- waiter's
 --   BLMOVE tokens <pend> LEFT RIGHT <timeout>
--- in the same write, so that a token handed to a blocked waiter is leased on
--- the server before the waiter even reads it.
+-- in the same write, so that a token handed to a blocked waiter is leased
+-- before the waiter reads it. acquire_fast.lua serves the common case first.
 --
 -- KEYS: meta, tokens, leases, holders, waits, pend (base.."pend:"..acqID)
 -- ARGV: size, acqID, ttlMs, label, blockMs (0: never wait), graceMs, tombMs,
@@ -11,16 +11,13 @@
 --       ("adopt": use the size stored in meta instead of failing on a
 --       mismatch; anything else or none: fail), idleMs (WithIdleExpiry; 0
 --       or none: off)
--- (Clients leave the optional ones out at their defaults: each argument
--- costs Redis about a microsecond per call.)
 -- Returns one of
 --   {1, token, fence, deadlineMs, nowUs}  granted
 --   {0, blockMs, nowUs}                   none free: block this long, then call again
 --                                         (with blockMs 0: when the next lease expires)
 --   {2, 0, nowUs}                         this acquisition was aborted; nothing granted
 -- Errors: REDSEM_ARG, REDSEM_WRONGTYPE, REDSEM_SIZE <stored>, REDSEM_CORRUPT,
--- and Redis's own WRONGTYPE for a key of the wrong type that is read (or
--- first written) before anything else is written.
+-- and Redis's own WRONGTYPE for a key read (or first written) before any write.
 
 local size = int_arg(ARGV[1], 1, 100000)
 local acq = ARGV[2]
@@ -29,23 +26,20 @@ local label = ARGV[4]
 local block = int_arg(ARGV[5], 0, 1e9)
 local grace = int_arg(ARGV[6], 0, 1e9)
 local tomb = int_arg(ARGV[7], 0, 1e9)
-local fresh = ARGV[8] == 'fresh'
+local phase, size_mode = ARGV[8], ARGV[9]
 local idle = int_arg(ARGV[10] or '0', 0, 1e12)
+local fresh = phase == 'fresh'
 if not idle or not size or #acq < 16 or string.find(acq, '[|:]')
   or not ttl or not block or not grace or not tomb
-  or (ARGV[8] ~= 'fresh' and ARGV[8] ~= 'wait') then
+  or (phase ~= 'fresh' and phase ~= 'wait') then
   return redis.error_reply('REDSEM_ARG invalid arguments to acquire')
 end
--- No key of the wrong type makes the script fail half way (see common.lua):
--- holders and meta are read first. Off the fast path (behind a BLMOVE,
--- creating, sweeping, or while a shrink drains) every key is type-checked
--- before the first write. On the fast path (a fresh call, nothing to sweep)
--- that would cost a TYPE per key per call, so there the token list, leases
--- and waits are checked at their first access, with pcall, and what the
--- script changed before is put back (undo) before it fails.
--- A tombstone means the client gave up on this acquisition and settled it
--- (abort.lua) before this call reached Redis: a late script, or a BLMOVE that
--- was still registered. Hand back anything pending and grant nothing.
+-- Holders and meta are read first. Off the common case (behind a BLMOVE,
+-- creating, sweeping, a shrink draining) every key is type-checked before
+-- the first write; otherwise a key is checked where first touched, with
+-- pcall, and undo puts back what changed before the script fails.
+-- A tombstone: the client settled this acquisition (abort.lua) before this
+-- call arrived. Hand back anything pending and grant nothing.
 local aborted = tombstone_of(acq)
 local err
 
@@ -55,7 +49,7 @@ local now_ms = math.floor(now / 1000)
 local msize, epoch, fence, due, over, _
 msize, epoch, fence, due, err, _, over = read_meta()
 if err then return redis.error_reply(err) end
-size, err = size_in_force(msize, size, ARGV[9] == 'adopt')
+size, err = size_in_force(msize, size, size_mode == 'adopt')
 if err then return redis.error_reply(err) end
 
 local due_now
@@ -74,26 +68,25 @@ if not msize then
 end
 
 -- The fence of a grant by this call. A fresh acquisition writes it first:
--- HSET is refused when Redis is at maxmemory under noeviction, so new
--- acquisitions then fail clearly with OOM, while releases, refreshes and
--- waiters already handed a token (whose first write frees memory) go on.
+-- at maxmemory (noeviction) HSET fails, so new acquisitions fail with OOM
+-- while releases, refreshes and waiters handed a token go on.
 local f = math.max(fence + 1, now)
 local fenced = false
 if fresh and msize then
   redis.call('HSET', KEYS[1], 'fence', fmt_int(f))
   fenced = true
 end
--- In use from here on: no idle expiry (see common.lua).
+-- In use from here on: no idle expiry (idle.lua).
 idle_setting(idle)
 wake()
 
--- dropped are the strangers this call popped and dropped (fast path);
--- had_rejected, whether meta had a rejected field before the first drop.
+-- dropped: the strangers this call popped and dropped; had_rejected:
+-- whether meta had a rejected field before the first drop.
 local dropped, had_rejected = {}, false
 
--- undo puts back what the fast path changed, before it fails on a key of
--- the wrong type: the strangers it dropped, at the head of the list in
--- their order, and the fence. Returns the error reply for e (a pcall error).
+-- undo puts back the strangers dropped (at the head of the list, in their
+-- order) and the fence before the call fails on e, a pcall error, and
+-- returns its error reply.
 local function undo(e)
   for i = #dropped, 1, -1 do redis.call('LPUSH', KEYS[2], dropped[i]) end
   if #dropped > 0 and had_rejected then
@@ -139,7 +132,6 @@ local function grant(tok)
 end
 
 -- The token the BLMOVE moved into our pending list, then anything free.
--- One BLMOVE moves one element, and LPOP deletes the emptied list.
 local pending = not fresh
 for _ = 1, 1000 do
   local tok
@@ -152,8 +144,7 @@ for _ = 1, 1000 do
     if type(tok) == 'table' and tok['err'] then return undo(tok) end
   end
   if not tok then break end
-  -- leases is first read here, after the pop: put the token back if it
-  -- turns out to be of the wrong type.
+  -- leases is first read here: of the wrong type, the token goes back.
   local leased = redis.pcall('ZSCORE', KEYS[3], tok)
   if type(leased) == 'table' and leased['err'] then
     redis.call('LPUSH', KEYS[2], tok)
@@ -177,9 +168,7 @@ if block == 0 then
   if due < NO_DUE then retry = math.max(due - now_ms, 0) end
   return {WAITING, retry, now}
 end
--- Wake no later than the earliest lease deadline or pending sweep (due), so
--- that the tokens of crashed holders and of waiters that died between move
--- and lease are reclaimed by the waiters themselves.
+-- Wake by due at the latest, to reclaim what crashed holders and waiters left.
 block = math.min(block, math.max(due - now_ms + 1, 10))
 local sweep = now_ms + block + grace
 local r = redis.pcall('ZADD', KEYS[5], sweep, 'w:' .. acq)

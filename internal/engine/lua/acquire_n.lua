@@ -1,42 +1,32 @@
--- acquire_n.lua: AcquireN and TryAcquireN on the server: k tokens, all or
--- nothing, under one acquisition id. Runs alone (phase "fresh", an
--- acquisition's first call; "more", a TryAcquireN's next) or right behind
--- the waiter's blocking command in the same write (phase "wait"):
+-- acquire_n.lua: AcquireN and TryAcquireN: k tokens, all or nothing, under
+-- one acquisition id (weighted.lua: the ticket, partial leases, sealing).
+-- Runs alone (phase "fresh", an acquisition's first call; "more", a
+-- TryAcquireN's next) or right behind the waiter's blocking command in the
+-- same write (phase "wait"):
 --   BLMOVE tokens <pend> LEFT RIGHT <t>   the collector before its first token
---   BLPOP <bell> <t>                     queued for the ticket, or collecting
--- See weighted.lua for the ticket, the partial leases and the sealing.
+--   BLPOP <bell> <t>                      queued for the ticket, or collecting
 --
 -- KEYS: meta, tokens, leases, holders, waits, pend, bell, queue
 -- ARGV: size, acqID, k, ttlMs, label, blockMs (0: try only, never wait),
---       graceMs (how long past its wait a weighted acquisition's
---       registration, and the collector ticket, outlive it), tombMs,
---       pollMs (longest sleep of a collector: how often it checks in),
+--       graceMs (how long the registration and the ticket outlive a wait),
+--       tombMs, pollMs (how often a collector checks in at least),
 --       phase ("fresh", "wait", or "more" with blockMs 0), sizeMode
---       ("adopt": use the size stored in meta, as acquire.lua does;
---       anything else: fail on a mismatch), idleMs (WithIdleExpiry; 0: off)
+--       ("adopt": use the stored size; anything else: fail on a mismatch),
+--       idleMs (WithIdleExpiry; 0: off)
 -- Returns one of
 --   {1, fence, deadlineMs, nowUs, token1, ..., tokenK}  granted
 --   {0, blockMs, nowUs, mode, have}  not yet: block this long, then run again
---                                    (phase "wait"). mode 0: queued for the
+--                                    (phase "wait"); mode 0: queued for the
 --                                    ticket (BLPOP bell); 1: collector
 --                                    without a token (BLMOVE); 2: collector
---                                    holding have tokens (BLPOP bell; rung
---                                    already when it has more to do now).
---                                    For blockMs 0: not now, {0, 0, nowUs, 0, 0},
---                                    or mode 3: collecting, run again at
---                                    once (phase "more")
---   {2, 0, nowUs}                    settled (aborted, ticket lost, or dropped
+--                                    holding have tokens (BLPOP bell). With
+--                                    blockMs 0: {0, 0, nowUs, 0, 0}, not now,
+--                                    or mode 3: run again at once ("more")
+--   {2, 0, nowUs}                    settled (aborted, ticket lost, dropped
 --                                    as dead): nothing held; start over
 -- Errors: REDSEM_ARG, REDSEM_WRONGTYPE, REDSEM_SIZE <stored>, REDSEM_CORRUPT,
 -- REDSEM_TOOMANY <stored> (k is more than the stored size; adopt mode).
---
--- Each run costs O(1) plus O(tokens that arrived): a collector's partial
--- leases are written once, when each token arrives, and a run takes or
--- seals at most STEP tokens (weighted.lua). TryAcquireN takes and grants
--- all k in its one run when k is at most STEP; a larger k it collects as
--- the collector, STEP a run, its client running the script again at once
--- (phase "more"), and it gives everything back as soon as a run finds too
--- few free tokens.
+-- A run costs O(1) plus O(tokens that arrived), at most STEP taken or sealed.
 
 local size = int_arg(ARGV[1], 1, 100000)
 local acq = ARGV[2]
@@ -55,17 +45,13 @@ if not idle or not size or not k or #acq < 16 or string.find(acq, '[|:]')
   or (phase == 'more' and block ~= 0) or (block == 0 and phase == 'wait') then
   return redis.error_reply('REDSEM_ARG invalid arguments to acquire_n')
 end
+local size_mode = ARGV[11]
 local fresh = phase == 'fresh'
 local try = block == 0 -- TryAcquireN: phase "fresh" or "more"
 -- All reads and checks come before the first write.
-local err = check_types(5)
-if err then return redis.error_reply(err) end
-for i = 6, 8 do
-  err = type_err(KEYS[i], 'list')
-  if err then return redis.error_reply(err) end
-end
 local part = part_of(acq)
-err = type_err(part, 'list')
+local err = check_types(5) or type_err(KEYS[6], 'list') or type_err(KEYS[7], 'list')
+  or type_err(KEYS[8], 'list') or type_err(part, 'list')
 if err then return redis.error_reply(err) end
 local aborted = tombstone_of(acq) -- see acquire.lua
 local now = now_us()
@@ -74,16 +60,12 @@ local now_ms = math.floor(now / 1000)
 local msize, epoch, fence, due, over, coll_s
 msize, epoch, fence, due, err, coll_s, over = read_meta()
 if err then return redis.error_reply(err) end
-size, err = size_in_force(msize, size, ARGV[11] == 'adopt')
+size, err = size_in_force(msize, size, size_mode == 'adopt')
 if err then return redis.error_reply(err) end
-if k > size then
-  return redis.error_reply('REDSEM_TOOMANY ' .. size)
-end
+if k > size then return redis.error_reply('REDSEM_TOOMANY ' .. size) end
 local coll = parse_coll(coll_s)
 local seal = parse_seal(msize and redis.call('HGET', KEYS[1], 'seal'))
--- The part list of a collector that missed its deadline is given back
--- below; one of another type is a stranger's, left alone (its leases lapse
--- by PARTIAL_MS).
+-- A dead collector's part list goes below (a stranger's type: left alone).
 local dead_part = false
 if coll and coll.dl <= now_ms then
   dead_part = coll.acq == acq or not type_err(part_of(coll.acq), 'list')
@@ -96,27 +78,23 @@ if not msize then
   fence, due, over = now, NO_DUE, 0
 end
 
--- What the sweep will give back is read (and checked) before any write.
+-- What the sweep gives back is read (and checked) before any write.
 local due_now
 if msize and now_ms >= due then
   due_now, err = overdue(now_ms, 100)
   if err then return redis.error_reply(err) end
 end
 
--- A fresh acquisition writes its fence first, so that at maxmemory it fails
--- with OOM before anything changed (see acquire.lua).
+-- A fresh acquisition writes its fence first: at maxmemory, OOM before any change.
 local f = math.max(fence + 1, now)
 local fenced = false
 if fresh and msize then
   redis.call('HSET', KEYS[1], 'fence', fmt_int(f))
   fenced = true
 end
--- In use from here on: no idle expiry (see common.lua).
-idle_setting(idle)
+idle_setting(idle) -- in use from here on: no idle expiry
 wake()
--- The doorbell, rung for a wait (or, for a try collecting over several
--- runs, by a release that completed it) has done its work.
-if not fresh then redis.call('DEL', KEYS[7]) end
+if not fresh then redis.call('DEL', KEYS[7]) end -- the doorbell rang
 
 if due_now then
   reclaim(due_now, epoch, size)
@@ -124,38 +102,16 @@ if due_now then
   redis.call('HSET', KEYS[1], 'due', fmt_int(due))
 end
 
--- lower_due keeps meta due at or below every score this run writes.
-local function lower_due(t)
-  if t < due then
-    due = t
-    redis.call('HSET', KEYS[1], 'due', fmt_int(t))
-  end
-end
-
--- give_pend hands back whatever a BLMOVE moved into our pending list.
-local function give_pend()
-  if phase ~= 'wait' then return end
-  local toks = redis.call('LRANGE', KEYS[6], 0, 9)
-  redis.call('DEL', KEYS[6])
-  for _, tok in ipairs(toks) do give_back(tok, epoch, size) end
-end
-
--- settled answers SETTLED: this run leases nothing, and wake above took
--- any idle expiry off, so settle_idle puts it back if the semaphore is idle
--- (a late run of an aborted or dropped request on an idle semaphore).
-local function settled()
-  settle_idle(now_ms)
-  return {SETTLED, 0, now}
-end
+local run = {acq = acq, ttl = ttl, label = label, phase = phase, now = now, now_ms = now_ms,
+  epoch = epoch, size = size, due = due, f = f, fenced = fenced}
 
 if aborted then
-  give_pend()
-  return settled()
+  give_pend(run)
+  return settled(run)
 end
 
 if coll and coll.dl <= now_ms then
-  -- The collector did not run again before its deadline: it loses the
-  -- ticket and anything it collected that the sweep has not returned yet.
+  -- The collector missed its deadline: it loses the ticket and what it has.
   if dead_part then drop_partial(coll.acq, epoch, size) end
   redis.call('DEL', bell_of(coll.acq))
   redis.call('HDEL', KEYS[1], 'coll', 'seal')
@@ -164,67 +120,38 @@ if coll and coll.dl <= now_ms then
   if was_me then
     pass_ticket(now_ms, acq)
     redis.call('ZREM', KEYS[5], 'w:' .. acq)
-    give_pend()
-    return settled()
+    give_pend(run)
+    return settled(run)
   end
-end
-
-local function queued()
-  local n = redis.call('LLEN', KEYS[8])
-  return n > 0
-end
-
--- push_front puts toks back at the head of the list, in their order.
-local function push_front(toks)
-  for last = #toks, 1, -1000 do
-    local batch = {}
-    for i = last, math.max(last - 999, 1), -1 do batch[#batch + 1] = toks[i] end
-    redis.call('LPUSH', KEYS[2], unpack(batch))
-  end
-end
-
--- grant leases toks (all k) to us now: one fence, one deadline.
-local function grant(toks)
-  local deadline = now_ms + ttl
-  lease_all(toks, deadline, acq .. '|' .. fmt_int(f) .. '|' .. now_ms .. '|' .. label)
-  redis.call('HSET', KEYS[4], 'a:' .. acq, table.concat(toks, ' '))
-  if not fenced then redis.call('HSET', KEYS[1], 'fence', fmt_int(f)) end
-  lower_due(deadline)
-  redis.call('ZREM', KEYS[5], 'w:' .. acq)
-  local reply = {GRANTED, f, deadline, now}
-  for _, tok in ipairs(toks) do reply[#reply + 1] = tok end
-  return reply
 end
 
 if try and fresh then
-  -- TryAcquireN: like x/sync's TryAcquire, only when no weighted request is
-  -- collecting or waiting, and only all k at once.
-  if coll or (queued() and pass_ticket(now_ms, acq)) then
+  -- TryAcquireN: only when no weighted request collects or waits, all k at once.
+  if coll or (redis.call('LLEN', KEYS[8]) > 0 and pass_ticket(now_ms, acq)) then
     return {WAITING, 0, now, 0, 0}
   end
   if k <= STEP then
     local got = {}
     pop_free(got, {}, k, epoch, size, over)
-    if #got == k then return grant(got) end
+    if #got == k then return grant_n(run, got) end
     push_front(got)
     return {WAITING, 0, now, 0, 0}
   end
-  -- More than STEP: collect as the collector (below), STEP a run, unless
-  -- the list is too short to give k now.
+  -- More than STEP: collect (below), STEP a run, if the list holds k now.
   if redis.call('LLEN', KEYS[2]) < k then return {WAITING, 0, now, 0, 0} end
   coll = {acq = acq, k = k, have = 0, dl = now_ms, label = label}
   seal = nil
 elseif try and not (coll and coll.acq == acq) then
   -- A later run that lost the ticket (its client was too slow): nothing held.
-  return settled()
+  return settled(run)
 end
 
 if not (coll and coll.acq == acq) and not fresh then
   -- Queued (or dropped): alive only while our waits entry is.
   local live = redis.call('ZSCORE', KEYS[5], 'w:' .. acq)
   if not live or tonumber(live) <= now_ms then
-    give_pend()
-    return settled()
+    give_pend(run)
+    return settled(run)
   end
 end
 
@@ -240,14 +167,13 @@ if not coll then
 end
 
 if coll.acq ~= acq then
-  -- Another request collects: wait in the ticket queue, waking by its
-  -- deadline at the latest to take the ticket over if it died.
-  give_pend()
+  -- Another collects: queue, waking by its deadline to take over if it died.
+  give_pend(run)
   if fresh then redis.call('RPUSH', KEYS[8], acq .. '|' .. k) end
   local b = math.min(block, math.max(coll.dl - now_ms + 1, 10))
   local live = now_ms + b + grace
   redis.call('ZADD', KEYS[5], live, 'w:' .. acq)
-  lower_due(live)
+  lower_due(run, live)
   return {WAITING, b, now, 0, 0}
 end
 
@@ -255,54 +181,12 @@ end
 if seal and seal.acq ~= acq then seal = nil end
 local have = coll.have
 
--- settle_all gives back everything we hold, hands the ticket on and tells
--- the client to start over: for when what we collected is no longer what
--- we think (a shrink while sealing, a partial lease that is not ours).
-local function settle_all()
-  drop_partial(acq, epoch, size)
-  pass_ticket(now_ms, acq)
-  redis.call('ZREM', KEYS[5], 'w:' .. acq)
-  give_pend()
-  return settled()
-end
-
--- collected reports whether every record of toks is our partial lease
--- (fence 0), each token once. (A token listed twice, say swept and taken
--- again, fails here, or once its first copy is sealed.)
-local function collected(toks)
-  if #toks == 0 then return true end
-  local fields, seen = {}, {}
-  for i, tok in ipairs(toks) do
-    if seen[tok] then return false end
-    seen[tok] = true
-    fields[i] = 't:' .. tok
-  end
-  local recs = redis.call('HMGET', KEYS[4], unpack(fields))
-  local mine = acq .. '|0|'
-  for i = 1, #toks do
-    if not recs[i] or string.sub(recs[i], 1, #mine) ~= mine then return false end
-  end
-  return true
-end
-
 local budget, again = STEP, false
 if not seal then
   -- Collecting: what our BLMOVE moved, then anything free, STEP at most.
   local new, seen = {}, {}
   local need = math.min(k - have, STEP)
-  if phase == 'wait' then
-    local moved = redis.call('LRANGE', KEYS[6], 0, 9)
-    redis.call('DEL', KEYS[6])
-    for _, tok in ipairs(moved) do
-      if #new < need and is_valid(tok, epoch, size) and not seen[tok]
-        and not redis.call('ZSCORE', KEYS[3], tok) then
-        seen[tok] = true
-        if not withhold(tok, over) then new[#new + 1] = tok end
-      else
-        give_back(tok, epoch, size)
-      end
-    end
-  end
+  if phase == 'wait' then take_moved(new, seen, need, epoch, size, over) end
   pop_free(new, seen, need, epoch, size, over)
   if try and #new < need then
     -- Too few free tokens now: a try gives everything back.
@@ -314,7 +198,7 @@ if not seal then
   end
   if have == 0 and #new == k then
     -- All at once: grant without a partial lease in between.
-    local reply = grant(new)
+    local reply = grant_n(run, new)
     pass_ticket(now_ms, acq)
     return reply
   end
@@ -322,15 +206,14 @@ if not seal then
     local score = now_ms + PARTIAL_MS
     lease_all(new, score, acq .. '|0|' .. now_ms .. '|' .. label)
     push_part(part, new)
-    lower_due(score)
+    lower_due(run, score)
     have = have + #new
   end
   budget = budget - #new
   again = #new == STEP and have < k
 
   if have == k and over > 0 then
-    -- A shrink drains: tokens it retired since we collected them are
-    -- dropped, never granted (once per shrink: O(k)).
+    -- A shrink drains: tokens it retired since we took them are dropped.
     local keep, retired = {}, {}
     for _, tok in ipairs(redis.call('LRANGE', part, 0, 99999)) do
       if is_valid(tok, epoch, size) then keep[#keep + 1] = tok else retired[#retired + 1] = tok end
@@ -352,21 +235,19 @@ if not seal then
 end
 
 if seal then
-  if size < seal.size then return settle_all() end
-  -- Rewrite the next records from fence 0 to the grant's, STEP at most,
-  -- and one at least: the grant is recorded, with its fence, by the run that
-  -- chose the fence, so that no later grant gets a lower one.
+  if size < seal.size then return settle_all(run) end
+  -- Rewrite records from fence 0 to the grant's: STEP at most, one at least.
   local n = math.min(k - seal.sealed, math.max(budget, 1))
   budget = budget - n
   if n > 0 then
     local toks = redis.call('LRANGE', part, seal.sealed, seal.sealed + n - 1)
-    if #toks ~= n or not collected(toks) then return settle_all() end
+    if #toks ~= n or not collected(acq, toks) then return settle_all(run) end
     lease_all(toks, seal.deadline, acq .. '|' .. fmt_int(seal.fence) .. '|' .. seal.ms .. '|' .. label)
-    lower_due(seal.deadline)
+    lower_due(run, seal.deadline)
     seal.sealed = seal.sealed + n
   end
-  -- The grant's reply lists all k tokens: a run that took or sealed tokens
-  -- as well answers it only for a k small beside what is left of its budget.
+  -- The reply lists all k: a run that also took or sealed tokens answers
+  -- only for a k small beside its budget left.
   if seal.sealed == k and (budget == STEP or budget >= k / 4) then
     local toks = redis.call('LRANGE', part, 0, 99999)
     redis.call('HSET', KEYS[4], 'a:' .. acq, table.concat(toks, ' '))
@@ -380,27 +261,25 @@ if seal then
   redis.call('HSET', KEYS[1], 'seal', seal_string(seal))
   again = true
 elseif have > 0 then
-  -- The backstop: partial leases PARTIAL_MS/2 from their deadline are
-  -- pushed forward, STEP at a time, oldest (the list's head) first.
+  -- Partial leases within PARTIAL_MS/2 of their deadline move forward,
+  -- STEP at a time, oldest first.
   local head = redis.call('LINDEX', part, 0)
   local score = head and tonumber(redis.call('ZSCORE', KEYS[3], head))
   if head and (not score or score < now_ms + PARTIAL_MS / 2) then
     local toks = redis.call('LRANGE', part, 0, math.min(have, STEP) - 1)
-    if not collected(toks) then return settle_all() end
+    if not collected(acq, toks) then return settle_all(run) end
     redis.call('LPOP', part, #toks)
     lease_all(toks, now_ms + PARTIAL_MS, acq .. '|0|' .. now_ms .. '|' .. label)
     redis.call('RPUSH', part, unpack(toks))
   end
 end
 
--- Not all yet. A collector without a token waits its turn in the token
--- queue (BLMOVE); one that holds tokens holds the head: releases come to it
--- and ring its bell when it has all k. Either way it checks in at least
--- every pollMs, and loses the ticket graceMs after a check-in it missed.
--- With more to do at once (a full STEP taken, or sealing), it rings its own
--- bell.
+-- Not all yet. A collector without a token waits in BLMOVE; one holding
+-- tokens holds the head (releases ring it with all k). It checks in every
+-- pollMs, loses the ticket graceMs after a missed one, and rings its own
+-- bell with more to do at once.
 local mode = 1
-local b = math.min(block, math.max(due - now_ms + 1, 10), poll)
+local b = math.min(block, math.max(run.due - now_ms + 1, 10), poll)
 if try then
   mode = 3
 elseif have > 0 then
@@ -411,13 +290,11 @@ elseif have > 0 then
   end
 end
 local dl = now_ms + b + grace
--- A try runs again at once, but its next run must not find its own ticket
--- dead when the grace is short: it gets a sleeping collector's check-in
--- interval too.
+-- A try runs again at once, with a check-in interval too (not found dead).
 if try then dl = now_ms + poll + grace end
 coll.k, coll.have, coll.dl, coll.label = k, have, dl, label
-redis.call('HSET', KEYS[4], 'slow', 1) -- see release_fast.lua
+redis.call('HSET', KEYS[4], 'slow', 1) -- releases read meta
 redis.call('HSET', KEYS[1], 'coll', coll_string(coll))
 redis.call('ZADD', KEYS[5], dl, 'w:' .. acq)
-lower_due(dl)
+lower_due(run, dl)
 return {WAITING, b, now, mode, have}

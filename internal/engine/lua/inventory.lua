@@ -1,5 +1,5 @@
--- inventory.lua: where every token of the semaphore is. Prepended, after
--- common.lua, to check.lua and repair.lua. It reads only.
+-- inventory.lua: where every token of the semaphore is, for check.lua and
+-- repair.lua (after sweep.lua). It reads only.
 
 -- pend_read bounds how much of one pending list is read (a BLMOVE moves one
 -- token, so one is the most a sound list holds).
@@ -13,14 +13,11 @@ local function pending_tokens()
   for _, w in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
     local kind = string.sub(w, 1, 2)
     local pend = base() .. 'pend:' .. string.sub(w, 3)
-    if (kind == 'w:' or kind == 'x:') and not seen[pend] then
-      seen[pend] = true
-      if not type_err(pend, 'list') then
-        local got = redis.call('LRANGE', pend, 0, pend_read - 1)
-        if #got > 0 then lists = lists + 1 end
-        for _, tok in ipairs(got) do toks[#toks + 1] = tok end
-      end
-    end
+    local read = (kind == 'w:' or kind == 'x:') and not seen[pend]
+    if read then seen[pend] = true end
+    local got = read and not type_err(pend, 'list') and redis.call('LRANGE', pend, 0, pend_read - 1) or {}
+    if #got > 0 then lists = lists + 1 end
+    for _, tok in ipairs(got) do toks[#toks + 1] = tok end
   end
   return toks, lists
 end
@@ -31,7 +28,7 @@ end
 --   leased, pending, held, free
 --                          valid tokens, each counted once, in the first
 --                          place it was found (held: withheld from the list
---                          while a shrink drains, see returned in common.lua)
+--                          while a shrink drains, see tokens.lua)
 --   retired                leases on tokens that are not valid now (retired
 --                          by a shrink and still held, or forged)
 --   dups                   every further copy of a valid token

@@ -1,17 +1,11 @@
--- release.lua: give leased tokens back, only those this acquisition still owns.
+-- release.lua: give back leased tokens, only those this acquisition owns.
 -- KEYS: meta, tokens, leases, holders
 -- ARGV: token, acqID, then the other tokens of a weighted lease (if any)
--- Returns how many of the tokens were released: 1 (or k) when released, 0
--- when the lease is no longer recorded (expired and reclaimed, released
--- before, or the semaphore was deleted or lost). A token is given back only
--- once: its record is gone after the first release.
--- The first write is ZREM, which frees memory: release works at OOM.
---
--- While a weighted acquisition holds the collector ticket and at least one
--- token (meta "coll", see weighted.lua), a released token goes to it instead
--- of onto the token list, as one more of its partial leases (appended to its
--- part list), until it has all it asked for; then its doorbell rings. That
--- is how it holds the head of the queue (with weighted.lua's helpers).
+-- Returns how many tokens were released: 0 when the lease is no longer
+-- recorded (expired and reclaimed, released before, semaphore lost).
+-- The first write is ZREM, which frees memory: release works at OOM. While
+-- a collector holds the ticket and a token (weighted.lua), released tokens
+-- go to it, until it has all it asked for, and ring its doorbell.
 
 if settle_after_fast then
   -- release_fast.lua released the token and left the idle expiry to this.
@@ -22,9 +16,7 @@ end
 local acq = ARGV[2]
 local toks = {ARGV[1]}
 for i = 3, #ARGV do toks[#toks + 1] = ARGV[i] end
--- holders and meta are read, and the token list checked, before the first
--- write (ZREM, which also checks leases): a key of the wrong type fails the
--- release with nothing changed.
+-- Reads and checks first: a key of the wrong type fails with nothing changed.
 local owned = owned_by(acq, toks)
 if #owned == 0 then return not_here(KEYS[3]) or 0 end
 local size, epoch, _, due, err, coll, over, held = read_meta()
@@ -37,17 +29,15 @@ for _, tok in ipairs(owned) do
     retired = retired + 1
   end
 end
--- A retired token pushes nothing itself, but while a shrink drains its
--- release may put a withheld token back (see returned): check then too.
+-- A retired token may let a withheld one go back (returned): check then too.
 if #back > 0 or retired > 0 then
   local n = redis.pcall('LLEN', KEYS[2])
   if type(n) == 'table' and n['err'] then
     return redis.error_reply('REDSEM_WRONGTYPE ' .. KEYS[2] .. ' is not a list')
   end
 end
--- Is there a collector to route to? (Not while a shrink drains: then
--- released tokens may be withheld.) Its part list is checked here too, before
--- the first write: one of another type is a stranger's, and routes nothing.
+-- A collector to route to (not while a shrink drains)? A part list of
+-- another type is a stranger's, and routes nothing.
 local c, now_ms
 if coll and #back > 0 and over == 0 then
   c = parse_coll(coll)
@@ -77,9 +67,7 @@ if c then
   push_part(part_of(c.acq), route)
   redis.call('HSET', KEYS[1], 'coll', coll_string(c))
   if score < due then redis.call('HSET', KEYS[1], 'due', fmt_int(score)) end
-  -- With all k it is woken to seal its grant (a doorbell of the wrong type
-  -- is left alone: it wakes within its poll interval anyway); until then it
-  -- sleeps on, as what it collects is already recorded.
+  -- With all k it is woken to seal its grant.
   if c.have == c.k then ring(c.acq, c.dl - now_ms) end
   back = rest
 end
@@ -95,8 +83,7 @@ for _, tok in ipairs(owned) do
   if not routed[tok] then gone[#gone + 1] = 't:' .. tok end
 end
 gone[#gone + 1] = 'a:' .. acq
--- Neither a collector nor a shrink left: releases may take the fast path
--- again (see release_fast.lua).
+-- Neither a collector nor a shrink left: release_fast.lua may serve again.
 if not coll and over == 0 and held == 0 then gone[#gone + 1] = 'slow' end
 for i = 1, #gone, 1000 do
   redis.call('HDEL', KEYS[4], unpack(gone, i, math.min(i + 999, #gone)))

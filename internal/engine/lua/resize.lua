@@ -4,20 +4,10 @@
 --       semaphore), and optionally idleMs (WithIdleExpiry of the client,
 --       stored if this creates the semaphore, which is then idle)
 -- Returns {old, n, minted, removed}; old is 0 when this created the semaphore.
---
--- meta.size is the only record of the size, and is_valid reads it, so the
--- HSET alone moves every script to the new size at once:
---   grow:   tokens of the new slots are minted and pushed (blocked waiters
---           are served as soon as the script ends), except a token that is
---           still somewhere: leased or pending (retired by an earlier shrink
---           and still held, it comes back valid when it is given back) or
---           already on the list. Minting it again would make a duplicate.
---   shrink: tokens above n are invalid from now on. The free ones leave the
---           list now; a leased one is dropped when it comes back (release,
---           reclaim and abort push only valid tokens), a pending one when its
---           waiter's script pops it. Until the leased ones are all back, as
---           many valid tokens are withheld (rebalance): holders drain down to
---           n, and no grant takes them above it meanwhile.
+-- Growing mints the tokens of the new slots that are nowhere already;
+-- shrinking retires the tokens above n: free ones leave the list, leased
+-- ones are dropped when they come back, and as many valid tokens are
+-- withheld meanwhile (rebalance), so holders drain down to n.
 
 local n = int_arg(ARGV[1], 1, 100000)
 local seed = ARGV[2]
@@ -38,13 +28,10 @@ local function push(toks)
   end
 end
 
--- rebalance sets the shrink's bookkeeping for size n (see returned in
--- common.lua): 'over' counts the leases on retired tokens still out, and as
--- many valid tokens as that are withheld from the list, taken from those
--- already withheld, then from the free ones. So holders drain down to n and
--- none is granted above it meanwhile; the withheld tokens go back one by one
--- as the retired leases end. Tokens withheld before and no longer needed go
--- back to the list; retired ones among them are dropped.
+-- rebalance sets the shrink's bookkeeping for size n (tokens.lua): over,
+-- the leases on retired tokens still out, and as many valid tokens withheld,
+-- from those withheld already, then from the free ones. Those no longer
+-- needed go back to the list (retired ones are dropped).
 local function rebalance(epoch, n)
   local over = 0
   for _, tok in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
@@ -63,8 +50,7 @@ local function rebalance(epoch, n)
   if #keep < over then
     for _, tok in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
       if #keep >= over then break end
-      -- A stranger's copy of a token that is leased or withheld already is
-      -- not a free token: withholding it would put that token in two places.
+      -- A copy of a token leased or withheld already is not free.
       if is_valid(tok, epoch, n) and not taken[tok] and not redis.call('ZSCORE', KEYS[3], tok)
         and redis.call('LREM', KEYS[2], 1, tok) == 1 then
         keep[#keep + 1] = tok

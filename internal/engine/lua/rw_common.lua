@@ -1,36 +1,23 @@
--- rw_common.lua: helpers of the RWMutex scripts, placed after common.lua by
--- rwmutex.go. It defines helpers only; nothing here writes until a script
--- calls it.
+-- rw_common.lua: helpers of the RWMutex scripts (after base.lua).
 --
--- Key layout of a read-write lock (one hash tag; base = <prefix>{<name>}:rw:):
+-- Keys (one hash tag; base = <prefix>{<name>}:rw:):
 --   KEYS[1] meta     hash  epoch, fence, created; writer (acqID of the write
---                          lease, while one exists); timer (acqID of the
---                          queue head that keeps time)
---   KEYS[2] leases   zset  acqID -> lease deadline, ms of Redis TIME; every
---                          read lease and the write lease
---   KEYS[3] holders  hash  "h:"..acqID -> "mode|fence|grantedMs|state|label" of
---                          a lease (mode r or w; state c, or p while a grant
---                          made by serve waits for its waiter's script),
+--                          lease); timer (acqID of the head keeping time)
+--   KEYS[2] leases   zset  acqID -> lease deadline, ms of Redis TIME
+--   KEYS[3] holders  hash  "h:"..acqID -> "mode|fence|grantedMs|state|label"
+--                          (mode r or w; state c, or p while a grant serve
+--                          made waits for its waiter's script),
 --                          "q:"..acqID -> "mode|ttlMs|graceMs|label" of a waiter
 --   KEYS[4] queue    list  acqIDs of the waiters, oldest first
 --   KEYS[5] waits    zset  "w:"..acqID -> liveness deadline (ms) of a waiter,
---                          "x:"..acqID -> tombstone deadline of a settled one
---   KEYS[6] bell     list  base.."bell:"..acqID, the doorbell a waiter BLPOPs on
---                          (the release scripts take the first five keys)
---
--- The lock admits any number of read leases or one write lease. Waiters are
--- served first come, first served: a request is granted at once only when
--- nobody queues and it is compatible with the leases out; otherwise it joins
--- the queue, and whichever script frees the lock (a release, an abort, the
--- reclaim of an expired lease or of a dead waiter) grants from the head:
--- every reader up to the next writer, or one writer once no lease is out,
--- and rings each one's doorbell. A grant made that way is provisional (state
--- p) for min(ttl, max(grace, 1s)): the waiter's script, right behind its
--- BLPOP, confirms it with a full TTL. A waiter that died in the queue so
--- holds the lock for that short window at most.
---
--- common.lua's helpers used here: now_us, int_arg, fmt_int, type_err,
--- FENCE_MAX.
+--                          "x:"..acqID -> tombstone deadline
+--   KEYS[6] bell     list  base.."bell:"..acqID, a waiter's doorbell
+-- Any number of read leases or one write lease. First come, first served: a
+-- request is granted at once only when nobody queues; else it queues, and
+-- whichever script frees the lock grants from the head (every reader up to
+-- the next writer, or one writer once no lease is out) and rings each. Such
+-- a grant is provisional (p) for min(ttl, max(grace, 1s)) until its
+-- waiter's script confirms it with a full TTL.
 
 local function check_rw_types(n)
   local want = {'hash', 'zset', 'hash', 'list', 'zset', 'list'}
@@ -62,8 +49,7 @@ local function rw_state()
   return {epoch = m[1], fence = fence, writer = writer}, nil
 end
 
--- rw_open checks the types of the first n keys (check_rw_types), then reads
--- meta (rw_state): the prologue of every script that reads the lock.
+-- rw_open checks the first n keys' types, then reads meta.
 local function rw_open(n)
   local err = check_rw_types(n)
   if err then return nil, err end
@@ -108,9 +94,7 @@ local function unlease(st, acq)
   end
 end
 
--- ring wakes acq's BLPOP; the doorbell outlives the wait by a few seconds
--- at most. Another waiter's doorbell was not type-checked: one of the
--- wrong type is left alone (that waiter wakes at its timeout anyway).
+-- rw_ring wakes acq's BLPOP; a doorbell of the wrong type is left alone.
 local function rw_ring(acq)
   local b = rw_base() .. 'bell:' .. acq
   local r = redis.pcall('RPUSH', b, 1)
@@ -128,7 +112,7 @@ local function forget_waiter(acq)
   end
 end
 
--- reclaim forgets leases past their deadline, waiters past their liveness
+-- rw_reclaim forgets leases past their deadline, waiters past their liveness
 -- and tombstones past theirs (at most 1000 of each).
 local function rw_reclaim(st, now_ms)
   for _, acq in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms, 'LIMIT', 0, 1000)) do
@@ -165,12 +149,8 @@ local function grant(st, acq, mode, now, dur, state, label)
   return fence
 end
 
--- serve grants from the head of the queue what the leases out allow: every
--- reader up to the next writer while no writer holds, or the writer at the
--- head once no lease is out; each grant is provisional until its waiter's
--- script confirms it, and its doorbell rings. Then the new head, if any,
--- keeps time: it wakes at the earliest lease deadline (rung when it becomes
--- the head, so that it learns it).
+-- serve grants from the head of the queue what the leases out allow,
+-- provisionally, ringing each; then the new head, rung, keeps time.
 local function serve(st, now)
   local busy = any_lease()
   for _ = 1, 10000 do

@@ -1,47 +1,29 @@
--- weighted.lua: helpers of the weighted scripts (acquire_n.lua, abort_n.lua)
--- and of release.lua (which routes released tokens to the collector with
--- parse_coll, lease_all, coll_string and ring, using its first four keys
--- only), placed after common.lua (registry.go). It defines helpers only;
--- nothing here writes until a script calls it.
+-- weighted.lua: helpers of acquire_n.lua, abort_n.lua, and release.lua
+-- (which routes released tokens to a collector), after sweep.lua.
 --
--- Those scripts take eight keys: common.lua's five, then
---   KEYS[6] pend     list  base.."pend:"..acqID, the collector's BLMOVE destination
---   KEYS[7] bell     list  base.."bell:"..acqID, the doorbell this waiter BLPOPs on
---   KEYS[8] queue    list  base.."wqueue": "acqID|k" of the weighted requests
---                          waiting for the collector ticket, oldest first
--- and the collector's part list, base.."part:"..acqID (common.lua).
+-- The weighted scripts take eight keys: meta.lua's five, then
+--   KEYS[6] pend   list  base.."pend:"..acqID, the collector's BLMOVE target
+--   KEYS[7] bell   list  base.."bell:"..acqID, the doorbell a waiter BLPOPs on
+--   KEYS[8] queue  list  base.."wqueue": "acqID|k" of the requests waiting
+--                        for the collector ticket, oldest first
 --
--- The collector ticket is the meta field
---   coll = "acqID|k|have|deadlineMs|label"
+-- The collector ticket, meta coll = "acqID|k|have|deadlineMs|label", is
 -- held by at most one weighted acquisition: only it may hold tokens before
--- it has all k, so two weighted requests never each hold part of what they
--- need. The tokens it has so far ("partial") are leases like any other,
--- recorded as "t:"..token -> "acqID|0|ms|label" (fence 0 until granted) and
--- listed, oldest first, in its part list; each arrives once, and costs
--- O(1) then. The collector checks in (runs its script) at least every pollMs;
--- the ticket's deadline, which is also its registration's score in waits, is
--- that plus a short margin, whatever the block time. If it dies, the sweep
--- (reclaim) gives its partial leases back once its registration lapses, and
--- the next weighted script hands the ticket on. While the collector holds at
--- least one token it holds the head of the queue: release.lua gives every
--- released token to it (as a partial lease) until it has k, and rings its
--- bell.
---
--- Once it has all k, the collector seals the grant: a fence and a lease
--- deadline are chosen once, then at most STEP records per script run are
--- rewritten from fence 0 to that fence, and the last run answers the grant.
--- The meta field
---   seal = "acqID|fence|deadlineMs|grantedMs|sealed|size"
--- says how far it got. So no run of the script costs more than about STEP
--- tokens' work, however large k is.
---
--- A weighted acquisition is alive while its "w:"..acqID entry in waits is
--- later than now (acquire_n.lua refreshes it on every run): queue entries
--- whose entry is gone or past are dropped when they reach the head.
+-- it has all k, so two never each hold part of what they need. What it has
+-- ("partial") are leases "acqID|0|ms|label", listed oldest first in its part
+-- list (sweep.lua). It checks in at least every pollMs; the ticket's
+-- deadline, also its score in waits, is that plus a margin. If it dies, the
+-- sweep gives its partial leases back and the next weighted script hands
+-- the ticket on. Holding a token, it holds the head of the queue:
+-- release.lua gives it every released token until it has k, and rings it.
+-- With all k it seals the grant: one fence and deadline, then at most STEP
+-- records a run rewritten from fence 0 to that fence; meta
+-- seal = "acqID|fence|deadlineMs|grantedMs|sealed|size" says how far it got.
+-- A weighted acquisition is alive while its "w:" entry in waits is later
+-- than now; dead queue entries are dropped when they reach the head.
 
--- STEP bounds the tokens one run of acquire_n.lua takes off the list or
--- seals; a collector with more to do rings its own bell and runs again at
--- once.
+-- STEP bounds the tokens a run takes or seals; a collector with more to do
+-- rings its own bell and runs again at once.
 local STEP = 128
 
 local function parse_coll(s)
@@ -72,9 +54,8 @@ local function bell_of(acq)
   return base() .. 'bell:' .. acq
 end
 
--- ring wakes acq's BLPOP; the doorbell outlives the wait by a second at most.
--- A doorbell of another acquisition may not have been type-checked: one of
--- the wrong type is left alone (that waiter wakes at its deadline anyway).
+-- ring wakes acq's BLPOP; the doorbell outlives the wait by a second at
+-- most. One of the wrong type is left alone (that waiter wakes anyway).
 local function ring(acq, ttl_ms)
   local b = bell_of(acq)
   local r = redis.pcall('RPUSH', b, 1)
@@ -143,7 +124,7 @@ local function pass_ticket(now_ms, self)
     local live = a and redis.call('ZSCORE', KEYS[5], 'w:' .. a)
     if live and tonumber(live) > now_ms then
       local dl = tonumber(live)
-      redis.call('HSET', KEYS[4], 'slow', 1) -- see release_fast.lua
+      redis.call('HSET', KEYS[4], 'slow', 1) -- releases read meta
       redis.call('HSET', KEYS[1], 'coll',
         coll_string({acq = a, k = tonumber(k), have = 0, dl = dl, label = ''}))
       if a ~= self then ring(a, dl - now_ms) end
@@ -154,10 +135,9 @@ local function pass_ticket(now_ms, self)
   return nil
 end
 
--- pop_free pops free tokens off the list until got holds n, at most 1000 at
--- a time: valid ones not leased and not popped twice (seen) are kept, unless
--- a draining shrink withholds them (withhold); strays are dropped and
--- counted, as in acquire.lua. Bounded: n + 1000 pops at most.
+-- pop_free pops free tokens until got holds n, 1000 at most a command:
+-- valid ones, not leased and not seen, are kept unless withheld; strays are
+-- dropped and counted. Bounded: n + 1000 pops at most.
 local function pop_free(got, seen, n, epoch, size, over)
   local popped, strays = 0, 0
   while #got < n and popped < n + 1000 do
@@ -166,13 +146,108 @@ local function pop_free(got, seen, n, epoch, size, over)
     popped = popped + #toks
     local scores = redis.call('ZMSCORE', KEYS[3], unpack(toks))
     for i, tok in ipairs(toks) do
-      if is_valid(tok, epoch, size) and not scores[i] and not seen[tok] then
-        seen[tok] = true
-        if not withhold(tok, over) then got[#got + 1] = tok end
-      else
+      local free = is_valid(tok, epoch, size) and not scores[i] and not seen[tok]
+      if free then seen[tok] = true end
+      if not free then
         strays = strays + 1
+      elseif not withhold(tok, over) then
+        got[#got + 1] = tok
       end
     end
   end
   if strays > 0 then redis.call('HINCRBY', KEYS[1], 'rejected', strays) end
+end
+
+-- take_moved takes into new what our BLMOVE moved into the pending list
+-- (need at most), as pop_free does; the rest is given back.
+local function take_moved(new, seen, need, epoch, size, over)
+  local moved = redis.call('LRANGE', KEYS[6], 0, 9)
+  redis.call('DEL', KEYS[6])
+  for _, tok in ipairs(moved) do
+    local free = #new < need and is_valid(tok, epoch, size) and not seen[tok]
+      and not redis.call('ZSCORE', KEYS[3], tok)
+    if free then seen[tok] = true end
+    if not free then
+      give_back(tok, epoch, size)
+    elseif not withhold(tok, over) then
+      new[#new + 1] = tok
+    end
+  end
+end
+
+-- push_front puts toks back at the head of the list, in their order.
+local function push_front(toks)
+  for last = #toks, 1, -1000 do
+    local batch = {}
+    for i = last, math.max(last - 999, 1), -1 do batch[#batch + 1] = toks[i] end
+    redis.call('LPUSH', KEYS[2], unpack(batch))
+  end
+end
+
+-- collected reports whether every record of toks is acq's partial lease
+-- (fence 0), each token once.
+local function collected(acq, toks)
+  if #toks == 0 then return true end
+  local fields, seen = {}, {}
+  for i, tok in ipairs(toks) do
+    if seen[tok] then return false end
+    seen[tok] = true
+    fields[i] = 't:' .. tok
+  end
+  local recs = redis.call('HMGET', KEYS[4], unpack(fields))
+  local mine = acq .. '|0|'
+  for i = 1, #toks do
+    if not recs[i] or string.sub(recs[i], 1, #mine) ~= mine then return false end
+  end
+  return true
+end
+
+-- A run of acquire_n.lua: run = {acq, ttl, label, phase, now, now_ms, epoch,
+-- size, due, f (the fence of a grant now), fenced (f written already)}.
+
+-- lower_due keeps meta due at or below every score the run writes.
+local function lower_due(run, t)
+  if t < run.due then
+    run.due = t
+    redis.call('HSET', KEYS[1], 'due', fmt_int(t))
+  end
+end
+
+-- give_pend gives back whatever a BLMOVE moved into the pending list.
+local function give_pend(run)
+  if run.phase ~= 'wait' then return end
+  local toks = redis.call('LRANGE', KEYS[6], 0, 9)
+  redis.call('DEL', KEYS[6])
+  for _, tok in ipairs(toks) do give_back(tok, run.epoch, run.size) end
+end
+
+-- settled answers SETTLED: nothing leased, so the idle expiry that wake
+-- took off goes back if the semaphore is idle.
+local function settled(run)
+  settle_idle(run.now_ms)
+  return {SETTLED, 0, run.now}
+end
+
+-- grant_n leases toks (all k) now: one fence, one deadline.
+local function grant_n(run, toks)
+  local deadline = run.now_ms + run.ttl
+  lease_all(toks, deadline, run.acq .. '|' .. fmt_int(run.f) .. '|' .. run.now_ms .. '|' .. run.label)
+  redis.call('HSET', KEYS[4], 'a:' .. run.acq, table.concat(toks, ' '))
+  if not run.fenced then redis.call('HSET', KEYS[1], 'fence', fmt_int(run.f)) end
+  lower_due(run, deadline)
+  redis.call('ZREM', KEYS[5], 'w:' .. run.acq)
+  local reply = {GRANTED, run.f, deadline, run.now}
+  for _, tok in ipairs(toks) do reply[#reply + 1] = tok end
+  return reply
+end
+
+-- settle_all gives back all the run's acquisition holds, hands the ticket on
+-- and answers SETTLED: what it collected is not what it thinks (a shrink
+-- while sealing, a partial lease not its own).
+local function settle_all(run)
+  drop_partial(run.acq, run.epoch, run.size)
+  pass_ticket(run.now_ms, run.acq)
+  redis.call('ZREM', KEYS[5], 'w:' .. run.acq)
+  give_pend(run)
+  return settled(run)
 end

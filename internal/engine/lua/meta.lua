@@ -1,0 +1,165 @@
+-- meta.lua: the semaphore's record and its tokens (after base.lua).
+--
+-- Keys (one hash tag, so one cluster slot):
+--   KEYS[1] meta     hash  size, epoch, fence, due, rejected, created, idle
+--                          and exp (idle.lua), "x:"..acqID -> tombstone
+--                          expiry, a shrink's over, held, "h:"..i
+--                          (tokens.lua), a weighted collector's coll and
+--                          seal (weighted.lua)
+--   KEYS[2] tokens   list  free tokens "<epoch>:<slot>"; taken from the left
+--   KEYS[3] leases   zset  token -> lease deadline, ms of Redis TIME
+--   KEYS[4] holders  hash  "t:"..token -> "acqID|fence|grantedMs|label",
+--                          "a:"..acqID -> its token(s), "x:"..acqID while
+--                          the semaphore does not exist, "slow" while a
+--                          shrink drains or a collector holds the ticket
+--                          (release_fast.lua), "idle" (idle.lua)
+--   KEYS[5] waits    zset  "w:"..acqID -> when its pending list may be
+--                          swept, "x:"..acqID -> when its tombstone goes
+-- A waiter's pending list is base.."pend:"..acqID; a weighted collector's
+-- part list base.."part:"..acqID. Every script reads and validates before
+-- its first write, and every loop is bounded.
+
+-- shrink_count reads a shrink's over or held as a whole number in
+-- [0, 100000] (MaxSize), whatever a stranger wrote.
+local function shrink_count(s)
+  local n = tonumber(s)
+  if not n or n ~= n or n < 0 then return 0 end
+  return math.min(math.floor(n), 100000)
+end
+
+local function check_types(n)
+  local want = {'hash', 'list', 'zset', 'hash', 'zset'}
+  for i = 1, n do
+    local e = type_err(KEYS[i], want[i])
+    if e then return e end
+  end
+  return nil
+end
+
+-- read_meta returns size, epoch, fence, due, nil, coll, over and held (nil
+-- when the semaphore does not exist), or nil, nil, nil, nil, err. due is a
+-- lower bound of every score in leases and waits (0 when unknown): the
+-- sweeps wait until then.
+local function read_meta()
+  local m = redis.call('HMGET', KEYS[1], 'size', 'epoch', 'fence', 'due', 'coll', 'over', 'held')
+  local msize, epoch, fence_s, due, coll, over, held = m[1], m[2], m[3], m[4], m[5], m[6], m[7]
+  if not msize and not epoch then return nil, nil, nil, nil, nil end
+  local size, fence = tonumber(msize), tonumber(fence_s)
+  if not size or size < 1 or not epoch or not fence then
+    return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is not a redsem meta record'
+  end
+  if fence >= FENCE_MAX then
+    return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' holds fence ' .. fence_s .. ', too large to grow'
+  end
+  return size, epoch, fence, tonumber(due) or 0, nil, coll, shrink_count(over), shrink_count(held)
+end
+
+-- tombstone_of returns acq's tombstone (abort.lua): in meta, or in holders
+-- if it was aborted before the semaphore existed.
+local function tombstone_of(acq)
+  local x = redis.call('HGET', KEYS[4], 'x:' .. acq)
+  return redis.call('HGET', KEYS[1], 'x:' .. acq) or x
+end
+
+-- size_in_force returns the size to work with: the client's, or the stored
+-- msize in adopt mode; any other mismatch is REDSEM_SIZE.
+local function size_in_force(msize, size, adopt)
+  if not msize or msize == size then return size, nil end
+  if not adopt then return nil, 'REDSEM_SIZE ' .. msize end
+  return msize, nil
+end
+
+-- NO_DUE stands for "no lease and no waiter": later than any real score.
+local NO_DUE = 9e15
+
+-- create makes the semaphore: size tokens of a new epoch (the first 12
+-- characters of seed) at Redis time now (µs). Returns the epoch, or nil and
+-- an error: tokens or leases without meta are residue.
+local function create(size, seed, now)
+  if redis.call('EXISTS', KEYS[2]) + redis.call('EXISTS', KEYS[3]) > 0 then
+    return nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is missing but tokens or leases exist'
+  end
+  local epoch = string.sub(seed, 1, 12)
+  redis.call('HSETNX', KEYS[1], 'size', size)
+  redis.call('HSET', KEYS[1], 'epoch', epoch, 'fence', fmt_int(now), 'due', fmt_int(NO_DUE),
+    'rejected', 0, 'created', math.floor(now / 1000))
+  -- Tombstones of acquisitions aborted before now move to meta.
+  for _, f in ipairs(redis.call('HKEYS', KEYS[4])) do
+    if string.sub(f, 1, 2) == 'x:' then
+      redis.call('HSET', KEYS[1], f, redis.call('HGET', KEYS[4], f))
+      redis.call('HDEL', KEYS[4], f)
+    end
+  end
+  for i = 1, size, 1000 do
+    local batch = {}
+    for j = i, math.min(i + 999, size) do batch[#batch + 1] = epoch .. ':' .. j end
+    redis.call('RPUSH', KEYS[2], unpack(batch))
+  end
+  return epoch, nil
+end
+
+-- next_due is the earliest score in leases and waits, or NO_DUE.
+local function next_due()
+  local d = NO_DUE
+  for _, key in ipairs({KEYS[3], KEYS[5]}) do
+    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if first[2] then d = math.min(d, tonumber(first[2])) end
+  end
+  return d
+end
+
+-- is_valid: tok is "<epoch>:<slot>" of this epoch, 1 <= slot <= size, canonical.
+local function is_valid(tok, epoch, size)
+  local e, s = string.match(tok, '^([^:]+):([1-9][0-9]*)$')
+  if e ~= epoch then return false end
+  local n = tonumber(s)
+  return n ~= nil and n <= size
+end
+
+-- is_retired: tok is a token of this epoch above the size (a shrink's).
+local function is_retired(tok, epoch, size)
+  local e, s = string.match(tok, '^([^:]+):([1-9][0-9]*)$')
+  return e ~= nil and e == epoch and tonumber(s) > size
+end
+
+local function owner_of(rec)
+  return string.match(rec, '^([^|]*)|')
+end
+
+-- each_lease calls f(tok, rec, score) for each token of toks, with its
+-- record and deadline (nil when missing), a thousand tokens a read; it
+-- stops at, and returns, the first value f returns that is not nil.
+local function each_lease(toks, f)
+  for i = 1, #toks, 1000 do
+    local last = math.min(i + 999, #toks)
+    local fields = {}
+    for j = i, last do fields[#fields + 1] = 't:' .. toks[j] end
+    local recs = redis.call('HMGET', KEYS[4], unpack(fields))
+    local scores = redis.call('ZMSCORE', KEYS[3], unpack(toks, i, last))
+    for j = 1, #fields do
+      local r = f(toks[i + j - 1], recs[j], scores[j])
+      if r ~= nil then return r end
+    end
+  end
+  return nil
+end
+
+-- owned_by returns the tokens of toks whose record names acq, each once,
+-- in toks' order.
+local function owned_by(acq, toks)
+  local mine, seen = {}, {}
+  for i = 1, #toks, 1000 do
+    local last = math.min(i + 999, #toks)
+    local fields = {}
+    for j = i, last do fields[#fields + 1] = 't:' .. toks[j] end
+    local recs = redis.call('HMGET', KEYS[4], unpack(fields))
+    for j = i, last do
+      local rec, tok = recs[j - i + 1], toks[j]
+      if rec and owner_of(rec) == acq and not seen[tok] then
+        seen[tok] = true
+        mine[#mine + 1] = tok
+      end
+    end
+  end
+  return mine
+end

@@ -1,0 +1,140 @@
+-- tokens.lua: giving tokens back, and a shrink's bookkeeping (after
+-- idle.lua).
+--
+-- While a shrink drains (resize.lua sets it, returned settles it), meta holds
+--   over      the leases on retired tokens still out
+--   held      how many valid tokens are withheld meanwhile, at most over
+--   "h:"..i   the withheld tokens, i = 1..held: a stack (O(1) a token)
+-- so holders drain down to the new size. Each retired lease that ends lets
+-- one withheld token go back; all of it goes when over reaches 0.
+
+-- withheld returns the withheld tokens (a missing entry is skipped).
+local function withheld()
+  local n = shrink_count(redis.call('HGET', KEYS[1], 'held'))
+  local toks = {}
+  for i = 1, n, 1000 do
+    local f = {}
+    for j = i, math.min(i + 999, n) do f[#f + 1] = 'h:' .. j end
+    for _, tok in ipairs(redis.call('HMGET', KEYS[1], unpack(f))) do
+      if tok then toks[#toks + 1] = tok end
+    end
+  end
+  return toks
+end
+
+-- hset_all and hdel_all write or delete fields of meta, a thousand a command.
+local function hset_all(set)
+  for i = 1, #set, 1000 do
+    redis.call('HSET', KEYS[1], unpack(set, i, math.min(i + 999, #set)))
+  end
+end
+
+local function hdel_all(gone)
+  for i = 1, #gone, 1000 do
+    redis.call('HDEL', KEYS[1], unpack(gone, i, math.min(i + 999, #gone)))
+  end
+end
+
+-- save_shrink replaces the bookkeeping (old withheld tokens) with over and
+-- the withheld tokens keep (resize.lua; #keep <= over).
+local function save_shrink(over, old, keep)
+  -- holders "slow" sends every release through meta, set first.
+  if over > 0 then redis.call('HSET', KEYS[4], 'slow', 1) end
+  local gone = {}
+  for i = #keep + 1, old do gone[#gone + 1] = 'h:' .. i end
+  if over == 0 then gone[#gone + 1] = 'over' end
+  if #keep == 0 then gone[#gone + 1] = 'held' end
+  hdel_all(gone)
+  local set = {}
+  for i, tok in ipairs(keep) do
+    set[#set + 1] = 'h:' .. i
+    set[#set + 1] = tok
+  end
+  if over > 0 then
+    set[#set + 1] = 'over'
+    set[#set + 1] = over
+  end
+  if #keep > 0 then
+    set[#set + 1] = 'held'
+    set[#set + 1] = #keep
+  end
+  hset_all(set)
+end
+
+-- returned puts valid tokens that came back onto the list, and notes
+-- retired_n leases on retired tokens that ended. While a shrink drains, a
+-- valid token is withheld instead while fewer than over are, and each
+-- retired lease that ended lets the last withheld one go back. over and
+-- held may be passed when the caller read meta. release_fast.lua does the
+-- same for one token. Returns an error string, with nothing written, when
+-- the list is not a list.
+local function returned(valid, retired_n, over, held)
+  if over == nil then
+    local m = redis.call('HMGET', KEYS[1], 'over', 'held')
+    over, held = shrink_count(m[1]), shrink_count(m[2])
+  end
+  local shrinking = over > 0 or held > 0
+  local push, set, gone, n = valid, {}, {}, held
+  if shrinking then
+    over = math.max(over - retired_n, 0)
+    push = {}
+    for _, tok in ipairs(valid) do
+      if n < over then
+        n = n + 1
+        set[#set + 1] = 'h:' .. n
+        set[#set + 1] = tok
+      else
+        push[#push + 1] = tok
+      end
+    end
+    for i = n, over + 1, -1 do
+      local tok = redis.call('HGET', KEYS[1], 'h:' .. i)
+      if tok then push[#push + 1] = tok end
+      gone[#gone + 1] = 'h:' .. i
+    end
+    n = math.min(n, over)
+  end
+  for i = 1, #push, 1000 do
+    local r = redis.pcall('LPUSH', KEYS[2], unpack(push, i, math.min(i + 999, #push)))
+    if type(r) == 'table' and r['err'] then
+      return 'REDSEM_WRONGTYPE ' .. KEYS[2] .. ' is not a list'
+    end
+  end
+  if not shrinking then return nil end
+  if over == 0 then gone[#gone + 1] = 'over' else set[#set + 1] = 'over'; set[#set + 1] = over end
+  if n == 0 then gone[#gone + 1] = 'held' else set[#set + 1] = 'held'; set[#set + 1] = n end
+  hdel_all(gone)
+  hset_all(set)
+  return nil
+end
+
+-- withhold keeps tok, a valid free token on its way to a grant, from it
+-- while a shrink drains and fewer tokens are withheld than over. over is
+-- meta's as the script first read it: it only falls while a script runs,
+-- so with 0 there is nothing to read. Returns true when tok was withheld.
+local function withhold(tok, over)
+  if over <= 0 then return false end
+  local m = redis.call('HMGET', KEYS[1], 'over', 'held')
+  local held = shrink_count(m[2])
+  over = shrink_count(m[1])
+  if held >= over then return false end
+  returned({tok}, 0, over, held)
+  return true
+end
+
+-- give_back returns tok onto the list (through returned) if it is valid and
+-- not leased; leased says it was a lease that just ended, so a retired one
+-- settles a shrink's count. Anything else is dropped and counted as
+-- rejected. Returns 1 when pushed or withheld.
+local function give_back(tok, epoch, size, leased)
+  if epoch and is_valid(tok, epoch, size) and not redis.call('ZSCORE', KEYS[3], tok) then
+    returned({tok}, 0)
+    return 1
+  end
+  if epoch and leased and is_retired(tok, epoch, size) then
+    returned({}, 1)
+    return 0
+  end
+  if epoch then redis.call('HINCRBY', KEYS[1], 'rejected', 1) end
+  return 0
+end

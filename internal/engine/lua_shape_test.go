@@ -1,0 +1,165 @@
+package engine
+
+import (
+	"fmt"
+	"io/fs"
+	"strings"
+	"testing"
+)
+
+// The scripts stay small enough to read: no file in lua/ is longer than
+// maxLuaLines lines, and no block nests deeper than maxLuaDepth (every
+// function, if, for, while, repeat and do block counts, a top-level
+// do ... end too).
+const (
+	maxLuaLines = 300
+	maxLuaDepth = 4
+)
+
+func TestLuaShape(t *testing.T) {
+	files, err := fs.Glob(luaFS, "lua/*.lua")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scripts: %v", err)
+	}
+	for _, f := range files {
+		b, err := luaFS.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := string(b)
+		if n := strings.Count(src, "\n"); n > maxLuaLines {
+			t.Errorf("%s: %d lines, more than %d", f, n, maxLuaLines)
+		}
+		depth, line, err := luaMaxDepth(src)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+		} else if depth > maxLuaDepth {
+			t.Errorf("%s:%d: nested %d deep, more than %d", f, line, depth, maxLuaDepth)
+		}
+	}
+}
+
+func TestLuaMaxDepth(t *testing.T) {
+	for src, want := range map[string]int{
+		"local x = 1":                                        0,
+		"do end":                                             1,
+		"if a then elseif b then else end":                   1,
+		"for i = 1, 2 do while x do end end":                 2,
+		"local f = function() repeat until x end":            2,
+		"-- if if if\nlocal s = 'do end' .. [[ if ]]":        0,
+		"--[[ for\n]] function f() if a then do end end end": 3,
+		"local t = {['end'] = 1}; if t.if_ then end":         1,
+	} {
+		got, _, err := luaMaxDepth(src)
+		if err != nil || got != want {
+			t.Errorf("%q: depth %d, %v; want %d", src, got, err, want)
+		}
+	}
+	for _, bad := range []string{"if a then", "end", "for i = 1, 2 do", "repeat end"} {
+		if _, _, err := luaMaxDepth(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+// luaMaxDepth returns the deepest nesting of blocks in src and the line
+// where it is first reached. Comments and strings are skipped; the do of
+// a for or while loop is part of that loop, not a block of its own.
+func luaMaxDepth(src string) (max, at int, err error) {
+	var stack []string
+	line, loopDo := 1, 0
+	i := 0
+	for i < len(src) {
+		c := src[i]
+		switch {
+		case c == '\n':
+			line++
+			i++
+		case strings.HasPrefix(src[i:], "--"):
+			i += 2
+			if n := longBracket(src[i:]); n > 0 {
+				i += n
+				line += strings.Count(src[i-n:i], "\n")
+			} else {
+				for i < len(src) && src[i] != '\n' {
+					i++
+				}
+			}
+		case c == '[' && longBracket(src[i:]) > 0:
+			n := longBracket(src[i:])
+			line += strings.Count(src[i:i+n], "\n")
+			i += n
+		case c == '\'' || c == '"':
+			j := i + 1
+			for j < len(src) && src[j] != c {
+				if src[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			i = j + 1
+		case isIdentStart(c):
+			j := i
+			for j < len(src) && (isIdentStart(src[j]) || src[j] >= '0' && src[j] <= '9') {
+				j++
+			}
+			word := src[i:j]
+			if i > 0 && (src[i-1] == '.' || src[i-1] == ':') {
+				word = "" // a field or method name, not a keyword
+			}
+			i = j
+			switch word {
+			case "for", "while":
+				stack = append(stack, word)
+				loopDo++
+			case "do":
+				if loopDo > 0 {
+					loopDo--
+					break
+				}
+				stack = append(stack, word)
+			case "function", "if", "repeat":
+				stack = append(stack, word)
+			case "end", "until":
+				if len(stack) == 0 || (word == "until") != (stack[len(stack)-1] == "repeat") {
+					return 0, 0, fmt.Errorf("line %d: unbalanced %s", line, word)
+				}
+				stack = stack[:len(stack)-1]
+			}
+			if len(stack) > max {
+				max, at = len(stack), line
+			}
+		default:
+			i++
+		}
+	}
+	if len(stack) > 0 {
+		return 0, 0, fmt.Errorf("%d blocks left open", len(stack))
+	}
+	return max, at, nil
+}
+
+// longBracket returns the length of the long string or comment ([[ ... ]],
+// [==[ ... ]==]) that s starts with, or 0.
+func longBracket(s string) int {
+	if len(s) < 2 || s[0] != '[' {
+		return 0
+	}
+	eq := 1
+	for eq < len(s) && s[eq] == '=' {
+		eq++
+	}
+	if eq >= len(s) || s[eq] != '[' {
+		return 0
+	}
+	closing := "]" + strings.Repeat("=", eq-1) + "]"
+	end := strings.Index(s[eq+1:], closing)
+	if end < 0 {
+		return len(s)
+	}
+	return eq + 1 + end + len(closing)
+}
+
+func isIdentStart(c byte) bool {
+	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
