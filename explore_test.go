@@ -28,7 +28,6 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/redsem/redsem/internal/engine"
 	"github.com/stretchr/testify/require"
-
 )
 
 // exploreBudget is the time the explorer may take in a test: short in the
