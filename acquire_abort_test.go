@@ -14,7 +14,7 @@ import (
 // points at a token leased by another acquisition (forged, or left stale)
 // neither removes that holder's lease ("release") nor hands it over
 // ("resolve").
-func TestAbortLeavesAnotherHoldersLease(t *testing.T) {
+func TestSemaphore_Acquire_abortLeavesAnotherHoldersLease(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, mode := range []string{"release", "resolve"} {
 			ctx := ctxT(t, 10*time.Second)
@@ -48,7 +48,7 @@ func TestAbortLeavesAnotherHoldersLease(t *testing.T) {
 // acquisition already settled (tombstoned) is swept once the tombstone
 // expires, not at the next lease deadline: abort.lua lowers due to the
 // tombstone's expiry, as every script that sets a deadline must.
-func TestAbortTombstoneLowersDue(t *testing.T) {
+func TestSemaphore_Acquire_abortTombstoneLowersDue(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		s := newSem(t, b, "abort-due", 1, WithTTL(time.Minute))

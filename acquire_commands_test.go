@@ -17,11 +17,11 @@ import (
 // scripts: acquire HMGET meta, TIME, HSET fence, LPOP, ZADD, HSET record;
 // release HMGET holders, HDEL, LPUSH, ZREM (meta is read only with idle
 // expiry on, flagged in holders). Counted by INFO commandstats on a real
-// redis-server; BenchmarkRedisTime reports the same figure with its time.
-// The floor "skeleton" (internal/floor), which BenchmarkRedisTime and
+// redis-server; BenchmarkSemaphore_Acquire_redisTime reports the same figure with its time.
+// The floor "skeleton" (internal/floor), which BenchmarkSemaphore_Acquire_redisTime and
 // bench/instructions measure as what those commands cost unchecked, must
 // run the very same commands.
-func TestUncontendedPairRunsTenCommands(t *testing.T) {
+func TestSemaphore_Acquire_uncontendedPairRunsTenCommands(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := ctxT(t, 10*time.Second)
 	tenCommands := map[string]float64{"hmget": 2, "time": 1, "hset": 2, "lpop": 1, "zadd": 1, "hdel": 1, "lpush": 1, "zrem": 1}
@@ -122,7 +122,7 @@ func floorPair(t *testing.T, addr, name string) func() {
 // behind it grants (HMGET meta, TIME, LPOP pending, ZADD lease, HSET
 // record, ZREM waits, HSET fence). Counted with the holder's release (4
 // commands) that hands it the token.
-func TestContendedAcquisitionRunsTwelveCommands(t *testing.T) {
+func TestSemaphore_Acquire_contendedRunsTwelveCommands(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := ctxT(t, 20*time.Second)
 	s, err := NewSemaphore(srv.Pool(t), "paircost-contended", 1)

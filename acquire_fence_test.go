@@ -18,7 +18,7 @@ import (
 // (2^53 and above) can only be corruption: every script that reads or
 // writes the fence refuses it with ErrCorrupt and writes nothing, so no two
 // grants ever share a fence (issue 11, bug 7).
-func TestFenceTooLargeIsCorrupt(t *testing.T) {
+func TestSemaphore_Acquire_fenceTooLargeIsCorrupt(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, fence := range []string{"9007199254740992", "9007199254740993", "1e300", "9000000000000000"} {
 			ctx := ctxT(t, 10*time.Second)
@@ -58,7 +58,7 @@ func TestFenceTooLargeIsCorrupt(t *testing.T) {
 }
 
 // Fences keep growing right below the bound.
-func TestFenceGrowsBelowTheBound(t *testing.T) {
+func TestSemaphore_Acquire_fenceGrowsBelowTheBound(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "fence-below", 2)
@@ -81,7 +81,7 @@ func TestFenceGrowsBelowTheBound(t *testing.T) {
 // A server clock whose seconds are not ten digits (miniredis set near 1970)
 // still gives every grant a fence above the last: TIME's digits are not
 // compared with the stored fence's as strings then.
-func TestFenceGrowsWithAShortClock(t *testing.T) {
+func TestSemaphore_Acquire_fenceGrowsWithAShortClock(t *testing.T) {
 	m := miniredis.RunT(t)
 	b := &backend{name: "miniredis", mini: m, addr: m.Addr(), pool: newPool(t, m.Addr())}
 	ctx := ctxT(t, 10*time.Second)

@@ -63,7 +63,7 @@ func (c *countConn) DoWithTimeout(d time.Duration, cmd string, args ...interface
 // The round trips docs/api.md and docs/redis.md promise, counted against a real redis-server:
 // an uncontended Acquire, a TryAcquire and a Release are one each; a waiter
 // served by a Release spends one write on the fast path and one on its wait.
-func TestRoundTrips(t *testing.T) {
+func TestSemaphore_Acquire_roundTrips(t *testing.T) {
 	b := realRedis(t)
 	ctx := ctxT(t, 10*time.Second)
 	cp := &countPool{Pool: b.pool}
@@ -109,7 +109,7 @@ func TestRoundTrips(t *testing.T) {
 
 // WithBlockingPool: the blocking wait runs on its own pool, the try, the
 // release and everything else on the main one.
-func TestBlockingPoolCarriesTheWait(t *testing.T) {
+func TestSemaphore_WithBlockingPool_carriesTheWait(t *testing.T) {
 	b := realRedis(t)
 	ctx := ctxT(t, 10*time.Second)
 	holder := newSem(t, b, "split", 1)

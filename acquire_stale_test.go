@@ -7,44 +7,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redsem/redsem/internal/engine"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem/internal/engine"
 )
-
-// A TTL no grant could be used under (the local safety margin, 1% + 2ms, is
-// most or all of it) is refused by every constructor and by Refresh, before
-// any I/O: with 1-2ms every grant was already invalid on arrival and
-// TryAcquire spun on Redis for ever.
-func TestTooShortTTLIsRefused(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 10*time.Second)
-		for _, ttl := range []time.Duration{time.Millisecond, 2 * time.Millisecond, MinTTL - time.Microsecond} {
-			_, err := NewSemaphore(b.pool, "short", 1, WithTTL(ttl))
-			assert.ErrorIs(t, err, ErrInvalidTTL, "semaphore, ttl %v", ttl)
-			_, err = NewMutex(b.pool, "short", WithTTL(ttl))
-			assert.ErrorIs(t, err, ErrInvalidTTL, "mutex, ttl %v", ttl)
-		}
-		assert.Equal(t, 0, b.keyCount(t), "nothing may be written for bad input")
-
-		s := newSem(t, b, "short", 1, WithTTL(MinTTL))
-		assert.Equal(t, MinTTL, s.TTL())
-		s = newSem(t, b, "short", 1)
-		l, err := s.TryAcquire(ctx)
-		require.NoError(t, err)
-		require.ErrorIs(t, l.Refresh(ctx, 2*time.Millisecond), ErrInvalidTTL)
-		require.ErrorIs(t, l.Refresh(ctx, MinTTL-time.Microsecond), ErrInvalidTTL)
-		assert.True(t, l.Valid(), "a refused Refresh leaves the lease alone")
-		require.NoError(t, l.Release(ctx))
-		requireInventory(t, s, 1, 0)
-	})
-}
 
 // Grants that keep reaching the client after their lease's local deadline
 // (here every acquire reply is delayed past the TTL) are given back, and an
 // acquisition gives up with ErrStaleGrant after a few instead of looping on
 // Redis until its context ends (for ever with context.Background).
-func TestStaleGrantsDoNotLoop(t *testing.T) {
+func TestSemaphore_Acquire_staleGrantsDoNotLoop(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		const ttl = 50 * time.Millisecond
@@ -84,7 +57,7 @@ func TestStaleGrantsDoNotLoop(t *testing.T) {
 // (here the server is stopped right after the grant): the acquisition must
 // still return within engine.SettleWait of its context's end, as a cancelled
 // Acquire does, and the token is back once Redis answers again.
-func TestStaleGrantReleaseDoesNotOutliveContext(t *testing.T) {
+func TestSemaphore_Acquire_staleGrantReleaseDoesNotOutliveContext(t *testing.T) {
 	t.Parallel()
 	b := realRedis(t)
 	const ttl = 100 * time.Millisecond

@@ -1,58 +1,20 @@
 package redsem
 
 import (
-	"context"
 	"errors"
+	"math/rand"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
-	"github.com/redsem/redsem/internal/engine"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem/internal/engine"
 )
 
-func TestNewSemaphoreRejectsBadInput(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		cases := []struct {
-			name string
-			pool Pool
-			sem  string
-			size int
-			opts []Option
-			want error
-		}{
-			{"nil pool", nil, "a", 1, nil, ErrInvalidOption},
-			{"typed nil pool", (*redis.Pool)(nil), "a", 1, nil, ErrInvalidOption},
-			{"empty name", b.pool, "", 1, nil, ErrInvalidName},
-			{"huge name", b.pool, strings.Repeat("x", 1<<20), 1, nil, ErrInvalidName},
-			{"size 0", b.pool, "a", 0, nil, ErrInvalidSize},
-			{"negative size", b.pool, "a", -3, nil, ErrInvalidSize},
-			{"size above max", b.pool, "a", MaxSize + 1, nil, ErrInvalidSize},
-			{"ttl 0", b.pool, "a", 1, []Option{WithTTL(0)}, ErrInvalidTTL},
-			{"negative ttl", b.pool, "a", 1, []Option{WithTTL(-time.Second)}, ErrInvalidTTL},
-			{"ttl above max", b.pool, "a", 1, []Option{WithTTL(MaxTTL + 1)}, ErrInvalidTTL},
-			{"brace in prefix", b.pool, "a", 1, []Option{WithPrefix("x{")}, ErrInvalidOption},
-			{"negative grace", b.pool, "a", 1, []Option{WithGrace(-1)}, ErrInvalidOption},
-			{"huge label", b.pool, "a", 1, []Option{WithLabel(strings.Repeat("l", maxLabelLen+1))}, ErrInvalidOption},
-			{"nil option", b.pool, "a", 1, []Option{nil}, ErrInvalidOption},
-			{"nil blocking pool", b.pool, "a", 1, []Option{WithBlockingPool(nil)}, ErrInvalidOption},
-		}
-		for _, c := range cases {
-			s, err := NewSemaphore(c.pool, c.sem, c.size, c.opts...)
-			assert.ErrorIs(t, err, c.want, c.name)
-			assert.Nil(t, s, c.name)
-			_, err = NewMutex(c.pool, c.sem, c.opts...)
-			if c.want != ErrInvalidSize {
-				assert.ErrorIs(t, err, c.want, "mutex: "+c.name)
-			}
-		}
-		assert.Equal(t, 0, b.keyCount(t), "nothing may be written for bad input")
-	})
-}
-
-func TestAcquireReleaseBasics(t *testing.T) {
+func TestSemaphore_Acquire_basics(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "basics", 3, WithLabel("test-holder"))
@@ -106,151 +68,9 @@ func TestAcquireReleaseBasics(t *testing.T) {
 	})
 }
 
-// FM-06: double release must never add a token.
-func TestDoubleReleaseAddsNoToken(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 10*time.Second)
-		s := newSem(t, b, "double", 2)
-		l, err := s.Acquire(ctx)
-		require.NoError(t, err)
-		require.NoError(t, l.Release(ctx))
-		require.ErrorIs(t, l.Release(ctx), ErrReleased)
-		require.ErrorIs(t, l.Refresh(ctx, time.Second), ErrReleased)
-
-		// Concurrently, from two goroutines: exactly one succeeds.
-		l, err = s.Acquire(ctx)
-		require.NoError(t, err)
-		errs := make(chan error, 2)
-		for i := 0; i < 2; i++ {
-			go func() { errs <- l.Release(ctx) }()
-		}
-		e1, e2 := <-errs, <-errs
-		assert.True(t, (e1 == nil) != (e2 == nil), "exactly one release succeeds: %v, %v", e1, e2)
-		assert.Equal(t, 2, b.llen(t, s.k.tokens))
-		requireInventory(t, s, 2, 0)
-
-		var nilLease *Lease
-		assert.ErrorIs(t, nilLease.Release(ctx), ErrLeaseLost)
-		assert.ErrorIs(t, nilLease.Refresh(ctx, time.Second), ErrLeaseLost)
-		assert.False(t, nilLease.Valid())
-	})
-}
-
-// FM-07, FM-08, FM-09: a holder that stalls past its lease loses it. Its
-// token is reclaimed and handed on; its late Release and Refresh fail with
-// ErrLeaseLost and push nothing.
-func TestStalledHolderLosesLease(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 10*time.Second)
-		s := newSem(t, b, "stall", 1, WithTTL(150*time.Millisecond), WithFixedTTL())
-		stale, err := s.Acquire(ctx)
-		require.NoError(t, err)
-		time.Sleep(200 * time.Millisecond)
-		assert.False(t, stale.Valid(), "Valid reads the clock: false past the deadline")
-		<-stale.Done()
-		assert.ErrorIs(t, stale.Err(), ErrLeaseExpired)
-		assert.ErrorIs(t, stale.Refresh(ctx, time.Second), ErrLeaseExpired, "FM-09: no refresh after expiry")
-
-		// The next holder's lease is long: with 150ms a loaded machine let
-		// it expire too before the TryAcquire below, which then got it.
-		long := newSem(t, b, "stall", 1, WithTTL(10*time.Second), WithFixedTTL())
-		next, err := long.Acquire(ctx) // reclaims the expired lease on the way
-		require.NoError(t, err)
-		assert.Equal(t, stale.Token(), next.Token())
-		assert.Greater(t, next.Fence(), stale.Fence())
-
-		require.ErrorIs(t, stale.Release(ctx), ErrLeaseLost, "FM-07: release after reclaim")
-		assert.Equal(t, 0, b.llen(t, s.k.tokens), "no second copy of the token")
-		_, err = s.TryAcquire(ctx)
-		require.ErrorIs(t, err, ErrNoToken)
-		require.NoError(t, next.Release(ctx))
-		requireInventory(t, s, 1, 0)
-	})
-}
-
-// FM-09 on the server: refresh.lua refuses a lease whose server deadline has
-// passed even when the client still believes in it.
-func TestRefreshNeverResurrects(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 10*time.Second)
-		s := newSem(t, b, "resurrect", 1, WithTTL(time.Minute))
-		l, err := s.Acquire(ctx)
-		require.NoError(t, err)
-		// Move the server deadline into the past behind the client's back.
-		b.do(t, "ZADD", s.k.leases, "XX", 1, l.Token())
-		require.ErrorIs(t, l.Refresh(ctx, time.Minute), ErrLeaseLost)
-		assert.ErrorIs(t, l.Err(), ErrLeaseLost)
-		assert.False(t, l.Valid())
-		// It was not reclaimed yet, so no one else holds it: nothing leaks.
-		n, err := s.Reclaim(ctx)
-		require.NoError(t, err)
-		assert.Equal(t, 1, n)
-		requireInventory(t, s, 1, 0)
-	})
-}
-
-func TestRefreshExtendsLease(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 10*time.Second)
-		s := newSem(t, b, "refresh", 1, WithTTL(200*time.Millisecond), WithFixedTTL())
-		l, err := s.Acquire(ctx)
-		require.NoError(t, err)
-		for i := 0; i < 4; i++ {
-			time.Sleep(100 * time.Millisecond)
-			require.NoError(t, l.Refresh(ctx, 200*time.Millisecond))
-		}
-		assert.True(t, l.Valid(), "held for 400ms on a 200ms TTL by refreshing")
-		require.ErrorIs(t, l.Refresh(ctx, 0), ErrInvalidTTL)
-		_, err = s.TryAcquire(ctx)
-		require.ErrorIs(t, err, ErrNoToken)
-		require.NoError(t, l.Release(ctx))
-	})
-}
-
-// A live holder keeps its lease by default (auto-refresh), as with
-// Redisson's watchdog and etcd's sessions; WithFixedTTL makes the lease end
-// after its TTL unless refreshed by hand, and a later WithAutoRefresh
-// undoes it.
-func TestAutoRefreshHoldsUntilRelease(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 10*time.Second)
-		const ttl = 300 * time.Millisecond
-		for _, c := range []struct {
-			name  string
-			opts  []Option
-			fixed bool
-		}{
-			{"default", nil, false},
-			{"WithAutoRefresh", []Option{WithAutoRefresh()}, false},
-			{"WithFixedTTL", []Option{WithFixedTTL()}, true},
-			{"WithFixedTTL then WithAutoRefresh", []Option{WithFixedTTL(), WithAutoRefresh()}, false},
-		} {
-			s := newSem(t, b, "auto", 1, append([]Option{WithTTL(ttl)}, c.opts...)...)
-			l, err := s.Acquire(ctx)
-			require.NoError(t, err, c.name)
-			time.Sleep(4 * ttl)
-			if c.fixed {
-				assert.False(t, l.Valid(), "%s: the fixed lease ended after its TTL", c.name)
-				assert.ErrorIs(t, l.Err(), ErrLeaseExpired, c.name)
-				l2, err := s.TryAcquire(ctx) // reclaims the expired lease
-				require.NoError(t, err, c.name)
-				require.NoError(t, l2.Release(ctx), c.name)
-				require.ErrorIs(t, l.Release(ctx), ErrLeaseLost, c.name)
-			} else {
-				assert.True(t, l.Valid(), "%s: auto-refresh kept the lease past four TTLs (%v)", c.name, l.Err())
-				_, err = s.TryAcquire(ctx)
-				require.ErrorIs(t, err, ErrNoToken, c.name)
-				require.NoError(t, l.Release(ctx), c.name)
-			}
-			requireInventory(t, s, 1, 0)
-		}
-		// goleak in TestMain proves the refreshers stopped.
-	})
-}
-
 // FM-10: the first client creates the semaphore; a client with another size
 // gets a clear error and changes nothing.
-func TestSizeMismatch(t *testing.T) {
+func TestSemaphore_Acquire_sizeMismatch(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s5 := newSem(t, b, "sized", 5)
@@ -275,7 +95,7 @@ func TestSizeMismatch(t *testing.T) {
 }
 
 // FM-10: many clients racing to create the semaphore make exactly one.
-func TestCreationRace(t *testing.T) {
+func TestSemaphore_Acquire_creationRace(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		const racers, size = 40, 7
@@ -315,62 +135,9 @@ func TestCreationRace(t *testing.T) {
 	})
 }
 
-// Bad input: a semaphore key overwritten with another type surfaces as
-// ErrWrongType from every operation, with nothing written or lost.
-func TestWrongTypeKeys(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 10*time.Second)
-		s := newSem(t, b, "typed", 2)
-		held, err := s.Acquire(ctx)
-		require.NoError(t, err)
-		for _, key := range []string{s.k.tokens, s.k.leases, s.k.holders, s.k.meta, s.k.waits} {
-			existed, err := redis.Bool(b.do(t, "EXISTS", key), nil)
-			require.NoError(t, err)
-			if existed {
-				b.do(t, "RENAME", key, "saved")
-			}
-			b.do(t, "SET", key, "not yours")
-			l, err := s.TryAcquire(ctx)
-			if key == s.k.waits {
-				// The fast path does not use waits until a sweep is due;
-				// hold the free token so that Acquire has to wait.
-				require.NoError(t, err)
-			} else {
-				assert.ErrorIs(t, err, ErrWrongType, key)
-			}
-			wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-			_, err = s.Acquire(wctx)
-			cancel()
-			assert.ErrorIs(t, err, ErrWrongType, key)
-			if l != nil {
-				require.NoError(t, l.Release(ctx))
-			}
-			_, err = s.Status(ctx)
-			assert.ErrorIs(t, err, ErrWrongType, key)
-			_, err = s.Reclaim(ctx)
-			assert.ErrorIs(t, err, ErrWrongType, key)
-			if key == s.k.leases || key == s.k.holders {
-				assert.ErrorIs(t, held.Refresh(ctx, time.Minute), ErrWrongType, key)
-			}
-			if key != s.k.waits && key != s.k.meta {
-				assert.ErrorIs(t, held.Release(ctx), ErrWrongType, key)
-			}
-			v, err := redis.String(b.do(t, "GET", key), nil)
-			require.NoError(t, err)
-			assert.Equal(t, "not yours", v, "the foreign value is untouched")
-			b.do(t, "DEL", key)
-			if existed {
-				b.do(t, "RENAME", "saved", key)
-			}
-		}
-		require.NoError(t, held.Release(ctx))
-		requireInventory(t, s, 2, 0)
-	})
-}
-
 // Odd names are encoded so that all keys of one semaphore share one hash tag
 // and two different names never share keys.
-func TestOddNames(t *testing.T) {
+func TestSemaphore_New_oddNames(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		names := []string{"}", "{", "{a}", "a}b", "x y", "new\nline", "\xff\xfe", "%7D", "ключ", "a:b", strings.Repeat("n", engine.MaxNameLen)}
@@ -388,7 +155,7 @@ func TestOddNames(t *testing.T) {
 	})
 }
 
-func TestMutex(t *testing.T) {
+func TestMutex_Lock_basics(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		mu, err := NewMutex(b.pool, "mutex")
@@ -408,29 +175,89 @@ func TestMutex(t *testing.T) {
 	})
 }
 
-func TestDelete(t *testing.T) {
+// Concurrency invariant (the hammer): goroutines, each on its own
+// connection, hammer a size-K semaphore. At every instant at most K hold,
+// the limit is reached, no token is held twice, each token's fences
+// increase, and afterwards exactly K tokens are free. It runs for dur, then
+// on until the limit was reached (20s at most), so that a slow machine does
+// not fail the guard that shows the check could fail.
+func TestSemaphore_Acquire_hammerInvariants(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 10*time.Second)
-		s := newSem(t, b, "deleted", 2)
-		l, err := s.Acquire(ctx)
-		require.NoError(t, err)
-		require.NoError(t, s.Delete(ctx))
-		assert.Equal(t, 0, b.keyCount(t))
-		st, err := s.Status(ctx)
-		require.NoError(t, err)
-		assert.False(t, st.Exists)
-		require.ErrorIs(t, l.Refresh(ctx, time.Second), ErrLeaseLost)
-		require.ErrorIs(t, l.Release(ctx), ErrLeaseLost)
-
-		// The next use recreates it under a new epoch; the old token is stray.
-		l2, err := s.Acquire(ctx)
-		require.NoError(t, err)
-		assert.NotEqual(t, strings.Split(l.Token(), ":")[0], strings.Split(l2.Token(), ":")[0])
-		b.do(t, "LPUSH", s.k.tokens, l.Token())
-		require.NoError(t, l2.Release(ctx))
-		st, err = s.Status(ctx)
-		require.NoError(t, err)
-		assert.Equal(t, 2, st.Available)
-		assert.Equal(t, 1, st.Stray)
+		const size, workers = 3, 12
+		dur := 1500 * time.Millisecond
+		ctx := ctxT(t, 30*time.Second)
+		var (
+			mu        sync.Mutex
+			holding   = map[string]bool{}
+			lastFence = map[string]int64{}
+			fences    = map[int64]bool{}
+			cur, max  int
+			holds     int
+			problems  []string
+		)
+		deadline, hardStop := time.Now().Add(dur), time.Now().Add(20*time.Second)
+		going := func() bool {
+			if time.Now().Before(deadline) {
+				return true
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			return max < size && time.Now().Before(hardStop)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func(seed int64) {
+				defer wg.Done()
+				rng := rand.New(rand.NewSource(seed))
+				s, err := NewSemaphore(newPool(t, b.addr), "hammer", size)
+				if err != nil {
+					errs <- err
+					return
+				}
+				for going() {
+					l, err := s.Acquire(ctx)
+					if err != nil {
+						errs <- err
+						return
+					}
+					mu.Lock()
+					cur++
+					holds++
+					if cur > max {
+						max = cur
+					}
+					if holding[l.Token()] {
+						problems = append(problems, "token held twice: "+l.Token())
+					}
+					if l.Fence() <= lastFence[l.Token()] || fences[l.Fence()] {
+						problems = append(problems, "fence did not increase for "+l.Token())
+					}
+					holding[l.Token()], lastFence[l.Token()], fences[l.Fence()] = true, l.Fence(), true
+					mu.Unlock()
+					time.Sleep(time.Duration(rng.Intn(2000)) * time.Microsecond)
+					mu.Lock()
+					cur--
+					holding[l.Token()] = false
+					mu.Unlock()
+					if err := l.Release(ctx); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}(int64(w))
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		t.Logf("%s: %d holds by %d workers, max concurrent %d of %d", b.name, holds, workers, max, size)
+		assert.Empty(t, problems)
+		assert.Equal(t, size, max, "the limit was reached, so the check could fail")
+		assert.Greater(t, holds, workers)
+		s := newSem(t, b, "hammer", size)
+		requireInventory(t, s, size, 0)
 	})
 }

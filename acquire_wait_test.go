@@ -35,7 +35,7 @@ func boundedPool(t testing.TB, addr string, n int) *redis.Pool {
 // Redis. (internal/faults reproduces the case that once left a pump
 // waiting for nobody: the last waiter served while the other pump was
 // queued in Redis behind another client.)
-func TestSharedWaitFIFOOnFewConnections(t *testing.T) {
+func TestSemaphore_Acquire_sharedWaitFIFOOnFewConnections(t *testing.T) {
 	for _, pumps := range []int{1, 2} {
 		t.Run(fmt.Sprintf("pumps=%d", pumps), func(t *testing.T) { sharedWaitFIFO(t, pumps) })
 	}
@@ -98,7 +98,7 @@ func sharedWaitFIFO(t *testing.T, pumps int) {
 
 // A waiter whose context ends leaves the local queue without a round trip;
 // the others keep their places.
-func TestSharedWaitCancelCostsNoRoundTrip(t *testing.T) {
+func TestSemaphore_Acquire_sharedWaitCancelCostsNoRoundTrip(t *testing.T) {
 	b := realRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	holder := newSem(t, b, "leave", 1)
@@ -152,7 +152,7 @@ func TestSharedWaitCancelCostsNoRoundTrip(t *testing.T) {
 // on the machine, not on the library. Every tenth waiter is patient, and
 // each of those must be granted: nobody who waits long enough is left
 // waiting while tokens are free, however many leave around it.
-func TestSharedWaitCancellationStorm(t *testing.T) {
+func TestSemaphore_Acquire_sharedWaitCancellationStorm(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const size, waiters = 2, 200
 		ctx := ctxT(t, 60*time.Second)
@@ -231,7 +231,7 @@ func TestSharedWaitCancellationStorm(t *testing.T) {
 
 // An error that ends the pump's wait reaches every waiter: here the
 // semaphore is deleted and recreated with another size under them.
-func TestSharedWaitErrorReachesWaiters(t *testing.T) {
+func TestSemaphore_Acquire_sharedWaitErrorReachesWaiters(t *testing.T) {
 	b := realRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	holder := newSem(t, b, "shifting", 1, WithFixedTTL()) // its lease is dropped
@@ -269,7 +269,7 @@ func TestSharedWaitErrorReachesWaiters(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond)
 }
 
-func TestWithWaitConnectionsRejectsBadValues(t *testing.T) {
+func TestSemaphore_WithWaitConnections_rejectsBadValues(t *testing.T) {
 	b := &backend{pool: &redis.Pool{}}
 	for _, n := range []int{-1, 1025} {
 		_, err := NewSemaphore(b.pool, "x", 1, WithWaitConnections(n))
@@ -281,7 +281,7 @@ func TestWithWaitConnectionsRejectsBadValues(t *testing.T) {
 // starts the pump stays registered in Redis for it to go on with; the
 // others try plainly and queue, so none has to take a registration back
 // (about one round trip each while they wait, not two).
-func TestSharedWaitBurstRegistersOnce(t *testing.T) {
+func TestSemaphore_Acquire_sharedWaitBurstRegistersOnce(t *testing.T) {
 	b := realRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	holder := newSem(t, b, "burst", 1)

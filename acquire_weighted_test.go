@@ -51,7 +51,7 @@ func extraKeys(t testing.TB, b *backend, s *Semaphore) int {
 	return n
 }
 
-func TestAcquireNBasics(t *testing.T) {
+func TestSemaphore_AcquireN_basics(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "weighted", 4)
@@ -112,7 +112,7 @@ func TestAcquireNBasics(t *testing.T) {
 
 // All or nothing: a weighted request that times out or finds too few tokens
 // holds none afterwards, and the semaphore is exactly as before.
-func TestAcquireNAllOrNothing(t *testing.T) {
+func TestSemaphore_AcquireN_allOrNothing(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "all-or-nothing", 4)
@@ -145,7 +145,7 @@ func TestAcquireNAllOrNothing(t *testing.T) {
 
 // Head of the queue: once a weighted request holds a token, released tokens
 // go to it, and a single-permit Acquire that came later waits behind it.
-func TestAcquireNHoldsTheHead(t *testing.T) {
+func TestSemaphore_AcquireN_holdsTheHead(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "head", 3)
@@ -182,7 +182,7 @@ func TestAcquireNHoldsTheHead(t *testing.T) {
 }
 
 // Weighted requests get the collector ticket first come, first served.
-func TestAcquireNTicketOrder(t *testing.T) {
+func TestSemaphore_AcquireN_ticketOrder(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "ticket-order", 4)
@@ -233,7 +233,7 @@ func TestAcquireNTicketOrder(t *testing.T) {
 
 // A collector cancelled mid-collection gives its tokens back at once: the
 // inventory is exact the moment AcquireN returns.
-func TestAcquireNCancelReturnsTokensAtOnce(t *testing.T) {
+func TestSemaphore_AcquireN_cancelReturnsTokensAtOnce(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "cancel-collect", 4)
@@ -270,7 +270,7 @@ func TestAcquireNCancelReturnsTokensAtOnce(t *testing.T) {
 // A collector that dies mid-collection (a raw client that runs the first
 // script and vanishes) loses its tokens and the ticket within one block plus
 // the grace: the next weighted request takes over.
-func TestAcquireNCrashedCollector(t *testing.T) {
+func TestSemaphore_AcquireN_crashedCollector(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		const grace = 100 * time.Millisecond
@@ -332,7 +332,7 @@ func TestAcquireNCrashedCollector(t *testing.T) {
 
 // No starvation: a stream of single-permit acquirers keeps a size-4
 // semaphore busy; a request for 3 still completes within a bound.
-func TestAcquireNNotStarved(t *testing.T) {
+func TestSemaphore_AcquireN_notStarved(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		const size, workers = 4, 8
@@ -398,7 +398,7 @@ func TestAcquireNNotStarved(t *testing.T) {
 
 // Two weighted requests that together want more than the size never
 // deadlock, with or without single-permit traffic around them.
-func TestAcquireNNoDeadlock(t *testing.T) {
+func TestSemaphore_AcquireN_noDeadlock(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		const size, rounds = 4, 15
@@ -450,7 +450,7 @@ func TestAcquireNNoDeadlock(t *testing.T) {
 // for dur and then on until the size was reached and every k was granted
 // (the checks could not fail otherwise), 20s at most: on a loaded machine
 // 1.5s was not always enough for both.
-func TestHammerWeighted(t *testing.T) {
+func TestSemaphore_AcquireN_hammer(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const size, workers = 5, 10
 		dur := 1500 * time.Millisecond
@@ -550,270 +550,6 @@ func TestHammerWeighted(t *testing.T) {
 	})
 }
 
-// A weighted lease whose TTL passed and whose tokens were reclaimed: Release
-// reports ErrLeaseLost and pushes nothing.
-func TestAcquireNReleaseAfterReclaim(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 10*time.Second)
-		s := newSem(t, b, "lost-n", 3, WithTTL(150*time.Millisecond), WithFixedTTL())
-		l, err := s.AcquireN(ctx, 2)
-		require.NoError(t, err)
-		time.Sleep(200 * time.Millisecond)
-		n, err := s.Reclaim(ctx)
-		require.NoError(t, err)
-		assert.Equal(t, 2, n)
-		next, err := s.AcquireN(ctx, 3)
-		require.NoError(t, err)
-		assert.Greater(t, next.Fence(), l.Fence())
-		require.ErrorIs(t, l.Release(ctx), ErrLeaseLost)
-		assert.Equal(t, 0, b.llen(t, s.k.tokens), "no second copy of any token")
-		require.NoError(t, next.Release(ctx))
-		requireInventory(t, s, 3, 0)
-	})
-}
-
-// Refresh extends every token of a weighted lease, or reports it lost if
-// any is lost, and then extends none.
-func TestAcquireNRefresh(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 10*time.Second)
-		s := newSem(t, b, "refresh-n", 3, WithTTL(300*time.Millisecond), WithFixedTTL())
-		l, err := s.AcquireN(ctx, 3)
-		require.NoError(t, err)
-		scores := func() map[string]float64 {
-			m := map[string]float64{}
-			for _, tok := range l.Tokens() {
-				f, err := redis.Float64(b.do(t, "ZSCORE", s.k.leases, tok), nil)
-				require.NoError(t, err)
-				m[tok] = f
-			}
-			return m
-		}
-		before := scores()
-		for i := 0; i < 4; i++ {
-			time.Sleep(150 * time.Millisecond)
-			require.NoError(t, l.Refresh(ctx, 300*time.Millisecond))
-		}
-		assert.True(t, l.Valid(), "held for 600ms on a 300ms TTL by refreshing")
-		after := scores()
-		var first float64
-		for _, tok := range l.Tokens() {
-			assert.Greater(t, after[tok], before[tok]+500, "token %s extended", tok)
-			if first == 0 {
-				first = after[tok]
-			}
-			assert.Equal(t, first, after[tok], "one deadline for all tokens")
-		}
-
-		// One token's server deadline moves into the past: Refresh reports
-		// the lease lost and extends none of the others.
-		lost := l.Tokens()[1]
-		b.do(t, "ZADD", s.k.leases, "XX", 1, lost)
-		kept := scores()
-		require.ErrorIs(t, l.Refresh(ctx, time.Minute), ErrLeaseLost)
-		assert.Equal(t, kept, scores())
-		require.ErrorIs(t, l.Release(ctx), ErrLeaseLost)
-		time.Sleep(350 * time.Millisecond)
-		n, err := s.Reclaim(ctx)
-		require.NoError(t, err)
-		assert.Equal(t, 3, n)
-		requireInventory(t, s, 3, 0)
-	})
-}
-
-// A weighted lease's Release whose reply is lost is retried safely.
-func TestAcquireNLostReleaseReply(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 10*time.Second)
-		hp, lose := loseReply(b.pool, engine.Release, false)
-		s, err := NewSemaphore(hp, "lost-release-n", 3)
-		require.NoError(t, err)
-		l, err := s.AcquireN(ctx, 3)
-		require.NoError(t, err)
-		lose.Store(true)
-		require.NoError(t, l.Release(ctx))
-		assert.False(t, lose.Load())
-		require.ErrorIs(t, l.Release(ctx), ErrReleased)
-		requireInventory(t, s, 3, 0)
-	})
-}
-
-// A weighted grant whose reply is lost is resolved by its id: the client
-// adopts the lease instead of leaking it.
-func TestAcquireNLostGrantReply(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 10*time.Second)
-		hp, _ := loseReply(b.pool, engine.AcquireN, true)
-		s, err := NewSemaphore(hp, "lost-grant-n", 3)
-		require.NoError(t, err)
-		l, err := s.AcquireN(ctx, 2)
-		require.NoError(t, err)
-		assert.Len(t, l.Tokens(), 2)
-		requireInventory(t, s, 1, 2)
-		require.NoError(t, l.Release(ctx))
-		requireInventory(t, s, 3, 0)
-		assert.True(t, errors.Is(l.Err(), ErrReleased))
-	})
-}
-
-// Resize and weighted requests: a client made WithAdoptSize checks k against
-// the stored size; a shrink while a request collects retires what it
-// collected above the new size (never granted), and a client of the old
-// size gives back what it collected and reports the mismatch.
-func TestAcquireNAndResize(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 10*time.Second)
-		s := newSem(t, b, "resize-n", 2, WithAdoptSize())
-		require.NoError(t, s.Resize(ctx, 5))
-		l, err := s.AcquireN(ctx, 4)
-		require.NoError(t, err, "4 permits of the stored size 5")
-		require.NoError(t, l.Release(ctx))
-		_, err = s.AcquireN(ctx, 6)
-		require.ErrorIs(t, err, ErrInvalidSize, "too many for the stored size")
-
-		// A new semaphore of size 4: singles hold slots 1-3, the collector
-		// takes slot 4, then the semaphore shrinks to 3 under it.
-		s = newSem(t, b, "resize-n2", 4, WithAdoptSize())
-		hs := holdN(t, ctx, s.Acquire, 3)
-		got := acquireAsync(ctx, func(ctx context.Context) (*Lease, error) { return s.AcquireN(ctx, 2) })
-		require.Eventually(t, func() bool { return len(collecting(t, s)) == 1 }, 5*time.Second, 5*time.Millisecond)
-		retired := collecting(t, s)[0]
-		require.NoError(t, s.Resize(ctx, 3))
-		require.NoError(t, hs[0].Release(ctx))
-		require.NoError(t, hs[1].Release(ctx))
-		l, ok := <-got
-		require.True(t, ok)
-		assert.True(t, strings.HasSuffix(retired, ":4"), retired)
-		assert.NotContains(t, l.Tokens(), retired, "a retired token is never granted")
-		for _, tok := range l.Tokens() {
-			assert.True(t, engine.ValidToken(tok, tokenEpoch(tok), 3), tok)
-		}
-		require.NoError(t, l.Release(ctx))
-		require.NoError(t, hs[2].Release(ctx))
-		requireInventory(t, s, 3, 0)
-
-		// A client of the old size that is collecting when the size changes.
-		old := newSem(t, b, "resize-n2", 3)
-		h, err := old.Acquire(ctx)
-		require.NoError(t, err)
-		errc := make(chan error, 1)
-		go func() {
-			_, err := old.AcquireN(ctx, 3)
-			errc <- err
-		}()
-		require.Eventually(t, func() bool { return len(collecting(t, s)) == 2 }, 5*time.Second, 5*time.Millisecond)
-		require.NoError(t, s.Resize(ctx, 4))
-		require.NoError(t, h.Release(ctx)) // wakes the collector
-		require.ErrorIs(t, <-errc, ErrSizeMismatch)
-		requireInventory(t, s, 4, 0)
-	})
-}
-
-func tokenEpoch(tok string) string {
-	epoch, _, _ := strings.Cut(tok, ":")
-	return epoch
-}
-
-// FM-20: malformed arguments to the weighted scripts change nothing.
-func TestWeightedScriptsRejectBadArgs(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 10*time.Second)
-		s := newSem(t, b, "args-n", 3)
-		l, err := s.AcquireN(ctx, 2)
-		require.NoError(t, err)
-		before, err := s.Status(ctx)
-		require.NoError(t, err)
-		c, err := redis.Dial("tcp", b.addr)
-		require.NoError(t, err)
-		defer c.Close()
-		acq := engine.NewAcqID()
-		good := s.acquireNArgs(acq, 2, 100, "fresh")
-		nk := len(good) - 12
-		for i, bad := range []interface{}{"x", "short", 0, "-1", nil, "nan", "-5", "inf", 0, "later", nil, "-3"} {
-			if bad == nil {
-				continue // the label and the size mode are free text
-			}
-			args := append([]interface{}{}, good...)
-			args[nk+i] = bad
-			_, err := engine.AcquireN.Do(c, args...)
-			assert.Error(t, err, "argument %d = %v", i, bad)
-		}
-		args := append([]interface{}{}, good...)
-		args[nk+9] = "wait"
-		args[nk+5] = 0
-		_, err = engine.AcquireN.Do(c, args...)
-		assert.Error(t, err, "a wait phase never tries only")
-		_, err = engine.AbortN.Do(c, append(good[:nk:nk], acq, 2, "explode", 10)...)
-		assert.Error(t, err)
-		_, err = engine.AbortN.Do(c, append(good[:nk:nk], acq, 0, "release", 10)...)
-		assert.Error(t, err)
-		_, err = engine.Refresh.Do(c, append(s.k.all(4), l.Token(), l.acqID, "soon", l.Tokens()[1])...)
-		assert.Error(t, err)
-		after, err := s.Status(ctx)
-		require.NoError(t, err)
-		assert.Equal(t, before.Available, after.Available)
-		assert.ElementsMatch(t, before.Holders, after.Holders) // one fence: any order
-		assert.Equal(t, before.Rejected, after.Rejected)
-		require.NoError(t, l.Release(ctx))
-		requireInventory(t, s, 3, 0)
-	})
-}
-
-// A weighted waiter blocked while the script cache is flushed: the script
-// queued behind its wait answers NOSCRIPT and is run again with EVAL.
-func TestAcquireNScriptFlushWhileBlocked(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 10*time.Second)
-		s := newSem(t, b, "flush-n", 2)
-		h1, err := s.Acquire(ctx)
-		require.NoError(t, err)
-		h2, err := s.Acquire(ctx)
-		require.NoError(t, err)
-		got := acquireAsync(ctx, func(ctx context.Context) (*Lease, error) { return s.AcquireN(ctx, 2) })
-		require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) == 1 }, 5*time.Second, 5*time.Millisecond)
-		time.Sleep(50 * time.Millisecond)
-		b.do(t, "SCRIPT", "FLUSH")
-		require.NoError(t, h1.Release(ctx)) // BLMOVE: the first token
-		require.Eventually(t, func() bool { return len(collecting(t, s)) == 1 }, 5*time.Second, 5*time.Millisecond)
-		time.Sleep(50 * time.Millisecond)
-		b.do(t, "SCRIPT", "FLUSH")
-		require.NoError(t, h2.Release(ctx)) // BLPOP on the bell: the second
-		l, ok := <-got
-		require.True(t, ok)
-		assert.Len(t, l.Tokens(), 2)
-		require.NoError(t, l.Release(ctx))
-		requireInventory(t, s, 2, 0)
-	})
-}
-
-// Delete removes the weighted queue and doorbells too.
-func TestDeleteRemovesWeightedKeys(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 20*time.Second)
-		s := newSem(t, b, "del-weighted", 2)
-		a, err := s.TryAcquire(ctx)
-		require.NoError(t, err)
-		c, err := s.TryAcquire(ctx)
-		require.NoError(t, err)
-		wctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		first := make(chan error, 1)
-		go func() { _, err := s.AcquireN(wctx, 2); first <- err }()
-		require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) >= 1 }, 5*time.Second, time.Millisecond)
-		second := make(chan error, 1)
-		go func() { _, err := s.AcquireN(wctx, 2); second <- err }()
-		require.Eventually(t, func() bool { return b.llen(t, s.k.wqueue()) == 1 }, 5*time.Second, time.Millisecond)
-		time.Sleep(50 * time.Millisecond)
-		require.NoError(t, s.Delete(ctx))
-		assert.Equal(t, 0, b.keyCount(t), "nothing of the semaphore is left")
-		cancel()
-		assert.ErrorIs(t, <-first, context.Canceled)
-		assert.ErrorIs(t, <-second, context.Canceled)
-		assert.ErrorIs(t, a.Release(ctx), ErrLeaseLost)
-		assert.ErrorIs(t, c.Release(ctx), ErrLeaseLost)
-	})
-}
-
 // freezeCollector makes a weighted acquisition of k permits of s's semaphore
 // that dies while it collects: on connections of its own, it runs until it
 // writes its first wait, then stops there for good (the failpoint holds its
@@ -873,7 +609,7 @@ func freezeCollector(t *testing.T, ctx context.Context, b *backend, s *Semaphore
 // its poll plus the grace (6s): the next weighted request takes the ticket
 // over, with the tokens, within about a second; and without a weighted
 // request around, Acquire callers get the tokens as soon.
-func TestAcquireNDeadCollectorHandsOn(t *testing.T) {
+func TestSemaphore_AcquireN_deadCollectorHandsOn(t *testing.T) {
 	b := realRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	s := newSem(t, b, "dead-collector", 4)
@@ -921,7 +657,7 @@ func acquireNWith(t testing.TB, from, to string) *redis.Script {
 // A collection that outlasts the backstop deadline of its partial leases
 // (PARTIAL_MS, an hour; 3s here) keeps them: the collector pushes them
 // forward as it checks in, and the token it took first is granted.
-func TestAcquireNPartialLeasesOutliveTheirBackstop(t *testing.T) {
+func TestSemaphore_AcquireN_partialLeasesOutliveTheirBackstop(t *testing.T) {
 	saved := engine.AcquireN
 	engine.AcquireN = acquireNWith(t, "local PARTIAL_MS = 3600000\n", "local PARTIAL_MS = 3000\n")
 	defer func() { engine.AcquireN = saved }()
@@ -965,7 +701,7 @@ func TestAcquireNPartialLeasesOutliveTheirBackstop(t *testing.T) {
 // Requests larger than one run of acquire_n.lua takes or seals (STEP, 128
 // tokens) are collected and sealed over several runs: all at once, from
 // releases one by one, and given back whole when cancelled half way.
-func TestAcquireNLarge(t *testing.T) {
+func TestSemaphore_AcquireN_large(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 30*time.Second)
 		const size = 300

@@ -229,7 +229,7 @@ func goCommands(t *testing.T) map[string][]string {
 // fails at run time), and it holds nothing they do not send (least
 // privilege). INFO, sent only by CheckServer, and SCAN, sent only by the
 // fleet view, are optional by design.
-func TestACLCommandsMatchSources(t *testing.T) {
+func TestAdmin_ACLCommands_matchSources(t *testing.T) {
 	used := luaCommands(t)
 	for cmd, where := range goCommands(t) {
 		used[cmd] = append(used[cmd], where...)
@@ -272,7 +272,7 @@ func dedupe(s []string) []string {
 	return out
 }
 
-func TestACLCommandsSortedLowerCase(t *testing.T) {
+func TestAdmin_ACLCommands_sortedLowerCase(t *testing.T) {
 	cmds := admin.ACLCommands()
 	assert.True(t, sort.StringsAreSorted(cmds))
 	for _, c := range cmds {

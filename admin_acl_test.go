@@ -35,7 +35,7 @@ func aclSetUser(t *testing.T, srv *redistest.Server, user, pw, prefix string, cm
 // every script's first call also goes through EVAL after NOSCRIPT. Remove a
 // command from aclCommands and this test fails with NOPERM (or, for a
 // command a script runs under pcall, with the error the script makes of it).
-func TestACLUserRunsEveryOperation(t *testing.T) {
+func TestAdmin_ACLCommands_userRunsEveryOperation(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	for _, prefix := range []string{DefaultPrefix, "team-a:sem:"} {
@@ -71,7 +71,7 @@ func TestACLUserRunsEveryOperation(t *testing.T) {
 // CheckServer needs INFO, which ACLCommands leaves out: without it,
 // CheckServer reports that it could not check (ErrNotChecked); with it, it
 // checks.
-func TestACLCheckServer(t *testing.T) {
+func TestAdmin_CheckServer_underACL(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, "--maxmemory-policy", "allkeys-lru")
 	ctx := ctxT(t, 10*time.Second)

@@ -35,7 +35,7 @@ func unfakePending(t *testing.T, b *backend, s *Semaphore) {
 	b.do(t, "ZREM", s.k.waits, "w:"+pendID)
 }
 
-func TestCheckReportsInventory(t *testing.T) {
+func TestHandle_Check_reportsInventory(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "check", 4)
@@ -83,7 +83,7 @@ func TestCheckReportsInventory(t *testing.T) {
 	})
 }
 
-func TestCheckRefusesWrongTypes(t *testing.T) {
+func TestHandle_Check_refusesWrongTypes(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "check-types", 2)
@@ -103,7 +103,7 @@ func TestCheckRefusesWrongTypes(t *testing.T) {
 	})
 }
 
-func TestRepairRestoresInventory(t *testing.T) {
+func TestHandle_Repair_restoresInventory(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		const size = 3
@@ -147,7 +147,7 @@ func TestRepairRestoresInventory(t *testing.T) {
 // Repair never mints while a missing token could be held or in flight: with
 // a lease, a lease record or a pending token it drops the junk, mints
 // nothing and says why.
-func TestRepairRefusesWhileHeldOrInFlight(t *testing.T) {
+func TestHandle_Repair_refusesWhileHeldOrInFlight(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "repair-unsafe", 3)
@@ -198,7 +198,7 @@ func TestRepairRefusesWhileHeldOrInFlight(t *testing.T) {
 
 // Repair gives back what expired first, so a crashed holder does not block
 // it for longer than its lease.
-func TestRepairReclaimsExpiredFirst(t *testing.T) {
+func TestHandle_Repair_reclaimsExpiredFirst(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "repair-expired", 2, WithTTL(50*time.Millisecond), WithFixedTTL())

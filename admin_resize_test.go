@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem/internal/engine"
 )
 
 // slotOf returns the slot of a token "<epoch>:<slot>".
@@ -40,7 +42,7 @@ func takeAll(t testing.TB, ctx context.Context, s *Semaphore) map[int]*Lease {
 	}
 }
 
-func TestResizeValidatesAndCreates(t *testing.T) {
+func TestHandle_Resize_validatesAndCreates(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "made", 4)
@@ -72,7 +74,7 @@ func TestResizeValidatesAndCreates(t *testing.T) {
 
 // A client of the old size gets the mismatch error after a Resize; a client
 // made WithAdoptSize takes the stored size, and creates with its own.
-func TestResizeStaleAndAdoptingClients(t *testing.T) {
+func TestHandle_Resize_staleAndAdoptingClients(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s5 := newSem(t, b, "adopt", 5)
@@ -113,7 +115,7 @@ func TestResizeStaleAndAdoptingClients(t *testing.T) {
 // Growing pushes the new tokens at once: blocked waiters are served without
 // waiting out their block. A waiter of the old size is woken too and gets the
 // mismatch error, and the token it was handed goes back.
-func TestResizeGrowWakesWaiters(t *testing.T) {
+func TestHandle_Resize_growWakesWaiters(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "grow", 1, WithAdoptSize())
@@ -167,7 +169,7 @@ func TestResizeGrowWakesWaiters(t *testing.T) {
 // Shrinking retires the tokens above n: free ones at once, held ones when
 // they come back, never granted again. Holders drain down to n: while
 // retired leases are out, as many valid tokens are withheld.
-func TestResizeShrinkRetiresHeldTokens(t *testing.T) {
+func TestHandle_Resize_shrinkRetiresHeldTokens(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		// Free tokens above n leave the list at once.
@@ -258,7 +260,7 @@ func TestResizeShrinkRetiresHeldTokens(t *testing.T) {
 // A shrink drains strictly whatever order tokens come back in, including
 // a retired lease that expires instead of being released: holders never
 // exceed the new size once they have drained to it, and no token is lost.
-func TestResizeShrinkDrainsStrictly(t *testing.T) {
+func TestHandle_Resize_shrinkDrainsStrictly(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		s := newSem(t, b, "drain", 4, WithAdoptSize(), WithTTL(300*time.Millisecond), WithFixedTTL())
@@ -304,7 +306,7 @@ func TestResizeShrinkDrainsStrictly(t *testing.T) {
 // A grow does not mint a token that is still held or pending after an
 // earlier shrink retired it: that token comes back valid instead, and no
 // duplicate appears.
-func TestResizeGrowSkipsTokensStillOut(t *testing.T) {
+func TestHandle_Resize_growSkipsTokensStillOut(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "regrow", 3, WithAdoptSize())
@@ -355,7 +357,7 @@ func TestResizeGrowSkipsTokensStillOut(t *testing.T) {
 // grant's slot is within a size in force while it was acquired, no token is
 // held twice at once, once the last shrink has drained the holders never
 // exceed its size, and afterwards exactly that many tokens are free.
-func TestResizeHammer(t *testing.T) {
+func TestHandle_Resize_hammer(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const workers = 10
 		sizes := []int{4, 6, 2, 5, 3} // sizes[i] is in force after i resizes
@@ -479,4 +481,62 @@ func TestResizeHammer(t *testing.T) {
 		assert.Len(t, inv.Free, sizes[last])
 		assert.Empty(t, inv.Retired)
 	})
+}
+
+// Resize and weighted requests: a client made WithAdoptSize checks k against
+// the stored size; a shrink while a request collects retires what it
+// collected above the new size (never granted), and a client of the old
+// size gives back what it collected and reports the mismatch.
+func TestHandle_Resize_withAcquireN(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "resize-n", 2, WithAdoptSize())
+		require.NoError(t, s.Resize(ctx, 5))
+		l, err := s.AcquireN(ctx, 4)
+		require.NoError(t, err, "4 permits of the stored size 5")
+		require.NoError(t, l.Release(ctx))
+		_, err = s.AcquireN(ctx, 6)
+		require.ErrorIs(t, err, ErrInvalidSize, "too many for the stored size")
+
+		// A new semaphore of size 4: singles hold slots 1-3, the collector
+		// takes slot 4, then the semaphore shrinks to 3 under it.
+		s = newSem(t, b, "resize-n2", 4, WithAdoptSize())
+		hs := holdN(t, ctx, s.Acquire, 3)
+		got := acquireAsync(ctx, func(ctx context.Context) (*Lease, error) { return s.AcquireN(ctx, 2) })
+		require.Eventually(t, func() bool { return len(collecting(t, s)) == 1 }, 5*time.Second, 5*time.Millisecond)
+		retired := collecting(t, s)[0]
+		require.NoError(t, s.Resize(ctx, 3))
+		require.NoError(t, hs[0].Release(ctx))
+		require.NoError(t, hs[1].Release(ctx))
+		l, ok := <-got
+		require.True(t, ok)
+		assert.True(t, strings.HasSuffix(retired, ":4"), retired)
+		assert.NotContains(t, l.Tokens(), retired, "a retired token is never granted")
+		for _, tok := range l.Tokens() {
+			assert.True(t, engine.ValidToken(tok, tokenEpoch(tok), 3), tok)
+		}
+		require.NoError(t, l.Release(ctx))
+		require.NoError(t, hs[2].Release(ctx))
+		requireInventory(t, s, 3, 0)
+
+		// A client of the old size that is collecting when the size changes.
+		old := newSem(t, b, "resize-n2", 3)
+		h, err := old.Acquire(ctx)
+		require.NoError(t, err)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := old.AcquireN(ctx, 3)
+			errc <- err
+		}()
+		require.Eventually(t, func() bool { return len(collecting(t, s)) == 2 }, 5*time.Second, 5*time.Millisecond)
+		require.NoError(t, s.Resize(ctx, 4))
+		require.NoError(t, h.Release(ctx)) // wakes the collector
+		require.ErrorIs(t, <-errc, ErrSizeMismatch)
+		requireInventory(t, s, 4, 0)
+	})
+}
+
+func tokenEpoch(tok string) string {
+	epoch, _, _ := strings.Cut(tok, ":")
+	return epoch
 }

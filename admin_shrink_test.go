@@ -61,7 +61,7 @@ func blockedClients(t *testing.T, b *backend) int {
 // script must not grant the pending token while more than the new size
 // hold; it is withheld until the retired leases are back (issue 11, bug 1).
 // A pending token the shrink retired is dropped, and counts in nothing.
-func TestShrinkWithholdsAPendingToken(t *testing.T) {
+func TestHandle_Resize_shrinkWithholdsAPendingToken(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, moved := range []int{1, 3} {
 			ctx := ctxT(t, 20*time.Second)
@@ -123,7 +123,7 @@ func TestShrinkWithholdsAPendingToken(t *testing.T) {
 // The same for a weighted collector whose BLMOVE was served: the token in
 // its pending list does not become one of its partial leases while more
 // than the new size hold.
-func TestShrinkWithholdsACollectorsPendingToken(t *testing.T) {
+func TestHandle_Resize_shrinkWithholdsACollectorsPendingToken(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		s := newSem(t, b, "shrink-collector", 4, WithTTL(time.Minute), WithAdoptSize())
@@ -171,7 +171,7 @@ func TestShrinkWithholdsACollectorsPendingToken(t *testing.T) {
 // While a shrink drains, a released token is not routed to a weighted
 // collector (which would make it one more holder above the new size): it is
 // withheld like any other. (Guards the route in release.lua.)
-func TestShrinkDoesNotRouteToACollector(t *testing.T) {
+func TestHandle_Resize_shrinkDoesNotRouteToACollector(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		s := newSem(t, b, "shrink-route", 4, WithTTL(time.Minute), WithAdoptSize())
@@ -205,11 +205,11 @@ func TestShrinkDoesNotRouteToACollector(t *testing.T) {
 
 // A release while a shrink drains does O(1) work whatever the size: each
 // withheld token is a meta field of its own (h:1..h:held), not part of one
-// string that every release rewrites (BenchmarkShrinkReleaseRedisTime
+// string that every release rewrites (BenchmarkLease_Release_shrinkRedisTime
 // measures the time). The drain still withholds as many valid tokens as
 // retired leases are out, grants nothing meanwhile, and gives every
 // withheld token back once the retired leases are in.
-func TestShrinkBookkeepingStaysSmall(t *testing.T) {
+func TestHandle_Resize_shrinkBookkeepingStaysSmall(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 30*time.Second)
 		s := newSem(t, b, "shrink-small", 400, WithAdoptSize(), WithFixedTTL(), WithTTL(time.Minute))

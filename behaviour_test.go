@@ -7,9 +7,9 @@ import (
 	"github.com/redsem/redsem/internal/redistest"
 )
 
-// TestBehaviour holds redigo's pool to the behaviour suite, on a real
+// TestBehaviour_redigo holds redigo's pool to the behaviour suite, on a real
 // redis-server (the goredis module holds go-redis to the same suite).
-func TestBehaviour(t *testing.T) {
+func TestBehaviour_redigo(t *testing.T) {
 	s := redistest.Start(t)
 	behaviour.Run(t, behaviour.Target{Pool: s.Pool(t)})
 }

@@ -16,13 +16,13 @@ import (
 	"github.com/redsem/redsem/internal/redistest"
 )
 
-// BenchmarkRedisTime measures the time Redis itself spends in the scripts of
+// BenchmarkSemaphore_Acquire_redisTime measures the time Redis itself spends in the scripts of
 // an uncontended Acquire+Release pair on a real redis-server, from INFO
 // commandstats (cmdstat_evalsha): the figure to watch when a script grows.
 // The floor= rows measure pairs that are not redsem's in the same run (see
 // floor.All), so that the pair's µs can be read against them.
 //
-//	go test -run '^$' -bench RedisTime -benchtime 20000x -count 5 .
+//	go test -run '^$' -bench Semaphore_Acquire_redisTime -benchtime 20000x -count 5 .
 //
 // idle=off is the default; idle=on is WithIdleExpiry, where every pair
 // leaves the semaphore idle (its release sets the expiry, the next acquire
@@ -37,7 +37,7 @@ import (
 // script-cmds/op counts the commands the two scripts ran (commandstats
 // counts a script's commands too): a figure that does not depend on how
 // loaded the machine is.
-func BenchmarkRedisTime(b *testing.B) {
+func BenchmarkSemaphore_Acquire_redisTime(b *testing.B) {
 	srv := redistest.Start(b)
 	pool := newPool(b, srv.Addr)
 	for _, bc := range []struct {

@@ -14,11 +14,11 @@ import (
 	"github.com/redsem/redsem/internal/redistest"
 )
 
-// BenchmarkAcquireNRedisTime measures the time Redis spends in the scripts
+// BenchmarkSemaphore_AcquireN_redisTime measures the time Redis spends in the scripts
 // of one AcquireN(k) on a semaphore of size k, on a real redis-server: the
 // figure that shows whether collecting grows with k or with k².
 //
-//	go test -run '^$' -bench AcquireNRedisTime -benchtime 3x .
+//	go test -run '^$' -bench Semaphore_AcquireN_redisTime -benchtime 3x .
 //
 // free: all k tokens are free when AcquireN starts. one-by-one: k single
 // leases hold every token; the collector queues, then they are released one
@@ -32,7 +32,7 @@ import (
 // k releases (release.lua routes each to the collector), release-max-us
 // the longest. evalsha-us/op is INFO commandstats' EVALSHA time for the
 // same span, every script together.
-func BenchmarkAcquireNRedisTime(b *testing.B) {
+func BenchmarkSemaphore_AcquireN_redisTime(b *testing.B) {
 	for _, k := range []int{2000} {
 		b.Run(fmt.Sprintf("free/k=%d", k), func(b *testing.B) { benchAcquireNRedisTime(b, k, false) })
 		b.Run(fmt.Sprintf("one-by-one/k=%d", k), func(b *testing.B) { benchAcquireNRedisTime(b, k, true) })

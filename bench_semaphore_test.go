@@ -31,7 +31,7 @@ func benchBackends(b *testing.B) map[string]string {
 	return addrs
 }
 
-func BenchmarkAcquireRelease(b *testing.B) {
+func BenchmarkSemaphore_Acquire_uncontended(b *testing.B) {
 	for _, backend := range []string{"miniredis", "redis"} {
 		for _, op := range []string{"Acquire+Release", "TryAcquire+Release", "AcquireN(2)+Release"} {
 			b.Run(fmt.Sprintf("%s/%s", backend, op), func(b *testing.B) {
@@ -72,10 +72,10 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	}
 }
 
-// BenchmarkContended runs goroutines against a semaphore of size 2 on a
+// BenchmarkSemaphore_Acquire_contended runs goroutines against a semaphore of size 2 on a
 // real redis-server, each with its own Semaphore (its own connection), so
 // that most acquisitions wait in Redis.
-func BenchmarkContended(b *testing.B) {
+func BenchmarkSemaphore_Acquire_contended(b *testing.B) {
 	addr := redistest.Start(b).Addr
 	cp := &countPool{Pool: newPool(b, addr)}
 	ctx := context.Background()

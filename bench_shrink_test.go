@@ -13,7 +13,7 @@ import (
 	"github.com/redsem/redsem/internal/redistest"
 )
 
-// BenchmarkShrinkReleaseRedisTime measures the time Redis spends in one
+// BenchmarkLease_Release_shrinkRedisTime measures the time Redis spends in one
 // Release while a shrink drains, against a Release with no shrink, on a
 // real redis-server: a semaphore of 10,000 tokens, all held, then
 // (shrinking) resized to 5,000, then every lease released one by one in a
@@ -21,13 +21,13 @@ import (
 // commandstats around it, so the maximum is a single release's, not an
 // average.
 //
-//	go test -run '^$' -bench ShrinkReleaseRedisTime -benchtime 1x -count 3 .
+//	go test -run '^$' -bench Lease_Release_shrinkRedisTime -benchtime 1x -count 3 .
 //
 // mean-us/release, p99-us/release and max-us/release cover the releases
 // while the shrink drains (up to the last retired lease; in steady, all of
 // them); resize-us is the Resize itself. The maximum is the figure most
 // exposed to a loaded machine: compare p99 and mean first.
-func BenchmarkShrinkReleaseRedisTime(b *testing.B) {
+func BenchmarkLease_Release_shrinkRedisTime(b *testing.B) {
 	const size, shrinkTo = 10000, 5000
 	srv := redistest.Start(b)
 	pool := newPool(b, srv.Addr)

@@ -13,7 +13,7 @@ import (
 
 // TestAPITableCompiled: every call the tables of docs/api.md name
 // (`Name(`, `Type.Name(`, `pkg.Name(` in a row's first cell) is called in
-// that page's Go block, which TestDocsCompile builds: so each signature the
+// that page's Go block, which TestDocs_compile builds: so each signature the
 // page shows is one that compiles, not just one that reads well.
 func TestAPITableCompiled(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("docs", "api.md"))

@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestDocsCompile compiles every ```go block of the project's Markdown files
+// TestDocs_compile compiles every ```go block of the project's Markdown files
 // (README.md, docs/*.md, and every other *.md in the repository) with the Go
 // toolchain that runs the test, and vets it.
 //
@@ -46,7 +46,7 @@ import (
 // checkout; compiler errors point at the Markdown line (//line directives).
 // A block importing a nested module whose go line is newer than the running
 // Go is skipped with a log line (the oldest-Go CI step cannot build it).
-func TestDocsCompile(t *testing.T) {
+func TestDocs_compile(t *testing.T) {
 	t.Parallel()
 	root := repoRoot(t)
 	files := markdownFiles(t, root)
@@ -60,10 +60,10 @@ func TestDocsCompile(t *testing.T) {
 	require.NoError(t, err, "Go blocks in the Markdown do not build:\n%s", out)
 }
 
-// TestDocsCompileCatchesBrokenBlocks shows that the check fails, pointing at
+// TestDocs_compileCatchesBrokenBlocks shows that the check fails, pointing at
 // the Markdown line, for each kind of block that does not compile, and
 // passes the same blocks once they are fixed.
-func TestDocsCompileCatchesBrokenBlocks(t *testing.T) {
+func TestDocs_compileCatchesBrokenBlocks(t *testing.T) {
 	t.Parallel()
 	root := repoRoot(t)
 	md := filepath.Join(t.TempDir(), "broken.md")
@@ -409,9 +409,9 @@ func goModRequires(gomod string) []string {
 	return out
 }
 
-// TestReadmeStaysShort: the README is the front page, under 300 lines; the
+// TestDocs_readmeStaysShort: the README is the front page, under 300 lines; the
 // deep material (failure modes, keys, benchmark tables) lives in docs/.
-func TestReadmeStaysShort(t *testing.T) {
+func TestDocs_readmeStaysShort(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
 	require.NoError(t, err)
 	lines := strings.Count(string(b), "\n")

@@ -36,10 +36,10 @@ func idleScenarios() []scenario {
 	return out
 }
 
-// TestExploreIdleExpiry runs the seam scenarios and random programs with
+// TestExplore_idleExpiry runs the seam scenarios and random programs with
 // WithIdleExpiry: the keys' expiry is one of the steps (time passes to it),
 // and every invariant must hold, fences across a recreation included.
-func TestExploreIdleExpiry(t *testing.T) {
+func TestExplore_idleExpiry(t *testing.T) {
 	env := newExploreEnv(t)
 	budget := exploreBudget(8*time.Second, 30*time.Second)
 	scs := idleScenarios()
@@ -75,12 +75,12 @@ func TestExploreIdleExpiry(t *testing.T) {
 	t.Logf("%d random walks with idle expiry", n)
 }
 
-// TestExplorerCatchesMissingPersist shows the explorer catches a build in
+// TestExplorer_catchesMissingPersist shows the explorer catches a build in
 // which an acquisition forgets to remove the idle expiry: meta and the token
 // list expire under a holder (its lease and record, new keys, stay), and its
 // release then leaves a token list without a semaphore, which the next
 // creation refuses as corrupt.
-func TestExplorerCatchesMissingPersist(t *testing.T) {
+func TestExplorer_catchesMissingPersist(t *testing.T) {
 	src := engine.Source("acquire.lua")
 	for _, cut := range []string{"  if exp then", "idle_setting(idle)\nwake()\n"} {
 		require.Contains(t, src, cut)

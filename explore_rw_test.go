@@ -293,7 +293,7 @@ func randomRWScenario(rng *rand.Rand) scenario {
 	return sc
 }
 
-func TestExploreRW(t *testing.T) {
+func TestExplore_rwMutex(t *testing.T) {
 	env := newExploreEnv(t)
 	budget := exploreBudget(8*time.Second, 30*time.Second)
 	scs := rwScenarios()
@@ -340,7 +340,7 @@ func TestExploreRW(t *testing.T) {
 // schedules (seeds from 1, so the same every run) find it within a few;
 // under REDSEM_LONG=1 the depth-first search must find it too (after some
 // 600 schedules, 20 s on a 2-core machine).
-func TestExplorerCatchesBrokenRWLock(t *testing.T) {
+func TestExplorer_catchesBrokenRWLock(t *testing.T) {
 	src := engine.Source("rw_acquire.lua")
 	const guard = "(mode == 'r' or not any_lease())"
 	require.Contains(t, src, guard)

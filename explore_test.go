@@ -404,7 +404,7 @@ func randomWalks(t testing.TB, env *exploreEnv, seed int64, count int, until tim
 // run drains without faults.
 const exploreDepth = 9
 
-func TestExploreSeams(t *testing.T) {
+func TestExplore_seams(t *testing.T) {
 	env := newExploreEnv(t)
 	budget := exploreBudget(16*time.Second, 60*time.Second)
 	scs := seamScenarios()
@@ -428,7 +428,7 @@ func TestExploreSeams(t *testing.T) {
 	}
 }
 
-func TestExploreRandom(t *testing.T) {
+func TestExplore_random(t *testing.T) {
 	env := newExploreEnv(t)
 	budget := exploreBudget(12*time.Second, 60*time.Second)
 	start := time.Now()
@@ -439,11 +439,11 @@ func TestExploreRandom(t *testing.T) {
 	}
 }
 
-// TestExploreWeightedSteps explores weighted acquisitions with acquire_n.lua
+// TestExplore_weightedSteps explores weighted acquisitions with acquire_n.lua
 // taking and sealing one token per run (STEP 1 instead of 128): so the
 // explorer's small requests pass through every state a large one does,
 // partial leases taken over several runs and a grant sealed over several.
-func TestExploreWeightedSteps(t *testing.T) {
+func TestExplore_weightedSteps(t *testing.T) {
 	saved := engine.AcquireN
 	engine.AcquireN = acquireNWith(t, "local STEP = 128\n", "local STEP = 1\n")
 	defer func() { engine.AcquireN = saved }()
@@ -543,7 +543,7 @@ func seamScenario(t testing.TB, name string) scenario {
 	return scenario{}
 }
 
-func TestExploreRegressions(t *testing.T) {
+func TestExplore_regressions(t *testing.T) {
 	env := newExploreEnv(t)
 	for _, rg := range exploreRegressions {
 		sc := seamScenario(t, rg.scenario)
@@ -558,10 +558,10 @@ func TestExploreRegressions(t *testing.T) {
 //go:embed testdata/explore/*.lua
 var exploreOld embed.FS
 
-// TestExplorerCatchesReintroducedBugs shows the explorer is not a check
+// TestExplorer_catchesReintroducedBugs shows the explorer is not a check
 // that cannot fail: with an old bug brought back (the old refresh.lua), it
 // finds it.
-func TestExplorerCatchesReintroducedBugs(t *testing.T) {
+func TestExplorer_catchesReintroducedBugs(t *testing.T) {
 	t.Run("refresh leaves due late", func(t *testing.T) {
 		old, err := exploreOld.ReadFile("testdata/explore/refresh_due_unchanged.lua")
 		require.NoError(t, err)

@@ -15,7 +15,7 @@ import (
 	"github.com/redsem/redsem/internal/engine"
 )
 
-func TestWithObserverRejectsNil(t *testing.T) {
+func TestSemaphore_WithObserver_rejectsNil(t *testing.T) {
 	_, err := NewSemaphore(&hookPool{}, "x", 1, WithObserver(nil))
 	assert.ErrorIs(t, err, ErrInvalidOption)
 }
@@ -55,7 +55,7 @@ func (r *recorder) count(ev string) (int, []error) {
 
 // Weighted acquisitions reach the observer like any other: grants, refusals,
 // bad input, and the end of the lease.
-func TestObserverSeesWeightedAcquisitions(t *testing.T) {
+func TestSemaphore_WithObserver_seesWeightedAcquisitions(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		var c admin.Counters
@@ -89,7 +89,7 @@ func TestObserverSeesWeightedAcquisitions(t *testing.T) {
 // Failed background refreshes reach a RefreshObserver: a refresh that fails
 // on the wire (retried until the lease's local deadline, then the lease is
 // lost as expired), and one that finds the lease gone.
-func TestObserverSeesFailedAutoRefresh(t *testing.T) {
+func TestSemaphore_WithObserver_seesFailedAutoRefresh(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		const ttl = 300 * time.Millisecond

@@ -16,7 +16,7 @@ import (
 // A Refresh to a shorter TTL lowers the semaphore's earliest deadline: if
 // the holder then dies, its token is reclaimed by the next acquirer once the
 // shorter TTL has passed, not when the old one would have (issue 11, bug 4).
-func TestRefreshShorterTTLIsReclaimedInTime(t *testing.T) {
+func TestLease_Refresh_shorterTTLIsReclaimedInTime(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, k := range []int{1, 2} {
 			ctx := ctxT(t, 20*time.Second)
@@ -57,7 +57,7 @@ func TestRefreshShorterTTLIsReclaimedInTime(t *testing.T) {
 // local deadline over the one Redis now enforces. (The failpoint holds the
 // gap open; the hook is process-wide, so the backends run one after the
 // other.)
-func TestRefreshInTheGapOfAnother(t *testing.T) {
+func TestLease_Refresh_inTheGapOfAnother(t *testing.T) {
 	for _, name := range []string{"miniredis", "redis"} {
 		t.Run(name, func(t *testing.T) {
 			var b *backend
@@ -101,7 +101,7 @@ func TestRefreshInTheGapOfAnother(t *testing.T) {
 // wakes by the old deadline at the latest (its block was fitted to it; no
 // command can shorten a BLMOVE already waiting), then reclaims the token:
 // the bound the README gives for this case.
-func TestRefreshShorterTTLWithAWaiterBlocked(t *testing.T) {
+func TestLease_Refresh_shorterTTLWithAWaiterBlocked(t *testing.T) {
 	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 20*time.Second)
@@ -131,4 +131,84 @@ func TestRefreshShorterTTLWithAWaiterBlocked(t *testing.T) {
 	require.NoError(t, <-got)
 	assert.False(t, at.After(oldDeadline.Add(time.Second)), "the waiter got the token %v after the old deadline",
 		at.Sub(oldDeadline))
+}
+
+// FM-09 on the server: refresh.lua refuses a lease whose server deadline has
+// passed even when the client still believes in it.
+func TestLease_Refresh_neverResurrects(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "resurrect", 1, WithTTL(time.Minute))
+		l, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		// Move the server deadline into the past behind the client's back.
+		b.do(t, "ZADD", s.k.leases, "XX", 1, l.Token())
+		require.ErrorIs(t, l.Refresh(ctx, time.Minute), ErrLeaseLost)
+		assert.ErrorIs(t, l.Err(), ErrLeaseLost)
+		assert.False(t, l.Valid())
+		// It was not reclaimed yet, so no one else holds it: nothing leaks.
+		n, err := s.Reclaim(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 1, n)
+		requireInventory(t, s, 1, 0)
+	})
+}
+
+func TestLease_Refresh_extendsLease(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "refresh", 1, WithTTL(200*time.Millisecond), WithFixedTTL())
+		l, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		for i := 0; i < 4; i++ {
+			time.Sleep(100 * time.Millisecond)
+			require.NoError(t, l.Refresh(ctx, 200*time.Millisecond))
+		}
+		assert.True(t, l.Valid(), "held for 400ms on a 200ms TTL by refreshing")
+		require.ErrorIs(t, l.Refresh(ctx, 0), ErrInvalidTTL)
+		_, err = s.TryAcquire(ctx)
+		require.ErrorIs(t, err, ErrNoToken)
+		require.NoError(t, l.Release(ctx))
+	})
+}
+
+// A live holder keeps its lease by default (auto-refresh), as with
+// Redisson's watchdog and etcd's sessions; WithFixedTTL makes the lease end
+// after its TTL unless refreshed by hand, and a later WithAutoRefresh
+// undoes it.
+func TestLease_Refresh_autoHoldsUntilRelease(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		const ttl = 300 * time.Millisecond
+		for _, c := range []struct {
+			name  string
+			opts  []Option
+			fixed bool
+		}{
+			{"default", nil, false},
+			{"WithAutoRefresh", []Option{WithAutoRefresh()}, false},
+			{"WithFixedTTL", []Option{WithFixedTTL()}, true},
+			{"WithFixedTTL then WithAutoRefresh", []Option{WithFixedTTL(), WithAutoRefresh()}, false},
+		} {
+			s := newSem(t, b, "auto", 1, append([]Option{WithTTL(ttl)}, c.opts...)...)
+			l, err := s.Acquire(ctx)
+			require.NoError(t, err, c.name)
+			time.Sleep(4 * ttl)
+			if c.fixed {
+				assert.False(t, l.Valid(), "%s: the fixed lease ended after its TTL", c.name)
+				assert.ErrorIs(t, l.Err(), ErrLeaseExpired, c.name)
+				l2, err := s.TryAcquire(ctx) // reclaims the expired lease
+				require.NoError(t, err, c.name)
+				require.NoError(t, l2.Release(ctx), c.name)
+				require.ErrorIs(t, l.Release(ctx), ErrLeaseLost, c.name)
+			} else {
+				assert.True(t, l.Valid(), "%s: auto-refresh kept the lease past four TTLs (%v)", c.name, l.Err())
+				_, err = s.TryAcquire(ctx)
+				require.ErrorIs(t, err, ErrNoToken, c.name)
+				require.NoError(t, l.Release(ctx), c.name)
+			}
+			requireInventory(t, s, 1, 0)
+		}
+		// goleak in TestMain proves the refreshers stopped.
+	})
 }

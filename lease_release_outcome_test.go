@@ -30,7 +30,7 @@ func warmSemaphore(t *testing.T, p Pool, name string) *Semaphore {
 // The first run of a Release took effect but its reply was lost; its retry
 // gets an error reply (here READONLY: the node was demoted meanwhile).
 // Redis gave the token back, so the lease must not stay Valid.
-func TestReleaseRetriedIntoAnErrorReplyEndsTheLease(t *testing.T) {
+func TestLease_Release_retriedIntoAnErrorReplyEndsTheLease(t *testing.T) {
 	b := realRedis(t)
 	ctx := ctxT(t, 20*time.Second)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -61,7 +61,7 @@ func TestReleaseRetriedIntoAnErrorReplyEndsTheLease(t *testing.T) {
 // A retried Release that answers "not recorded" checks the epoch; when that
 // check fails, the first attempt had most likely released the lease: it
 // ends.
-func TestReleaseWhoseEpochCheckFailsEndsTheLease(t *testing.T) {
+func TestLease_Release_whoseEpochCheckFailsEndsTheLease(t *testing.T) {
 	b := realRedis(t)
 	ctx := ctxT(t, 20*time.Second)
 	var lose, hgetDown atomic.Bool
@@ -94,7 +94,7 @@ func TestReleaseWhoseEpochCheckFailsEndsTheLease(t *testing.T) {
 
 // Once a lease has ended, Err says why and keeps saying it: a later
 // Release does not rewrite it, and it agrees with the Context's cause.
-func TestErrOfAnEndedLeaseStays(t *testing.T) {
+func TestLease_Err_ofAnEndedLeaseStays(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		s := newSem(t, b, "err-stays", 1, WithFixedTTL(), WithTTL(200*time.Millisecond))

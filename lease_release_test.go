@@ -17,7 +17,7 @@ import (
 // holder's pooled connection is dead, the retry on a fresh one finds no
 // lease, and that must not pass for "the first attempt released it". The
 // release reports ErrLeaseLost and leaves the new holder alone.
-func TestReleaseAfterRestartWithoutPersistenceIsLost(t *testing.T) {
+func TestLease_Release_afterRestartWithoutPersistenceIsLost(t *testing.T) {
 	b := realRedis(t)
 	ctx := ctxT(t, 20*time.Second)
 	old := newSem(t, b, "restart-release", 1)
@@ -44,7 +44,7 @@ func TestReleaseAfterRestartWithoutPersistenceIsLost(t *testing.T) {
 // has often ended (the work's timeout passed, or it was cancelled): the
 // release must still give the token back instead of failing with ctx's
 // error and leaving the slot held until the TTL.
-func TestReleaseWithEndedContextFreesTheSlot(t *testing.T) {
+func TestLease_Release_withEndedContextFreesTheSlot(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		s := newSem(t, b, "release-ended", 1)
 		for _, end := range []string{"cancelled", "deadline passed"} {
@@ -71,7 +71,7 @@ func TestReleaseWithEndedContextFreesTheSlot(t *testing.T) {
 // see internal/engine/lua/release_fast.lua) only while it drains: once the retired leases
 // are back, the next release drops the field, the semaphore is whole again
 // and its keys are what they were before the shrink.
-func TestReleaseFastPathAfterShrink(t *testing.T) {
+func TestLease_Release_fastPathAfterShrink(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "fast-after-shrink", 3, WithAdoptSize(), WithFixedTTL())
@@ -100,7 +100,7 @@ func TestReleaseFastPathAfterShrink(t *testing.T) {
 // a server that stopped answering it returns an error within
 // releaseTimeout (and a lease with auto-refresh on the wire stops as
 // promptly), and the slot comes back by the lease's TTL once Redis answers.
-func TestReleaseAgainstHungServerIsBounded(t *testing.T) {
+func TestLease_Release_againstHungServerIsBounded(t *testing.T) {
 	t.Parallel()
 	b := realRedis(t)
 	for _, mode := range []struct {
@@ -132,4 +132,34 @@ func TestReleaseAgainstHungServerIsBounded(t *testing.T) {
 			require.NoError(t, l2.Release(context.Background()))
 		})
 	}
+}
+
+// FM-06: double release must never add a token.
+func TestLease_Release_twiceAddsNoToken(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "double", 2)
+		l, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		require.ErrorIs(t, l.Release(ctx), ErrReleased)
+		require.ErrorIs(t, l.Refresh(ctx, time.Second), ErrReleased)
+
+		// Concurrently, from two goroutines: exactly one succeeds.
+		l, err = s.Acquire(ctx)
+		require.NoError(t, err)
+		errs := make(chan error, 2)
+		for i := 0; i < 2; i++ {
+			go func() { errs <- l.Release(ctx) }()
+		}
+		e1, e2 := <-errs, <-errs
+		assert.True(t, (e1 == nil) != (e2 == nil), "exactly one release succeeds: %v, %v", e1, e2)
+		assert.Equal(t, 2, b.llen(t, s.k.tokens))
+		requireInventory(t, s, 2, 0)
+
+		var nilLease *Lease
+		assert.ErrorIs(t, nilLease.Release(ctx), ErrLeaseLost)
+		assert.ErrorIs(t, nilLease.Refresh(ctx, time.Second), ErrLeaseLost)
+		assert.False(t, nilLease.Valid())
+	})
 }

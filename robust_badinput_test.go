@@ -2,13 +2,16 @@ package redsem
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/redsem/redsem/admin"
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/rate"
 )
 
@@ -17,7 +20,7 @@ import (
 // gate's to NewSemaphore, does not compile, since neither option type can
 // implement the other's unexported method. The table lists every option of
 // both packages.
-func TestOptionsAreTypedPerPackage(t *testing.T) {
+func TestSemaphore_Options_typedPerPackage(t *testing.T) {
 	pool := &redis.Pool{}
 	semOption := reflect.TypeOf((*Option)(nil)).Elem()
 	rateOption := reflect.TypeOf((*rate.Option)(nil)).Elem()
@@ -37,4 +40,154 @@ func TestOptionsAreTypedPerPackage(t *testing.T) {
 		assert.True(t, reflect.TypeOf(o).Implements(rateOption), name)
 		assert.False(t, reflect.TypeOf(o).Implements(semOption), "rate.%s is a redsem.Option", name)
 	}
+}
+
+func TestSemaphore_New_rejectsBadInput(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		cases := []struct {
+			name string
+			pool Pool
+			sem  string
+			size int
+			opts []Option
+			want error
+		}{
+			{"nil pool", nil, "a", 1, nil, ErrInvalidOption},
+			{"typed nil pool", (*redis.Pool)(nil), "a", 1, nil, ErrInvalidOption},
+			{"empty name", b.pool, "", 1, nil, ErrInvalidName},
+			{"huge name", b.pool, strings.Repeat("x", 1<<20), 1, nil, ErrInvalidName},
+			{"size 0", b.pool, "a", 0, nil, ErrInvalidSize},
+			{"negative size", b.pool, "a", -3, nil, ErrInvalidSize},
+			{"size above max", b.pool, "a", MaxSize + 1, nil, ErrInvalidSize},
+			{"ttl 0", b.pool, "a", 1, []Option{WithTTL(0)}, ErrInvalidTTL},
+			{"negative ttl", b.pool, "a", 1, []Option{WithTTL(-time.Second)}, ErrInvalidTTL},
+			{"ttl above max", b.pool, "a", 1, []Option{WithTTL(MaxTTL + 1)}, ErrInvalidTTL},
+			{"brace in prefix", b.pool, "a", 1, []Option{WithPrefix("x{")}, ErrInvalidOption},
+			{"negative grace", b.pool, "a", 1, []Option{WithGrace(-1)}, ErrInvalidOption},
+			{"huge label", b.pool, "a", 1, []Option{WithLabel(strings.Repeat("l", maxLabelLen+1))}, ErrInvalidOption},
+			{"nil option", b.pool, "a", 1, []Option{nil}, ErrInvalidOption},
+			{"nil blocking pool", b.pool, "a", 1, []Option{WithBlockingPool(nil)}, ErrInvalidOption},
+		}
+		for _, c := range cases {
+			s, err := NewSemaphore(c.pool, c.sem, c.size, c.opts...)
+			assert.ErrorIs(t, err, c.want, c.name)
+			assert.Nil(t, s, c.name)
+			_, err = NewMutex(c.pool, c.sem, c.opts...)
+			if c.want != ErrInvalidSize {
+				assert.ErrorIs(t, err, c.want, "mutex: "+c.name)
+			}
+		}
+		assert.Equal(t, 0, b.keyCount(t), "nothing may be written for bad input")
+	})
+}
+
+// A TTL no grant could be used under (the local safety margin, 1% + 2ms, is
+// most or all of it) is refused by every constructor and by Refresh, before
+// any I/O: with 1-2ms every grant was already invalid on arrival and
+// TryAcquire spun on Redis for ever.
+func TestSemaphore_WithTTL_tooShortIsRefused(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		for _, ttl := range []time.Duration{time.Millisecond, 2 * time.Millisecond, MinTTL - time.Microsecond} {
+			_, err := NewSemaphore(b.pool, "short", 1, WithTTL(ttl))
+			assert.ErrorIs(t, err, ErrInvalidTTL, "semaphore, ttl %v", ttl)
+			_, err = NewMutex(b.pool, "short", WithTTL(ttl))
+			assert.ErrorIs(t, err, ErrInvalidTTL, "mutex, ttl %v", ttl)
+		}
+		assert.Equal(t, 0, b.keyCount(t), "nothing may be written for bad input")
+
+		s := newSem(t, b, "short", 1, WithTTL(MinTTL))
+		assert.Equal(t, MinTTL, s.TTL())
+		s = newSem(t, b, "short", 1)
+		l, err := s.TryAcquire(ctx)
+		require.NoError(t, err)
+		require.ErrorIs(t, l.Refresh(ctx, 2*time.Millisecond), ErrInvalidTTL)
+		require.ErrorIs(t, l.Refresh(ctx, MinTTL-time.Microsecond), ErrInvalidTTL)
+		assert.True(t, l.Valid(), "a refused Refresh leaves the lease alone")
+		require.NoError(t, l.Release(ctx))
+		requireInventory(t, s, 1, 0)
+	})
+}
+
+// FM-20: malformed arguments to a script change nothing.
+func TestSemaphore_Scripts_rejectBadArgs(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "args", 2)
+		l, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		before, err := s.Status(ctx)
+		require.NoError(t, err)
+		c, err := redis.Dial("tcp", b.addr)
+		require.NoError(t, err)
+		defer c.Close()
+		acq := engine.NewAcqID()
+		good := []interface{}{2, acq, 1000, "lbl", 0, 100, 100, "fresh"}
+		for i, bad := range []interface{}{"x", "short", "-1", "lbl", "-5", "nan", "-1", "later"} {
+			args := append([]interface{}{}, good...)
+			if i == 3 {
+				continue // the label is free text
+			}
+			args[i] = bad
+			_, err := engine.Acquire.Do(c, append(append(s.k.all(5), s.k.pend(acq)), args...)...)
+			assert.Error(t, err, "argument %d = %v", i, bad)
+		}
+		_, err = engine.Refresh.Do(c, append(s.k.all(4), l.Token(), l.acqID, "soon")...)
+		assert.Error(t, err)
+		_, err = engine.Abort.Do(c, append(append(s.k.all(5), s.k.pend(acq)), acq, "explode", 10)...)
+		assert.Error(t, err)
+		_, err = engine.Reclaim.Do(c, append(s.k.all(5), 0)...)
+		assert.Error(t, err)
+		after, err := s.Status(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, before.Available, after.Available)
+		assert.Equal(t, before.Holders, after.Holders)
+		assert.Equal(t, before.Rejected, after.Rejected)
+		require.NoError(t, l.Release(ctx))
+	})
+}
+
+// FM-20: malformed arguments to the weighted scripts change nothing.
+func TestSemaphore_Scripts_weightedRejectBadArgs(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "args-n", 3)
+		l, err := s.AcquireN(ctx, 2)
+		require.NoError(t, err)
+		before, err := s.Status(ctx)
+		require.NoError(t, err)
+		c, err := redis.Dial("tcp", b.addr)
+		require.NoError(t, err)
+		defer c.Close()
+		acq := engine.NewAcqID()
+		good := s.acquireNArgs(acq, 2, 100, "fresh")
+		nk := len(good) - 12
+		for i, bad := range []interface{}{"x", "short", 0, "-1", nil, "nan", "-5", "inf", 0, "later", nil, "-3"} {
+			if bad == nil {
+				continue // the label and the size mode are free text
+			}
+			args := append([]interface{}{}, good...)
+			args[nk+i] = bad
+			_, err := engine.AcquireN.Do(c, args...)
+			assert.Error(t, err, "argument %d = %v", i, bad)
+		}
+		args := append([]interface{}{}, good...)
+		args[nk+9] = "wait"
+		args[nk+5] = 0
+		_, err = engine.AcquireN.Do(c, args...)
+		assert.Error(t, err, "a wait phase never tries only")
+		_, err = engine.AbortN.Do(c, append(good[:nk:nk], acq, 2, "explode", 10)...)
+		assert.Error(t, err)
+		_, err = engine.AbortN.Do(c, append(good[:nk:nk], acq, 0, "release", 10)...)
+		assert.Error(t, err)
+		_, err = engine.Refresh.Do(c, append(s.k.all(4), l.Token(), l.acqID, "soon", l.Tokens()[1])...)
+		assert.Error(t, err)
+		after, err := s.Status(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, before.Available, after.Available)
+		assert.ElementsMatch(t, before.Holders, after.Holders) // one fence: any order
+		assert.Equal(t, before.Rejected, after.Rejected)
+		require.NoError(t, l.Release(ctx))
+		requireInventory(t, s, 3, 0)
+	})
 }

@@ -40,7 +40,7 @@ func tagKeys(t *testing.T, b *backend, s *Semaphore) []string {
 // A semaphore used once and left idle leaves no key behind after the idle
 // time, and Check then reports it as not existing; until then Status shows
 // how long it has left.
-func TestIdleExpiryLeavesNoKeys(t *testing.T) {
+func TestSemaphore_WithIdleExpiry_leavesNoKeys(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "idle-once", 3, WithIdleExpiry(idleTime))
@@ -71,7 +71,7 @@ func TestIdleExpiryLeavesNoKeys(t *testing.T) {
 // under a volatile-* policy, or deleted) takes holders' "idle" flag with it;
 // the next acquisition writes it back, so the release after it still sets
 // the expiry and the keys still go.
-func TestIdleExpiryAfterHoldersLost(t *testing.T) {
+func TestSemaphore_WithIdleExpiry_afterHoldersLost(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "idle-holders-lost", 2, WithIdleExpiry(idleTime))
@@ -94,7 +94,7 @@ func TestIdleExpiryAfterHoldersLost(t *testing.T) {
 // A semaphore in use keeps its keys however long the idle time has passed:
 // held, waited on, collected for by a weighted request, or draining after a
 // shrink. Once it is idle again, its keys expire.
-func TestIdleExpiryNeverWhileInUse(t *testing.T) {
+func TestSemaphore_WithIdleExpiry_neverWhileInUse(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		s := newSem(t, b, "idle-busy", 3, WithIdleExpiry(idleTime), WithTTL(10*time.Second))
@@ -165,7 +165,7 @@ func TestIdleExpiryNeverWhileInUse(t *testing.T) {
 
 // Fences keep increasing across an expiry: the semaphore created again
 // takes them from Redis TIME in µs, past every fence of the old epoch.
-func TestIdleExpiryFencesIncrease(t *testing.T) {
+func TestSemaphore_WithIdleExpiry_fencesIncrease(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "idle-fence", 2, WithIdleExpiry(idleTime))
@@ -191,7 +191,7 @@ func TestIdleExpiryFencesIncrease(t *testing.T) {
 }
 
 // A weighted lease and an aborted acquisition leave the semaphore idle too.
-func TestIdleExpiryAfterWeightedAndAbort(t *testing.T) {
+func TestSemaphore_WithIdleExpiry_afterWeightedAndAbort(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "idle-n", 3, WithIdleExpiry(idleTime))
@@ -213,7 +213,7 @@ func TestIdleExpiryAfterWeightedAndAbort(t *testing.T) {
 	})
 }
 
-func TestWithIdleExpiryValidates(t *testing.T) {
+func TestSemaphore_WithIdleExpiry_validates(t *testing.T) {
 	m := miniredisT(t)
 	p := newPool(t, m.Addr())
 	for _, d := range []time.Duration{-time.Second, time.Millisecond, minIdleExpiry - 1, MaxTTL + 1} {
@@ -229,7 +229,7 @@ func TestWithIdleExpiryValidates(t *testing.T) {
 // A resize or a repair of an idle semaphore rebuilds its token list: the
 // expiry is set again on every key (found by the explorer: the new list
 // outlived meta). A resize that creates the semaphore leaves it idle.
-func TestIdleExpiryAfterResizeAndRepair(t *testing.T) {
+func TestSemaphore_WithIdleExpiry_afterResizeAndRepair(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "idle-resize", 2, WithIdleExpiry(idleTime), WithAdoptSize())
@@ -257,7 +257,7 @@ func TestIdleExpiryAfterResizeAndRepair(t *testing.T) {
 // took; on an idle semaphore it removes the expiry first, so no key it
 // writes again outlives the others (found by the explorer: the token list,
 // pushed back without a TTL, outlived meta).
-func TestIdleExpiryWrongTypeLeavesKeysTogether(t *testing.T) {
+func TestSemaphore_WithIdleExpiry_wrongTypeLeavesKeysTogether(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "idle-wt", 1, WithIdleExpiry(idleTime))
@@ -286,7 +286,7 @@ func TestIdleExpiryWrongTypeLeavesKeysTogether(t *testing.T) {
 // or dropped a retired one with the valid tokens already on the list. (The
 // one-token fast release skipped the expiry while holders still had the
 // shrink's "slow" flag.)
-func TestIdleExpiryAfterAShrinkDrains(t *testing.T) {
+func TestSemaphore_WithIdleExpiry_afterAShrinkDrains(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, releaseFirst := range []bool{false, true} {
 			ctx := ctxT(t, 10*time.Second)
@@ -316,7 +316,7 @@ func TestIdleExpiryAfterAShrinkDrains(t *testing.T) {
 // too. The wait ends before any BLMOVE is sent: miniredis does not notice a
 // client that closed while blocked, so a BLMOVE left behind would still
 // take the released token there (Redis drops it with the client).
-func TestIdleExpiryWithATombstoneInWaits(t *testing.T) {
+func TestSemaphore_WithIdleExpiry_withATombstoneInWaits(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		s := newSem(t, b, "idle-tomb", 1, WithIdleExpiry(idleTime))
@@ -350,5 +350,29 @@ func TestIdleExpiryWithATombstoneInWaits(t *testing.T) {
 		st, err := s.Status(ctx)
 		require.NoError(t, err)
 		require.Greater(t, st.IdleExpiresIn, time.Duration(0), "idle (a tombstone only) but no expiry set")
+	})
+}
+
+// A late run of a weighted request that holds nothing (here a try's run
+// that lost the ticket) on an idle semaphore answers "settled" and leaves
+// the idle expiry in place: the run took it off while it looked, and puts
+// it back.
+func TestSemaphore_WithIdleExpiry_lateWeightedRunKeepsIt(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "late-weighted-idle", 300, WithIdleExpiry(time.Minute))
+		l, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		st, err := s.Status(ctx)
+		require.NoError(t, err)
+		require.Greater(t, st.IdleExpiresIn, time.Duration(0), "idle after the release")
+
+		_, run := tryRuns(t, b, s, 200)
+		r := run("more") // never ran "fresh": it holds no ticket
+		require.Equal(t, int64(engine.CodeSettled), r.Code)
+		st, err = s.Status(ctx)
+		require.NoError(t, err)
+		assert.Greater(t, st.IdleExpiresIn, time.Duration(0), "still idle: the expiry is back")
 	})
 }

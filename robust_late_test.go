@@ -34,7 +34,7 @@ func lateWaiter(t *testing.T, b *backend, s *Semaphore) string {
 	return reg.Acq
 }
 
-func TestSweptWaiterLeavesATombstone(t *testing.T) {
+func TestSemaphore_Acquire_sweptWaiterLeavesATombstone(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		s := newSem(t, b, "late-tomb", 1, WithTTL(300*time.Millisecond), WithGrace(0), WithFixedTTL())
 		acq := lateWaiter(t, b, s)
@@ -52,7 +52,7 @@ func TestSweptWaiterLeavesATombstone(t *testing.T) {
 
 // A late BLMOVE followed by its lease script: the script sees the
 // tombstone, gives the token back and grants nothing.
-func TestLateWaitScriptGrantsNothing(t *testing.T) {
+func TestSemaphore_Acquire_lateWaitScriptGrantsNothing(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		s := newSem(t, b, "late-script", 1, WithTTL(300*time.Millisecond), WithGrace(0), WithFixedTTL())
@@ -76,7 +76,7 @@ func TestLateWaitScriptGrantsNothing(t *testing.T) {
 // the pending list until the tombstone's sweep, then comes back. It moves
 // Redis TIME by a minute, so it runs on miniredis (the tombstone's presence
 // and life on a real redis-server are checked above).
-func TestLateBlmoveTokenComesBack(t *testing.T) {
+func TestSemaphore_Acquire_lateBlmoveTokenComesBack(t *testing.T) {
 	m := miniredis.RunT(t)
 	b := &backend{name: "miniredis", mini: m, addr: m.Addr(), pool: newPool(t, m.Addr())}
 	{

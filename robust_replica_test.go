@@ -28,7 +28,7 @@ func (p *switchPool) GetContext(ctx context.Context) (redis.Conn, error) {
 // lost while the master still records it. Without the probe the scripts
 // find nothing to do, write nothing, and Redis runs them on the replica
 // without a word.
-func TestReleaseOnAReplicaIsNotALostLease(t *testing.T) {
+func TestLease_Release_onAReplicaIsNotALostLease(t *testing.T) {
 	master := redistest.Start(t)
 	empty := redistest.Start(t)
 	replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(empty.Port))

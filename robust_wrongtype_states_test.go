@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Two more states for TestWrongTypeWritesNothing: strangers on the token
+// Two more states for TestSemaphore_WrongType_writesNothing: strangers on the token
 // list (which the acquire fast path pops, drops and counts as rejected
 // before it meets a key of the wrong type, and must put back), and a shrink
 // still draining (meta over, held and the withheld tokens h:1, h:2 set).

@@ -214,7 +214,7 @@ func wrongTypeOps() []wrongTypeOp {
 	return append(ops, moreWrongTypeOps()...)
 }
 
-func TestWrongTypeWritesNothing(t *testing.T) {
+func TestSemaphore_WrongType_writesNothing(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, op := range wrongTypeOps() {
@@ -302,4 +302,57 @@ func mapErr(err error, mapping func(string, error) error, op string) error {
 		return nil
 	}
 	return mapping(op, err)
+}
+
+// Bad input: a semaphore key overwritten with another type surfaces as
+// ErrWrongType from every operation, with nothing written or lost.
+func TestSemaphore_WrongType_keys(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "typed", 2)
+		held, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		for _, key := range []string{s.k.tokens, s.k.leases, s.k.holders, s.k.meta, s.k.waits} {
+			existed, err := redis.Bool(b.do(t, "EXISTS", key), nil)
+			require.NoError(t, err)
+			if existed {
+				b.do(t, "RENAME", key, "saved")
+			}
+			b.do(t, "SET", key, "not yours")
+			l, err := s.TryAcquire(ctx)
+			if key == s.k.waits {
+				// The fast path does not use waits until a sweep is due;
+				// hold the free token so that Acquire has to wait.
+				require.NoError(t, err)
+			} else {
+				assert.ErrorIs(t, err, ErrWrongType, key)
+			}
+			wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			_, err = s.Acquire(wctx)
+			cancel()
+			assert.ErrorIs(t, err, ErrWrongType, key)
+			if l != nil {
+				require.NoError(t, l.Release(ctx))
+			}
+			_, err = s.Status(ctx)
+			assert.ErrorIs(t, err, ErrWrongType, key)
+			_, err = s.Reclaim(ctx)
+			assert.ErrorIs(t, err, ErrWrongType, key)
+			if key == s.k.leases || key == s.k.holders {
+				assert.ErrorIs(t, held.Refresh(ctx, time.Minute), ErrWrongType, key)
+			}
+			if key != s.k.waits && key != s.k.meta {
+				assert.ErrorIs(t, held.Release(ctx), ErrWrongType, key)
+			}
+			v, err := redis.String(b.do(t, "GET", key), nil)
+			require.NoError(t, err)
+			assert.Equal(t, "not yours", v, "the foreign value is untouched")
+			b.do(t, "DEL", key)
+			if existed {
+				b.do(t, "RENAME", "saved", key)
+			}
+		}
+		require.NoError(t, held.Release(ctx))
+		requireInventory(t, s, 2, 0)
+	})
 }

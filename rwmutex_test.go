@@ -65,7 +65,7 @@ func notGranted(t *testing.T, ch <-chan lockResult) {
 	}
 }
 
-func TestRWReadersShareWriterExcludes(t *testing.T) {
+func TestRWMutex_Lock_readersShareWriterExcludes(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		m := newRW(t, b, "index")
@@ -101,7 +101,7 @@ func TestRWReadersShareWriterExcludes(t *testing.T) {
 // A writer that waits is not starved by readers that come after it, and
 // the readers queued behind it go in together when it releases; a reader
 // behind a second writer waits for that one too (FIFO, readers batched).
-func TestRWFairQueue(t *testing.T) {
+func TestRWMutex_Lock_fairQueue(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		m := newRW(t, b, "fair")
@@ -164,7 +164,7 @@ func writes(q []admin.RWWaiter) []bool {
 
 // A holder that never releases loses the lock within one TTL, reclaimed by
 // the waiters themselves.
-func TestRWWaitersReclaimAbandonedLeases(t *testing.T) {
+func TestRWMutex_Lock_waitersReclaimAbandonedLeases(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		const ttl = 300 * time.Millisecond
@@ -190,7 +190,7 @@ func TestRWWaitersReclaimAbandonedLeases(t *testing.T) {
 
 // A wait whose context ends leaves the queue at once and lets in whoever it
 // held up.
-func TestRWCancelledWaitLeavesQueue(t *testing.T) {
+func TestRWMutex_Lock_cancelledWaitLeavesQueue(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		m := newRW(t, b, "cancel")
@@ -219,7 +219,7 @@ func TestRWCancelledWaitLeavesQueue(t *testing.T) {
 
 // A waiter that dies in the queue and is then let in holds the lock only
 // for the short grant a waiter's own script has to confirm, not one TTL.
-func TestRWDeadWaiterGrantIsShort(t *testing.T) {
+func TestRWMutex_Lock_deadWaiterGrantIsShort(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		m := newRW(t, b, "ghost", WithGrace(0), WithTTL(time.Minute))
@@ -244,7 +244,7 @@ func TestRWDeadWaiterGrantIsShort(t *testing.T) {
 	})
 }
 
-func TestRWLeaseContract(t *testing.T) {
+func TestRWMutex_Lock_leaseContract(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		m := newRW(t, b, "contract", WithTTL(200*time.Millisecond), WithFixedTTL())
@@ -281,7 +281,7 @@ func TestRWLeaseContract(t *testing.T) {
 	})
 }
 
-func TestRWOptions(t *testing.T) {
+func TestRWMutex_New_options(t *testing.T) {
 	m := miniredisT(t)
 	p := newPool(t, m.Addr())
 	_, err := NewRWMutex(p, "x", WithAdoptSize())
@@ -295,7 +295,7 @@ func TestRWOptions(t *testing.T) {
 }
 
 // An RWMutex and a Semaphore of one name are two locks, in one slot.
-func TestRWKeysApart(t *testing.T) {
+func TestRWMutex_New_keysApart(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		m := newRW(t, b, "shared-name")

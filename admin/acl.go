@@ -7,7 +7,7 @@ import "sort"
 // (Acquire, TryAcquire's fast path needs none) and BLPOP (AcquireN, an
 // RWMutex's RLock and Lock and a rate gate's Wait sleep on a doorbell); the
 // rest are what the scripts in internal/engine/lua/ call.
-// TestACLCommandsMatchSources derives the same set from the sources and
+// TestAdmin_ACLCommands_matchSources derives the same set from the sources and
 // fails when they part.
 var aclCommands = []string{
 	// sent by the client

@@ -5,7 +5,7 @@
 //
 // Run it from a test:
 //
-//	func TestBehaviour(t *testing.T) {
+//	func TestBehaviour_redigo(t *testing.T) {
 //		behaviour.Run(t, behaviour.Target{Pool: pool})
 //	}
 package behaviour

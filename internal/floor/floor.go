@@ -7,7 +7,7 @@ import "github.com/gomodule/redigo/redis"
 
 // Floor is a pair of operations that is not redsem's, measured in the same
 // run as redsem's uncontended Acquire+Release so that their Redis cost
-// compares (BenchmarkRedisTime, bench/instructions).
+// compares (BenchmarkSemaphore_Acquire_redisTime, bench/instructions).
 type Floor struct {
 	// Name is how a benchmark names it: raw, setnx, empty or skeleton.
 	Name string

@@ -1,0 +1,66 @@
+package redsem
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestHandle_Delete_basics(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "deleted", 2)
+		l, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, s.Delete(ctx))
+		assert.Equal(t, 0, b.keyCount(t))
+		st, err := s.Status(ctx)
+		require.NoError(t, err)
+		assert.False(t, st.Exists)
+		require.ErrorIs(t, l.Refresh(ctx, time.Second), ErrLeaseLost)
+		require.ErrorIs(t, l.Release(ctx), ErrLeaseLost)
+
+		// The next use recreates it under a new epoch; the old token is stray.
+		l2, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		assert.NotEqual(t, strings.Split(l.Token(), ":")[0], strings.Split(l2.Token(), ":")[0])
+		b.do(t, "LPUSH", s.k.tokens, l.Token())
+		require.NoError(t, l2.Release(ctx))
+		st, err = s.Status(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 2, st.Available)
+		assert.Equal(t, 1, st.Stray)
+	})
+}
+
+// Delete removes the weighted queue and doorbells too.
+func TestHandle_Delete_removesWeightedKeys(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 20*time.Second)
+		s := newSem(t, b, "del-weighted", 2)
+		a, err := s.TryAcquire(ctx)
+		require.NoError(t, err)
+		c, err := s.TryAcquire(ctx)
+		require.NoError(t, err)
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		first := make(chan error, 1)
+		go func() { _, err := s.AcquireN(wctx, 2); first <- err }()
+		require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) >= 1 }, 5*time.Second, time.Millisecond)
+		second := make(chan error, 1)
+		go func() { _, err := s.AcquireN(wctx, 2); second <- err }()
+		require.Eventually(t, func() bool { return b.llen(t, s.k.wqueue()) == 1 }, 5*time.Second, time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
+		require.NoError(t, s.Delete(ctx))
+		assert.Equal(t, 0, b.keyCount(t), "nothing of the semaphore is left")
+		cancel()
+		assert.ErrorIs(t, <-first, context.Canceled)
+		assert.ErrorIs(t, <-second, context.Canceled)
+		assert.ErrorIs(t, a.Release(ctx), ErrLeaseLost)
+		assert.ErrorIs(t, c.Release(ctx), ErrLeaseLost)
+	})
+}
