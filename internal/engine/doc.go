@@ -1,7 +1,7 @@
 // Package engine holds what the semaphore (package redsem), the rate gate
 // (package rate) and the operators' package (admin) share: the acquisition
 // driver every wait and try runs (driver.go), how a script is declared,
-// named and called (script.go, registry.go, header.go, lua/), the key
+// named and called (script.go, header.go, lua/), the key
 // encoding under one hash tag, the mapping of the scripts' error replies to
 // sentinel errors, and the limits. It is internal: its API follows what
 // those packages need.
