@@ -135,9 +135,9 @@ func desc(name, help string, labels []string) *prometheus.Desc {
 
 var (
 	sizeDesc      = desc("size", "Slots (tokens) of the semaphore, as stored in Redis.", perName)
-	holdersDesc   = desc("holders", "Tokens held now; a weighted lease of k tokens counts k.", perName)
+	holdersDesc   = desc("holders", "Tokens held now; a weighted lease of k tokens counts k; a read-write lock's leases, readers and writer.", perName)
 	availableDesc = desc("available", "Valid tokens free now; for a rate gate, the starts possible now.", perName)
-	waitingDesc   = desc("waiting", "Acquisitions registered as blocked (waiters in a rate gate's queue).", perName)
+	waitingDesc   = desc("waiting", "Acquisitions registered as blocked (waiters in a rate gate's or a read-write lock's queue).", perName)
 	withheldDesc  = desc("withheld", "Valid tokens kept off the list while a shrink drains.", perName)
 	strayDesc     = desc("stray_tokens", "Token-list elements that are not valid free tokens (forged, duplicated, of an older epoch).", perName)
 	rejectedDesc  = desc("rejected_tokens_total", "Stray tokens dropped so far.", perName)
@@ -185,7 +185,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		c.log.printf("cannot read %s %q: %v", f.Kind, f.Name, f.Err)
 	}
 	gauge(errorDesc, 0)
-	gauge(namesDesc, float64(len(fl.Semaphores)+len(fl.RateGates)))
+	gauge(namesDesc, float64(len(fl.Semaphores)+len(fl.RWMutexes)+len(fl.RateGates)))
 	gauge(failedDesc, float64(len(fl.Failed)))
 	truncated := 0.0
 	if fl.Truncated {
@@ -204,6 +204,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(rejectedDesc, prometheus.CounterValue, float64(st.Rejected), sem, st.Name)
 		gauge(expiredDesc, float64(st.Expired()), sem, st.Name)
 		gauge(oldestDesc, st.OldestHold().Seconds(), sem, st.Name)
+	}
+	const rw = string(admin.KindRWMutex)
+	for _, st := range fl.RWMutexes {
+		held := len(st.Readers)
+		if st.Writer != nil {
+			held++
+		}
+		gauge(holdersDesc, float64(held), rw, st.Name)
+		gauge(waitingDesc, float64(len(st.Queue)), rw, st.Name)
 	}
 	for _, st := range fl.RateGates {
 		gauge(limitDesc, float64(st.Limit), rate, st.Name)
