@@ -237,7 +237,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	s := l.sem
-	failpoint.Hit("release.sent")
+	failpoint.Hit("release.sent") // a fault test's hook; a no-op in production
 	for l.relNext < len(l.tokens) {
 		chunk := l.tokens[l.relNext:min(l.relNext+releaseChunk, len(l.tokens))]
 		release := *s.leaseKind().release

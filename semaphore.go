@@ -31,8 +31,8 @@ type Semaphore struct {
 	k      keys
 	offset serverOffset // Redis TIME against this process's clock (lease.go)
 	q      waitQueue    // goroutines of this process waiting (acquire.go, shared waiting)
-	// maxBlock caps one blocking wait (ns). It starts at maxBlock and shrinks
-	// when the connection's read timeout turns out to be shorter.
+	// maxBlock caps one blocking wait (ns). It starts at engine.MaxBlock and
+	// shrinks when the connection's read timeout turns out to be shorter.
 	maxBlock atomic.Int64
 	// kind is whose leases this carries: a semaphore's (nil), or an
 	// RWMutex's, whose Semaphore only carries the pools, options and
@@ -81,7 +81,7 @@ func (s *Semaphore) TTL() time.Duration { return s.cfg.ttl }
 // touches a single slot.
 type keys struct {
 	base    string // <prefix>{<encoded name>}:
-	meta    string // hash: size, epoch, fence, rejected, created
+	meta    string // hash: size, epoch, fence, due, tombstones x:<acqID>... (lua/meta.lua lists them)
 	tokens  string // list: free tokens
 	leases  string // zset: token -> lease deadline (ms, Redis TIME)
 	holders string // hash: t:<token> -> record, a:<acqID> -> token

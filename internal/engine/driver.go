@@ -48,6 +48,31 @@ const (
 	CodeReleased = 3 // an abort gave a grant back
 )
 
+// The driver's bounds.
+const (
+	// MaxBlock caps one blocking wait; a wait that long starts over. The
+	// connection's read timeout should be 0 or above MaxBlock+BlockSlack.
+	MaxBlock = 30 * time.Second
+	// BlockSlack is how long past a blocking command's own timeout the
+	// client waits for its reply.
+	BlockSlack = 2 * time.Second
+	// MinBlock is the shortest blocking wait.
+	MinBlock = 10 * time.Millisecond
+	// MaxBrokenWaits bounds how many times in a row a wait starts over after
+	// its blocked connection broke before it gives up and returns the error.
+	MaxBrokenWaits = 5
+	// MaxStaleGrants bounds how many grants in a row an acquisition gives
+	// back because they reached it after their lease's local deadline.
+	MaxStaleGrants = 3
+	// SettleTimeout bounds settling an acquisition or a rate gate's wait by
+	// its id after its reply was lost or its context ended.
+	SettleTimeout = 5 * time.Second
+	// SettleWait is how long a cancelled wait of any kind (Acquire,
+	// AcquireN, a rate gate's Wait) waits for that settling before it
+	// returns; the settling goes on in the background, within SettleTimeout.
+	SettleWait = 250 * time.Millisecond
+)
+
 // Mode says how far one acquisition goes.
 type Mode int
 
@@ -114,7 +139,7 @@ func (RealClock) Go(f func()) { go f() }
 type Reply struct {
 	Code  int64         // CodeWaiting ... CodeReleased
 	Block time.Duration // CodeWaiting: how long the next wait blocks (a try: when to try again)
-	// Moves: the wait moves a token into the waiter's pending list
+	// Moves, with CodeWaiting: the wait moves a token into the waiter's pending list
 	// (BLMOVE), so it must not be sent once Redis may have dropped the
 	// registration (see driveOn). A doorbell (BLPOP) moves nothing.
 	Moves bool
@@ -281,7 +306,7 @@ func driveOn(ctx context.Context, d *Driver, p Protocol, conn redis.Conn, mode M
 			block = time.Duration(d.MaxBlock.Load())
 		}
 		acq, sent, waited = NewAcqID(), clk.Now(), false
-		failpoint.Hit("acquire.sent")
+		failpoint.Hit("acquire.sent") // a fault test's hook; a no-op in production
 		r, err = p.First(ctx, conn, acq, block)
 	}
 	if start != nil {

@@ -203,3 +203,20 @@ func declarations() []Declaration {
 	defer declMu.Unlock()
 	return append([]Declaration(nil), declared...)
 }
+
+// A fast path's own headers are its script's: a reader of acquire_fast.lua
+// or release_fast.lua needs no other file to know what it takes and returns.
+func TestFastPathHeaders(t *testing.T) {
+	for fast, script := range map[string]string{"acquire_fast.lua": "acquire.lua", "release_fast.lua": "release.lua"} {
+		fk, err := headerKeys(fast)
+		require.NoError(t, err)
+		sk, err := headerKeys(script)
+		require.NoError(t, err)
+		assert.Equal(t, sk, fk, "%s's KEYS header", fast)
+		fa, err := HeaderArgNames(fast)
+		require.NoError(t, err)
+		sa, err := HeaderArgNames(script)
+		require.NoError(t, err)
+		assert.Equal(t, sa, fa, "%s's ARGV header", fast)
+	}
+}

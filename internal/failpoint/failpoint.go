@@ -4,7 +4,7 @@
 //
 // The points, in the order an acquisition meets them:
 //
-//	acquire.sent      the fast-path script was written, its reply not yet read
+//	acquire.sent      an acquisition is about to send its first script
 //	wait.script       about to queue acquire.lua behind the BLMOVE; a hook
 //	                  that returns true skips it, leaving the BLMOVE alone (a
 //	                  client that dies between the move and the lease)

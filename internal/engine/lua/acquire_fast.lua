@@ -1,6 +1,12 @@
 -- acquire_fast.lua: acquire.lua's common case, run before the other helpers
--- are defined (defining them costs more than this path). KEYS, ARGV and
--- Returns: acquire.lua's; TestFastPathsMatchSlowPaths holds the two alike.
+-- are defined (defining them costs more than this path).
+-- KEYS: meta, tokens, leases, holders, waits, pend
+-- ARGV: size, acqID, ttlMs, label, blockMs, graceMs, tombMs, phase, and
+--   optionally sizeMode, idleMs
+-- Returns {1, token, fence, deadlineMs, nowUs} granted, {0, blockMs, nowUs}
+-- none free; anything else is acquire.lua's to answer. The headers are
+-- acquire.lua's (TestFastPathHeaders), and TestFastPathsMatchSlowPaths
+-- holds the two alike.
 --
 -- It serves a call when the semaphore exists with this size and idle time,
 -- nothing is due to be swept, no shrink drains and the acquisition was not

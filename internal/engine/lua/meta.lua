@@ -20,7 +20,8 @@
 -- its first write, and every loop is bounded.
 
 -- shrink_count reads a shrink's over or held as a whole number in
--- [0, 100000] (MaxSize), whatever a stranger wrote.
+-- [0, 100000] (ten times engine.MaxSize, which the Go side enforces),
+-- whatever a stranger wrote.
 local function shrink_count(s)
   local n = tonumber(s)
   if not n or n ~= n or n < 0 then return 0 end

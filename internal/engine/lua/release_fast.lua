@@ -1,14 +1,17 @@
 -- release_fast.lua: release.lua's common cases, run before the other
--- helpers are defined (defining them costs more than this path). KEYS, ARGV
--- and Returns: release.lua's; TestFastPathsMatchSlowPaths holds the two
--- alike.
+-- helpers are defined (defining them costs more than this path).
+-- KEYS: meta, tokens, leases, holders
+-- ARGV: token, acqID, then the other tokens of a weighted lease
+-- Returns 1 (the token went back); anything else is release.lua's to
+-- answer. The headers are release.lua's (TestFastPathHeaders), and
+-- TestFastPathsMatchSlowPaths holds the two alike.
 --
 -- It serves a release of one token this acquisition owns while holders has
 -- no "slow" field (no shrink drains, no collector holds the ticket): the
 -- token goes back onto the list and meta is not read. While a shrink drains
 -- (and no collector holds the ticket) it does what returned (tokens.lua)
--- does for one token. Anything else leaves the loop (break) with nothing
--- changed, for release.lua.
+-- does for one token. Anything else leaves the loop (break) for release.lua:
+-- with nothing changed, or, when a release must settle idle expiry, done.
 -- The first write (HDEL) frees memory, so a release works at OOM; a push or
 -- ZREM that fails on a key of the wrong type is undone before the script
 -- fails. No migrating-slot probe: Redis runs it on a migrating slot only
