@@ -100,3 +100,29 @@ func TestSemaphore_Acquire_fenceGrowsWithAShortClock(t *testing.T) {
 		require.NoError(t, l.Release(ctx))
 	}
 }
+
+// A stored size that no client can have written (huge, or not whole) is
+// corruption: the scripts that read it refuse it with ErrCorrupt and write
+// nothing, and none loops over it (a size of 9e15 once froze check.lua and
+// repair.lua, and the server with them).
+func TestHandle_Check_sizeTooLargeIsCorrupt(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for _, size := range []string{"9000000000000000", "100001", "2.5", "1e300"} {
+			ctx := ctxT(t, 10*time.Second)
+			s := newSem(t, b, "size-"+size, 3, WithAdoptSize())
+			l, err := s.TryAcquire(ctx)
+			require.NoError(t, err)
+			b.do(t, "HSET", s.k.meta, "size", size)
+			before := b.snapshot(t)
+
+			_, err = s.Check(ctx)
+			assert.ErrorIs(t, err, ErrCorrupt, "Check, size %s", size)
+			_, err = s.Repair(ctx)
+			assert.ErrorIs(t, err, ErrCorrupt, "Repair, size %s", size)
+			_, err = s.TryAcquire(ctx)
+			assert.ErrorIs(t, err, ErrCorrupt, "TryAcquire, size %s", size)
+			assert.Equal(t, before, b.snapshot(t), "nothing written, size %s", size)
+			_ = l.Release(ctx) // does not read meta: its outcome is not this test's
+		}
+	})
+}

@@ -46,7 +46,7 @@ local function read_meta()
   local msize, epoch, fence_s, due, coll, over, held = m[1], m[2], m[3], m[4], m[5], m[6], m[7]
   if not msize and not epoch then return nil, nil, nil, nil, nil end
   local size, fence = tonumber(msize), tonumber(fence_s)
-  if not size or size < 1 or not epoch or not fence then
+  if not size or size < 1 or size > 100000 or size % 1 ~= 0 or not epoch or not fence then
     return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is not a redsem meta record'
   end
   if fence >= FENCE_MAX then
