@@ -133,7 +133,7 @@ func TestTopUnderPTY(t *testing.T) {
 	makeFleet(t, e)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, script, "-q", "-e", "-c", bin+" top -n 3 --interval 50ms", "/dev/null")
+	cmd := exec.CommandContext(ctx, script, "-q", "-e", "-c", "exec "+bin+" top -n 3 --interval 50ms", "/dev/null")
 	cmd.Env = append(cleanEnv(), "REDIS_URL="+e.url, "TERM=xterm")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

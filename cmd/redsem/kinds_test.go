@@ -394,7 +394,7 @@ func TestTopQuitsOnQAndCtrlC(t *testing.T) {
 	makeFleet(t, e)
 	for _, key := range []string{"q", "\x03"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		cmd := exec.CommandContext(ctx, script, "-q", "-e", "-c", bin+" top --interval 50ms", "/dev/null")
+		cmd := exec.CommandContext(ctx, script, "-q", "-e", "-c", "exec "+bin+" top --interval 50ms", "/dev/null")
 		cmd.Env = append(cleanEnv(), "REDIS_URL="+e.url, "TERM=xterm")
 		in, err := cmd.StdinPipe()
 		require.NoError(t, err)
