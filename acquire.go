@@ -97,7 +97,7 @@ func (s *Semaphore) acquire(ctx context.Context, mode engine.Mode, reg *engine.P
 // driver is the acquisition driver of s, on s's pools and time source;
 // fail maps the protocol's errors.
 func (s *Semaphore) driver(fail func(error) error) *engine.Driver {
-	return &engine.Driver{Pool: s.pool, Block: s.block, MaxBlock: &s.maxBlock, Grace: s.cfg.grace, Clock: clk,
+	return &engine.Driver{Pool: s.pool, Block: s.block, MaxBlock: &s.maxBlock, Grace: s.cfg.grace,
 		Observe: s.offset.observeReply, Fail: fail}
 }
 
@@ -214,13 +214,13 @@ func (s *Semaphore) settle(ctx context.Context, acq string) {
 // background (bounded by releaseTimeout).
 func (s *Semaphore) returnGrant(ctx context.Context, l *Lease) {
 	done := make(chan struct{})
-	clk.Go(func() {
+	engine.Clk.Go(func() {
 		defer close(done)
 		_ = l.Release(ctx)
 	})
-	clk.WaitOrDone(ctx, done, releaseTimeout+time.Second)
+	engine.Clk.WaitOrDone(ctx, done, releaseTimeout+time.Second)
 	if ctx.Err() != nil {
-		clk.WaitOrDone(context.Background(), done, engine.SettleWait)
+		engine.Clk.WaitOrDone(context.Background(), done, engine.SettleWait)
 	}
 }
 
@@ -317,13 +317,13 @@ func (s *Semaphore) acquireShared(ctx context.Context) (*Lease, error) {
 	if q.pumps < s.cfg.waitConns && q.pumps < q.waiters.Len() {
 		q.pumps++
 		pumpStart := start
-		clk.Go(func() { s.pump(pumpStart) })
+		engine.Clk.Go(func() { s.pump(pumpStart) })
 		start = nil
 	}
 	q.mu.Unlock()
 	if start != nil {
 		// A pump already runs: it waits with its own acquisition.
-		clk.Go(func() { s.settle(context.Background(), start.Acq) })
+		engine.Clk.Go(func() { s.settle(context.Background(), start.Acq) })
 	}
 
 	select {
@@ -347,8 +347,8 @@ func (s *Semaphore) acquireShared(ctx context.Context) (*Lease, error) {
 		g.cancel()
 		q.mu.Unlock()
 		settled := make(chan struct{})
-		clk.Go(func() { g.busy.Wait(); close(settled) })
-		clk.WaitOrDone(context.Background(), settled, engine.SettleWait)
+		engine.Clk.Go(func() { g.busy.Wait(); close(settled) })
+		engine.Clk.WaitOrDone(context.Background(), settled, engine.SettleWait)
 		return nil, s.ctxError(ctx.Err())
 	}
 	q.mu.Unlock()

@@ -3,7 +3,7 @@ package redsem
 // The protocol explorer's world: real client code (every public operation
 // of this package) talking to miniredis through connections whose every
 // step the explorer schedules, on a virtual clock shared by the server
-// (miniredis SetTime, so Redis TIME) and the clients (clk, engine.Clock).
+// (miniredis SetTime, so Redis TIME) and the clients (engine.Clk).
 //
 // A command a client writes is not executed when it is written: it waits at
 // the server until the scheduler picks "exec" for its connection, and its
@@ -17,7 +17,7 @@ package redsem
 // their list non-empty, and time out when virtual time passes their timeout.
 //
 // Determinism: the scheduler only chooses once every goroutine of the world
-// is parked (waiting for a reply, in clk.WaitOrDone) or finished, so the
+// is parked (waiting for a reply, in engine.Clk.WaitOrDone) or finished, so the
 // same choices replay the same run.
 
 import (
@@ -255,7 +255,7 @@ func (t *simTimer) Reset(d time.Duration) bool {
 	return was
 }
 
-// simWait is a goroutine parked in clk.WaitOrDone.
+// simWait is a goroutine parked in engine.Clk.WaitOrDone.
 type simWait struct {
 	ctx   context.Context
 	done  <-chan struct{}

@@ -192,7 +192,7 @@ func newRun(env *exploreEnv, sc scenario) (*run, error) {
 	nclients := len(sc.progs)
 	w := newSimWorld(m, exec, nclients, scriptNames())
 	r := &run{sc: sc, w: w, m: m, saved: map[string]string{}, savedTTL: map[string]bool{}, forged: map[string]int{}}
-	clk = w
+	engine.Clk = w
 	failpoint.Set(func(p string) bool {
 		if pointsScheduled[p] {
 			w.atPoint(p)
@@ -911,7 +911,7 @@ func (r *run) teardown() {
 			cl.cancel()
 		}
 	}
-	clk = engine.RealClock{}
+	engine.Clk = engine.RealClock{}
 }
 
 // scriptNames maps every script's SHA1 to its file, for the schedule.

@@ -62,7 +62,7 @@ func (s *Semaphore) newLease(acq string, r engine.Reply, sentUs int64) *Lease {
 	stopCtx, stop := context.WithCancel(context.Background())
 	l.stop, l.stopCh = stop, stopCtx.Done()
 	l.deadline = s.offset.localDeadline(deadlineMs, s.cfg.ttl, sentUs)
-	l.timer = clk.AfterFunc(l.deadline.Sub(clk.Now()), func() { l.end(ErrLeaseExpired) })
+	l.timer = engine.Clk.AfterFunc(l.deadline.Sub(engine.Clk.Now()), func() { l.end(ErrLeaseExpired) })
 	l.stopCtx = stopCtx
 	return l
 }
@@ -74,7 +74,7 @@ func (s *Semaphore) newLease(acq string, r engine.Reply, sentUs int64) *Lease {
 func (l *Lease) use() *Lease {
 	if !l.sem.cfg.fixedTTL {
 		l.wg.Add(1)
-		clk.Go(func() { l.autoRefresh(l.stopCtx) })
+		engine.Clk.Go(func() { l.autoRefresh(l.stopCtx) })
 	}
 	return l
 }
@@ -173,7 +173,7 @@ func (l *Lease) Valid() bool {
 	if l == nil || l.ctx.Err() != nil {
 		return false
 	}
-	return clk.Now().Before(l.Deadline())
+	return engine.Clk.Now().Before(l.Deadline())
 }
 
 // Done returns a channel that is closed when the lease ends: released,
@@ -253,7 +253,7 @@ func (l *Lease) Release(ctx context.Context) error {
 			}
 			return s.scriptError("release", err)
 		}
-		if m == 0 && retried && clk.Now().Before(l.Deadline()) {
+		if m == 0 && retried && engine.Clk.Now().Before(l.Deadline()) {
 			// After a retry on a fresh connection, a lease whose deadline
 			// has not passed can only be missing because the first attempt
 			// released it, or because Redis lost the semaphore (a restart
@@ -468,7 +468,7 @@ func (l *Lease) endRefreshLocked(f *refreshFlight) bool {
 // setDeadline moves the local deadline and its timer (l.mu held).
 func (l *Lease) setDeadline(dl time.Time) {
 	l.deadline = dl
-	l.timer.Reset(dl.Sub(clk.Now()))
+	l.timer.Reset(dl.Sub(engine.Clk.Now()))
 }
 
 // releaseTimeout bounds a Release, whatever the caller's context.
@@ -506,7 +506,7 @@ func (l *Lease) autoRefresh(stopCtx context.Context) {
 	defer l.wg.Done()
 	for {
 		l.mu.Lock()
-		wait := l.deadline.Sub(clk.Now()) - 2*l.ttl/3
+		wait := l.deadline.Sub(engine.Clk.Now()) - 2*l.ttl/3
 		ttl := l.ttl
 		l.mu.Unlock()
 		if !sleep(stopCtx, l.ctx, wait) {
@@ -562,9 +562,9 @@ func sleep(a, b context.Context, d time.Duration) bool {
 // monoBase anchors the process's monotonic clock.
 var monoBase = time.Now()
 
-func monoNow() int64 { return monoUs(clk.Now()) }
+func monoNow() int64 { return monoUs(engine.Clk.Now()) }
 
-// monoUs is t (read from clk) on the process's monotonic clock, in µs.
+// monoUs is t (read from engine.Clk) on the process's monotonic clock, in µs.
 func monoUs(t time.Time) int64 { return t.Sub(monoBase).Microseconds() }
 
 func monoTime(us int64) time.Time { return monoBase.Add(time.Duration(us) * time.Microsecond) }
@@ -580,7 +580,7 @@ type serverOffset struct {
 	at   int64 // local µs of the sample
 }
 
-// observeReply records that a request sent at sent (clk) was answered with
+// observeReply records that a request sent at sent (engine.Clk) was answered with
 // server time nowUs: every acquisition script's reply (engine.Driver.Observe).
 func (c *serverOffset) observeReply(sent time.Time, nowUs int64) { c.observe(monoUs(sent), nowUs) }
 
@@ -621,8 +621,3 @@ func (c *serverOffset) localDeadline(deadlineMs int64, ttl time.Duration, sentUs
 	}
 	return monoTime(deadlineMs*1000 + c.boundAt(monoNow()) - margin)
 }
-
-// clk is the Clock of this package's acquisitions and leases (see
-// engine.Clock for what goes through it); the explorer's tests swap in a
-// virtual one.
-var clk engine.Clock = engine.RealClock{}

@@ -134,6 +134,10 @@ func (RealClock) WaitOrDone(ctx context.Context, done <-chan struct{}, d time.Du
 // Go runs f in a new goroutine.
 func (RealClock) Go(f func()) { go f() }
 
+// Clk is the Clock of every acquisition, lease and rate gate; the protocol
+// explorer's tests swap in a virtual one.
+var Clk Clock = RealClock{}
+
 // Reply is an acquisition script's reply, decoded. Every protocol's replies
 // fit it; a field a protocol's scripts do not send stays zero.
 type Reply struct {
@@ -193,8 +197,6 @@ type Driver struct {
 	// Grace is how long past its block Redis keeps a waiter registered
 	// before it drops it as dead.
 	Grace time.Duration
-	// Clock is the time source; nil means RealClock.
-	Clock Clock
 	// Observe, if set, sees the server time of every reply and when
 	// (Clock.Now) its request was sent.
 	Observe func(sent time.Time, nowUs int64)
@@ -212,13 +214,6 @@ type Result struct {
 	Granted bool
 	Reply   Reply
 	Pending *Pending
-}
-
-func (d *Driver) clock() Clock {
-	if d.Clock == nil {
-		return RealClock{}
-	}
-	return d.Clock
 }
 
 // Drive runs one acquisition of protocol p in mode, going on with start
@@ -288,7 +283,7 @@ func (d *Driver) BlockFor(ctx context.Context) time.Duration {
 // it ran), then, in ModeWait, blocking waits until a grant, the context's
 // end, or a broken connection (a *brokenWait).
 func driveOn(ctx context.Context, d *Driver, p Protocol, conn redis.Conn, mode Mode, start *Pending) (Result, error) {
-	clk := d.clock()
+	clk := Clk
 	var (
 		acq  string
 		r    Reply
@@ -439,7 +434,7 @@ func failed(ctx context.Context, d *Driver, p Protocol, acq string, err error, b
 // server that does not answer: the settle goes on in the background for at
 // most SettleTimeout.
 func Settle(ctx context.Context, d *Driver, p Protocol, acq string) {
-	clk := d.clock()
+	clk := Clk
 	done := make(chan struct{})
 	clk.Go(func() {
 		defer close(done)
