@@ -40,6 +40,10 @@ type wrongTypeOp struct {
 	name    string
 	prepare func(t *testing.T, b *backend, ctx context.Context) *wrongTypeState
 	deletes bool // a success removes every key (Delete)
+	// moved: it runs behind a waiter's BLMOVE, which a failure undoes (the
+	// token back at the token list's head), unless the move's own keys are
+	// the strangers.
+	moved bool
 }
 
 // farFuture is a waits score (ms) no test reaches.
@@ -91,6 +95,8 @@ func semKeys(s *Semaphore, acq string) map[string]layoutKey {
 	}
 }
 
+func (op wrongTypeOp) behindMove() wrongTypeOp { op.moved = true; return op }
+
 func semOp(name string, sweep bool, run func(st *wrongTypeState, waiter string, r *Lease) func(context.Context) error) wrongTypeOp {
 	return wrongTypeOp{name: name, prepare: func(t *testing.T, b *backend, ctx context.Context) *wrongTypeState {
 		st, waiter, r := semState(t, b, ctx, sweep)
@@ -127,7 +133,7 @@ func wrongTypeOps() []wrongTypeOp {
 				_, err := parseAcquireReply(engine.RunScript(ctx, c, engine.Acquire, st.s.acquireArgs(w, time.Second, "wait")...))
 				return mapErr(err, st.s.scriptError, "acquire")
 			}
-		}),
+		}).behindMove(),
 		semOp("Acquire/blocked/sweep", true, func(st *wrongTypeState, w string, _ *Lease) func(context.Context) error {
 			return func(ctx context.Context) error {
 				c := st.s.pool.(testPool).Get()
@@ -135,7 +141,7 @@ func wrongTypeOps() []wrongTypeOp {
 				_, err := parseAcquireReply(engine.RunScript(ctx, c, engine.Acquire, st.s.acquireArgs(w, time.Second, "wait")...))
 				return mapErr(err, st.s.scriptError, "acquire")
 			}
-		}),
+		}).behindMove(),
 		// A cancelled wait settles (abort.lua), in both of its modes.
 		semOp("Acquire/cancelled", false, func(st *wrongTypeState, w string, _ *Lease) func(context.Context) error {
 			return func(ctx context.Context) error {
@@ -263,6 +269,13 @@ func checkWrongType(t *testing.T, b *backend, op wrongTypeOp, st *wrongTypeState
 		if !assert.ErrorIs(t, err, ErrWrongType, what) {
 			return
 		}
+		if pend, tokens := st.keys["pend"].name, st.keys["tokens"].name; op.moved && key != pend && key != tokens {
+			// No token may stay in a pending list whose registration a
+			// stranger's key may have taken: the move was undone.
+			assert.NotContains(t, after, pend, "%s: the token stayed pending", what)
+			b.do(t, "LMOVE", tokens, pend, "LEFT", "RIGHT")
+			after = b.snapshot(t)
+		}
 		assert.Equal(t, before, after, "%s: failed, but wrote", what)
 	} else if op.deletes {
 		assert.Empty(t, after, "%s: Delete left keys", what)
@@ -354,5 +367,45 @@ func TestSemaphore_WrongType_keys(t *testing.T) {
 		}
 		require.NoError(t, held.Release(ctx))
 		requireInventory(t, s, 2, 0)
+	})
+}
+
+// A token moved to a blocked waiter while a stranger's string sat on waits,
+// where the waiter's registration was, goes back to the token list as the
+// waiter's script fails: once the operator deletes the bad key the
+// semaphore is whole, and no pending list is left for a sweep to miss.
+func TestSemaphore_WrongType_waitsOverABlockedWaiter(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for _, k := range []int{0, 2} { // Acquire, AcquireN(2)
+			b.do(t, "FLUSHALL")
+			ctx := ctxT(t, 20*time.Second)
+			s := newSem(t, b, "strand", 2, WithTTL(time.Minute), WithWaitConnections(0))
+			held := holdN(t, ctx, s.Acquire, 2)
+			got := make(chan error, 1)
+			go func() {
+				var werr error
+				if k == 0 {
+					_, werr = s.Acquire(ctx)
+				} else {
+					_, werr = s.AcquireN(ctx, k)
+				}
+				got <- werr
+			}()
+			require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) == 1 }, 10*time.Second, 5*time.Millisecond)
+			b.do(t, "SET", s.k.waits, "a stranger's")
+			require.NoError(t, held[0].Release(ctx))
+			require.ErrorIs(t, <-got, ErrWrongType, "k %d", k)
+			require.NoError(t, held[1].Release(ctx))
+
+			b.do(t, "DEL", s.k.waits)
+			keys, err := redis.Strings(b.do(t, "KEYS", "*:pend:*"), nil)
+			require.NoError(t, err)
+			assert.Empty(t, keys, "k %d: a pending list is left", k)
+			requireInventory(t, s, 2, 0)
+			l, err := s.TryAcquire(ctx)
+			require.NoError(t, err)
+			require.NoError(t, l.Release(ctx))
+		}
 	})
 }

@@ -34,36 +34,40 @@ if not idle or not size or #acq < 16 or string.find(acq, '[|:]')
   or (phase ~= 'fresh' and phase ~= 'wait') then
   return redis.error_reply('REDSEM_ARG invalid arguments to acquire')
 end
--- Holders and meta are read first. Off the common case (behind a BLMOVE,
--- creating, sweeping, a shrink draining) every key is type-checked before
--- the first write; otherwise a key is checked where first touched, with
--- pcall, and undo puts back what changed before the script fails.
+-- Off the common case (behind a BLMOVE, creating, sweeping, a shrink
+-- draining) every key is type-checked before the first write, behind a
+-- BLMOVE before the first read (a wrong one: the move is undone); otherwise
+-- a key is checked where first touched, with pcall, and undo puts back what
+-- changed before the script fails.
+local err
+if not fresh then
+  err = check_types(5) or type_err(KEYS[6], 'list')
+  if err then return unmoved(true, err) end
+end
 -- A tombstone: the client settled this acquisition (abort.lua) before this
 -- call arrived. Hand back anything pending and grant nothing.
 local aborted = tombstone_of(acq)
-local err
 
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 
 local msize, epoch, fence, due, over, _
 msize, epoch, fence, due, err, _, over = read_meta()
-if err then return redis.error_reply(err) end
+if err then return unmoved(not fresh, err) end
 size, err = size_in_force(msize, size, size_mode == 'adopt')
-if err then return redis.error_reply(err) end
+if err then return unmoved(not fresh, err) end
 
 local due_now
 if not fresh or not msize or now_ms >= due or over > 0 then
-  err = check_types(5)
-  if not err and not fresh then err = type_err(KEYS[6], 'list') end
+  if fresh then err = check_types(5) end
   if not err and msize and now_ms >= due then due_now, err = overdue(now_ms, 100) end
-  if err then return redis.error_reply(err) end
+  if err then return unmoved(not fresh, err) end
 end
 
 if not msize then
   -- First use, or the data was lost: create the semaphore.
   epoch, err = create(size, acq, now)
-  if err then return redis.error_reply(err) end
+  if err then return unmoved(not fresh, err) end
   fence, due, over = now, NO_DUE, 0
 end
 
@@ -97,9 +101,9 @@ local function undo(e)
   if fenced then redis.call('HSET', KEYS[1], 'fence', fmt_int(fence)) end
   local msg = e['err'] or ''
   if string.find(msg, 'WRONGTYPE') then
-    return redis.error_reply('REDSEM_WRONGTYPE ' .. msg)
+    return unmoved(not fresh, 'REDSEM_WRONGTYPE ' .. msg)
   end
-  return redis.error_reply(msg)
+  return unmoved(not fresh, msg)
 end
 
 if due_now then

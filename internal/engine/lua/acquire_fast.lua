@@ -35,7 +35,11 @@ repeat
     break
   end
   local m = redis.pcall('HMGET', KEYS[1], 'size', 'epoch', 'fence', 'due', 'over', 'x:' .. acq, 'idle', 'exp')
-  if m['err'] then return fast_fail(m, KEYS[1]) end
+  if m['err'] then
+    -- Behind a BLMOVE, undone first (unmoved in tokens.lua).
+    if not fresh then redis.pcall('LMOVE', KEYS[6], KEYS[2], 'RIGHT', 'LEFT') end
+    return fast_fail(m, KEYS[1])
+  end
   local msize, epoch, fence, due_s, over, tombstone, idle, exp = m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8]
   local due = tonumber(due_s)
   if msize and msize ~= size and size_mode == 'adopt'
@@ -146,13 +150,16 @@ repeat
     redis.call('ZREM', KEYS[3], tok)
     e, ekey = r, KEYS[5]
   end
-  -- Not granted: the token goes back where it came from; behind a BLMOVE,
-  -- before an error, to the token list if its pending list fails (a
-  -- migrating slot: the list is empty now).
+  -- Not granted: the token goes back where it came from. Behind a BLMOVE,
+  -- that is the pending list for acquire.lua to go on with, or before an
+  -- error the token list's head, as before the move (unmoved in tokens.lua);
+  -- the other one if that fails (a migrating slot: the list is empty now).
   if type(tok) == 'string' and fresh then
     redis.call('LPUSH', KEYS[2], tok)
-  elseif type(tok) == 'string' and type(redis.pcall('LPUSH', KEYS[6], tok)) == 'table' and e then
-    redis.pcall('LPUSH', KEYS[2], tok)
+  elseif type(tok) == 'string' then
+    local back, other = KEYS[6], KEYS[2]
+    if e then back, other = KEYS[2], KEYS[6] end
+    if type(redis.pcall('LPUSH', back, tok)) == 'table' then redis.pcall('LPUSH', other, tok) end
   end
   if fresh then redis.call('HSET', KEYS[1], 'fence', fence, 'due', due_s) end
   if e then return fast_fail(e, ekey) end

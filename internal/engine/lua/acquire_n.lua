@@ -52,17 +52,17 @@ local try = block == 0 -- TryAcquireN: phase "fresh" or "more"
 local part = part_of(acq)
 local err = check_types(5) or type_err(KEYS[6], 'list') or type_err(KEYS[7], 'list')
   or type_err(KEYS[8], 'list') or type_err(part, 'list')
-if err then return redis.error_reply(err) end
+if err then return unmoved(phase == 'wait', err) end
 local aborted = tombstone_of(acq) -- see acquire.lua
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 
 local msize, epoch, fence, due, over, coll_s
 msize, epoch, fence, due, err, coll_s, over = read_meta()
-if err then return redis.error_reply(err) end
+if err then return unmoved(phase == 'wait', err) end
 size, err = size_in_force(msize, size, size_mode == 'adopt')
-if err then return redis.error_reply(err) end
-if k > size then return redis.error_reply('REDSEM_TOOMANY ' .. size) end
+if err then return unmoved(phase == 'wait', err) end
+if k > size then return unmoved(phase == 'wait', 'REDSEM_TOOMANY ' .. size) end
 local coll = parse_coll(coll_s)
 local seal = parse_seal(msize and redis.call('HGET', KEYS[1], 'seal'))
 -- A dead collector's part list goes below (a stranger's type: left alone).
@@ -74,7 +74,7 @@ end
 if not msize then
   -- First use, or the data was lost: create the semaphore.
   epoch, err = create(size, acq, now)
-  if err then return redis.error_reply(err) end
+  if err then return unmoved(phase == 'wait', err) end
   fence, due, over = now, NO_DUE, 0
 end
 
@@ -82,7 +82,7 @@ end
 local due_now
 if msize and now_ms >= due then
   due_now, err = overdue(now_ms, 100)
-  if err then return redis.error_reply(err) end
+  if err then return unmoved(phase == 'wait', err) end
 end
 
 -- A fresh acquisition writes its fence first: at maxmemory, OOM before any change.

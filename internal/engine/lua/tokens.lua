@@ -138,3 +138,15 @@ local function give_back(tok, epoch, size, leased)
   if epoch then redis.call('HINCRBY', KEYS[1], 'rejected', 1) end
   return 0
 end
+
+-- unmoved is the error reply e. moved: the script runs behind a waiter's
+-- BLMOVE (tokens -> pend), undone first: the token goes back to the head of
+-- the token list, where it was. Left in the pending list, it would wait for
+-- a sweep that finds the list through its registration in waits, which a
+-- stranger's key may have taken.
+local function unmoved(moved, e)
+  for _ = 1, moved and 10 or 0 do
+    if type(redis.pcall('LMOVE', KEYS[6], KEYS[2], 'RIGHT', 'LEFT')) ~= 'string' then break end
+  end
+  return redis.error_reply(e)
+end
