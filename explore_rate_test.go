@@ -114,12 +114,11 @@ type rateRun struct {
 	k      rateKeys
 	grants map[string]*rateGrant // every start Redis recorded in the run, by acquisition
 	last   int64                 // the latest grant time, µs
+	owner  map[string]int        // acquisition -> the client whose script named it
+	asked  map[string][]int      // acquisition -> the units its script asked for
 	// By client: the acquisition its last first script began, its current
 	// operation's context, whether its last Allow's script found room and
-	// nobody queued (4), whether time passed while its wake-up was on its
-	// way (5).
-	owner   map[string]int // acquisition -> the client whose script named it
-	asked   map[string][]int
+	// nobody queued (4), whether its wake-up may be late (5).
 	current map[int]string
 	opCtx   map[int]context.Context
 	room    map[int]bool
