@@ -257,6 +257,9 @@ func (c *checker) check(r *run) string {
 	if r.sc.rw {
 		return c.checkRW(r)
 	}
+	if r.rate != nil {
+		return r.checkRate()
+	}
 	v := r.view()
 	nowMs := float64(r.w.Now().UnixMilli())
 	strangerHere := len(r.saved) > 0
@@ -383,6 +386,9 @@ func (c *checker) final(r *run) string {
 	}
 	if r.sc.rw {
 		return c.finalRW(r)
+	}
+	if r.rate != nil {
+		return r.finalRate()
 	}
 	// Every lease a program left behind expires; a Reclaim gives it back.
 	w := r.w

@@ -17,6 +17,7 @@ import (
 
 	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/internal/failpoint"
+	"github.com/redsem/redsem/rate"
 )
 
 // opKind is a public operation a virtual client performs.
@@ -47,7 +48,8 @@ type op struct {
 	n        int
 	ttl      time.Duration
 	ttl2     time.Duration
-	cancelOK bool // the scheduler may end this operation's context
+	units    []int // a rate gate's start: units per limit; SetRate: n per limit
+	cancelOK bool  // the scheduler may end this operation's context
 }
 
 func (o op) String() string {
@@ -85,7 +87,7 @@ func (o op) String() string {
 	case opTryLock:
 		return "TryLock"
 	}
-	return "?"
+	return rateOpString(o)
 }
 
 // stranger is a write by someone who is not a redsem client: a key
@@ -127,6 +129,10 @@ type scenario struct {
 	// idle is the clients' WithIdleExpiry (0: off). The keys' expiry is
 	// then one of the timed events time passes to.
 	idle time.Duration
+	// rate, when set, gives every client a rate gate (a quota with more
+	// limits than one) of the name with these limits, for the programs and
+	// checks of explore_rate_test.go; setup is then empty.
+	rate []rate.Limit
 }
 
 // vclient is a virtual client: one Semaphore of its own, a program.
@@ -180,6 +186,7 @@ type run struct {
 	forged      map[string]int  // copies of valid tokens a stranger pushed
 	repairAtEnd bool            // a stranger pushed tokens: Repair before the final Check
 	chk         checker
+	rate        *rateRun // with scenario.rate
 	trace       []string
 }
 
@@ -226,6 +233,11 @@ func newRun(env *exploreEnv, sc scenario) (*run, error) {
 			return nil, err
 		}
 		r.chk.rwAdmin = rwAdmin
+	}
+	if sc.rate != nil {
+		if err := r.newRate(env); err != nil {
+			return nil, err
+		}
 	}
 	admin, err := NewSemaphore(env.direct, exploreName, 1, WithAdoptSize(), WithIdleExpiry(sc.idle))
 	if err != nil {
@@ -393,6 +405,8 @@ func (r *run) startOp(cl *vclient, o op) {
 			r.w.atPoint(fmt.Sprintf("c%d pause", cl.id))
 			return "went on", nil, false
 		})
+	case opWait, opAllow, opSetRate:
+		run1(func() (string, *Lease, bool) { return r.rateOp(ctx, cl, o), nil, false })
 	case opCrash:
 		w.mu.Lock()
 		r.killLocked(cl)
@@ -600,7 +614,7 @@ func (r *run) serverDeadlines() []time.Time {
 			}
 		}
 	}
-	return out
+	return append(out, r.rateDeadlines()...)
 }
 
 func (r *run) exec(c *simConn) {
@@ -608,9 +622,11 @@ func (r *run) exec(c *simConn) {
 	w.mu.Lock()
 	cl := r.clients[c.client]
 	before, v0 := r.chk.beforeExec(cl, w.cmdLabel(c.inbox[0])), r.view()
+	rb := r.rateBefore(cl, c.inbox[0])
 	label := w.execute(c)
 	r.chk.afterExec(cl, before)
 	r.chk.grants(r, label, v0, r.view())
+	r.rateAfter(cl, rb, label)
 	w.mu.Unlock()
 	r.note(c.name() + " " + label)
 }
@@ -923,7 +939,8 @@ func scriptNames() map[string]string {
 		"status.lua": engine.Status, "acquire_n.lua": engine.AcquireN, "abort_n.lua": engine.AbortN,
 		"resize.lua": engine.Resize, "repair.lua": engine.Repair, "check.lua": engine.Check,
 		"rw_acquire.lua": engine.RWAcquire, "rw_abort.lua": engine.RWAbort, "rw_release.lua": engine.RWRelease,
-		"rw_refresh.lua": engine.RWRefresh,
+		"rw_refresh.lua": engine.RWRefresh, "rate_take.lua": engine.RateTake, "rate_abort.lua": engine.RateAbort,
+		"rate_set.lua": engine.RateSet, "rate_status.lua": engine.RateStatus,
 	} {
 		out[s.Hash()] = name
 	}

@@ -243,7 +243,8 @@ func (q *Quota) take(ctx context.Context, units []int, wait bool) (Start, error)
 	if err := q.checkUnits(units); err != nil {
 		return Start{}, err
 	}
-	began := time.Now()
+	clk := engine.Clk
+	began := clk.Now()
 	mode := engine.ModeTry
 	if wait {
 		mode = engine.ModeWait
@@ -256,12 +257,12 @@ func (q *Quota) take(ctx context.Context, units []int, wait bool) (Start, error)
 	case res.Granted:
 		return Start{
 			At:         time.UnixMicro(res.Reply.GrantUs),
-			Waited:     time.Since(began),
+			Waited:     clk.Now().Sub(began),
 			RetryAfter: res.Reply.Block,
 		}, nil
 	}
 	after := res.Reply.Block
-	return Start{Waited: time.Since(began), RetryAfter: after},
+	return Start{Waited: clk.Now().Sub(began), RetryAfter: after},
 		&LimitedError{Name: engine.Printable(q.name), RetryAfter: after}
 }
 

@@ -51,3 +51,40 @@ func TestRateGateCancelledWaitDoesNotOutliveContext(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond, "the cancelled Wait left the queue once Redis answered")
 	assert.Equal(t, 0, b.num(t, "LLEN", g.q.k.base+"queue"), "nobody left in the queue")
 }
+
+// A start given back (its waiter's context ended after Redis granted it)
+// can bring the queue head's turn closer: the head waited for that start to
+// leave the window. rate_abort.lua rings the head so that it times its
+// wake-up again; it used not to, and the head slept on, up to a window late,
+// while Allow refused everyone behind it. (Found by the protocol explorer,
+// "random rate seed 11832".)
+func TestRateGate_givenBackStartRetimesTheHead(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		g := newGate(t, b, "retime", 2, time.Minute)
+		_, err := g.AllowN(ctx, 2) // the window is full
+		require.NoError(t, err)
+		conn := b.pool.Get()
+		defer conn.Close()
+		register := func(acq string, units int) engine.Reply {
+			args := g.q.takeArgs(acq, time.Minute.Microseconds(), "fresh", []int{units})
+			r, err := parseRateReply(engine.RunScript(ctx, conn, engine.RateTake, args...))
+			require.NoError(t, err)
+			require.Equal(t, int64(engine.CodeWaiting), r.Code)
+			return r
+		}
+		a, h := engine.NewAcqID(), engine.NewAcqID()
+		register(a, 1)
+		require.NoError(t, g.SetRate(ctx, 3, time.Minute)) // serves a, which never learns of it
+		// h needs the whole window: its turn is when a's start leaves it.
+		r := register(h, 3)
+		require.True(t, r.Head)
+		require.Equal(t, 0, b.num(t, "LLEN", g.q.k.inbox(h)))
+
+		p := &takeUnits{q: g.q, units: []int{1}}
+		r, err = p.Abort(ctx, a, "release")
+		require.NoError(t, err)
+		require.Equal(t, int64(engine.CodeReleased), r.Code)
+		assert.Equal(t, 1, b.num(t, "LLEN", g.q.k.inbox(h)), "the head was rung: its turn is the first start's end now")
+	})
+}

@@ -74,12 +74,9 @@ func (p *takeUnits) Wait(ctx context.Context, conn redis.Conn, acq string, r eng
 	args := q.takeArgs(acq, next.Microseconds(), "wait", p.units)
 	d := r.Block
 	if r.Head && d <= localWake {
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return engine.Reply{}, ctx.Err()
-		case <-t.C:
+		engine.Clk.WaitOrDone(ctx, nil, d)
+		if err := ctx.Err(); err != nil {
+			return engine.Reply{}, err
 		}
 		return parseRateReply(engine.RunScript(ctx, conn, engine.RateTake, args...))
 	}

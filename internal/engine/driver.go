@@ -94,8 +94,9 @@ const (
 // schedule. Not through it: the timeouts of contexts (a settle's, a
 // release's, a refresh's, a blocking read's), the deadline CtxErr and
 // BlockFor read, auto-refresh's sleep between refreshes, the goroutine that
-// reports a lease's end to an Observer, and everything of a rate gate,
-// which runs on RealClock. The protocol explorer's tests install a virtual
+// reports a lease's end to an Observer, and the durations a rate gate
+// reports to its Observer (its queue head's timer and Start.Waited go
+// through it). The protocol explorer's tests install a virtual
 // Clock.
 type Clock interface {
 	Now() time.Time

@@ -46,7 +46,9 @@ redis.call('HDEL', KEYS[2], 'r:' .. acq)
 redis.call('ZREM', KEYS[4], 'w:' .. acq)
 redis.call('ZADD', KEYS[4], fmt_int(now + tomb), 'x:' .. acq)
 redis.call('DEL', KEYS[9])
-if redis.call('HGET', KEYS[1], 'timer') == acq then
+if released or redis.call('HGET', KEYS[1], 'timer') == acq then
+  -- Given-back units may bring the head's turn closer: serve rings it
+  -- (as a new head) to time its wake-up again.
   redis.call('HDEL', KEYS[1], 'timer')
 end
 if st then
