@@ -236,10 +236,11 @@ func (s *Semaphore) ctxError(err error) error {
 // connection, not a thousand. Between processes, Redis serves the pumps in
 // arrival order, and a pump that was served queues again behind the others.
 //
-// A waiter whose context ends leaves the queue with no round trip; a lease
-// that reaches it as it leaves goes to the next waiter, or back to Redis.
-// When the queue empties, the pumps' acquisitions are cancelled, which
-// settles them as any cancelled Acquire.
+// A waiter whose context ends leaves the queue with no round trip (one
+// served as its context ends keeps what it was served). A lease that
+// reaches the queue once its waiters have left goes back to Redis. When the
+// queue empties, the pumps' acquisitions are cancelled, which settles them
+// as any cancelled Acquire. Every wait goes through engine.Clk.
 
 // waitQueue is a Semaphore's local queue of waiting goroutines.
 type waitQueue struct {
@@ -253,24 +254,53 @@ type waitQueue struct {
 }
 
 // pumpGen is one run of the pumps, from the first waiter to an empty queue.
-// busy counts the acquisitions started under it, so that the waiter that
-// empties the queue can wait for them to be settled.
+// busy counts the acquisitions under way under it; settled is closed once
+// it is cancelled and none is, so that the waiter that empties the queue
+// can wait for them to be settled. Both with the queue's lock.
 type pumpGen struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-	busy   sync.WaitGroup
+	ctx     context.Context
+	cancel  context.CancelFunc
+	busy    int
+	settled chan struct{}
+	closed  bool // settled is closed
 }
 
-// waiter is one goroutine in Acquire. ch is buffered, so handing over never
-// blocks a pump.
+func newPumpGen() *pumpGen {
+	g := &pumpGen{settled: make(chan struct{})}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	return g
+}
+
+// stop cancels g's acquisitions, and done ends one; closeIfSettled closes
+// settled once g is cancelled and none runs (none starts after the cancel).
+func (g *pumpGen) stop() { g.cancel(); g.closeIfSettled() }
+
+func (g *pumpGen) done() { g.busy--; g.closeIfSettled() }
+
+func (g *pumpGen) closeIfSettled() {
+	if g.busy == 0 && g.ctx.Err() != nil && !g.closed {
+		g.closed = true
+		close(g.settled)
+	}
+}
+
+// waiter is one goroutine in Acquire. serve sets res and closes done, so
+// handing over never blocks a pump.
 type waiter struct {
-	ch   chan waitResult
+	done chan struct{}
+	res  waitResult
 	elem *list.Element
 }
 
 type waitResult struct {
 	lease *Lease
 	err   error
+}
+
+// serve gives w its result, once w is out of the queue (q.mu held).
+func (w *waiter) serve(r waitResult) {
+	w.elem, w.res = nil, r
+	close(w.done)
 }
 
 // acquireShared is Acquire with shared waiting.
@@ -306,13 +336,11 @@ func (s *Semaphore) acquireShared(ctx context.Context) (*Lease, error) {
 		}
 		start = reg
 	}
-	w := &waiter{ch: make(chan waitResult, 1)}
+	w := &waiter{done: make(chan struct{})}
 	q.mu.Lock()
 	w.elem = q.waiters.PushBack(w)
 	if q.gen == nil || q.gen.ctx.Err() != nil {
-		g := &pumpGen{}
-		g.ctx, g.cancel = context.WithCancel(context.Background())
-		q.gen = g
+		q.gen = newPumpGen()
 	}
 	if q.pumps < s.cfg.waitConns && q.pumps < q.waiters.Len() {
 		q.pumps++
@@ -326,36 +354,28 @@ func (s *Semaphore) acquireShared(ctx context.Context) (*Lease, error) {
 		engine.Clk.Go(func() { s.settle(context.Background(), start.Acq) })
 	}
 
-	select {
-	case r := <-w.ch:
-		return r.lease, r.err
-	case <-ctx.Done():
-	}
+	engine.Clk.WaitOrDone(ctx, w.done, engine.Forever)
 	q.mu.Lock()
-	if w.elem != nil {
-		// Still queued: leave without a round trip.
-		q.waiters.Remove(w.elem)
-		w.elem = nil
-		if q.waiters.Len() > 0 {
-			q.mu.Unlock()
-			return nil, s.ctxError(ctx.Err())
-		}
-		// The last one out stops the pumps and waits (SettleWait at most)
-		// for their acquisitions to be settled, so that, as on a connection
-		// of its own, a returned Acquire leaves nothing behind.
-		g := q.gen
-		g.cancel()
+	if w.elem == nil {
+		// Served, or told of the pumps' error, maybe as ctx ended.
+		r := w.res
 		q.mu.Unlock()
-		settled := make(chan struct{})
-		engine.Clk.Go(func() { g.busy.Wait(); close(settled) })
-		engine.Clk.WaitOrDone(context.Background(), settled, engine.SettleWait)
+		return r.lease, r.err
+	}
+	// ctx ended: leave without a round trip.
+	q.waiters.Remove(w.elem)
+	w.elem = nil
+	if q.waiters.Len() > 0 {
+		q.mu.Unlock()
 		return nil, s.ctxError(ctx.Err())
 	}
+	// The last one out stops the pumps and waits (SettleWait at most) for
+	// their acquisitions to be settled, so that, as on a connection of its
+	// own, a returned Acquire leaves nothing behind.
+	g := q.gen
+	g.stop()
 	q.mu.Unlock()
-	// Served while leaving: pass the lease on.
-	if r := <-w.ch; r.lease != nil {
-		s.handOff(r.lease)
-	}
+	engine.Clk.WaitOrDone(context.Background(), g.settled, engine.SettleWait)
 	return nil, s.ctxError(ctx.Err())
 }
 
@@ -376,28 +396,26 @@ func (s *Semaphore) pump(start *engine.Pending) {
 			return
 		}
 		g := q.gen
-		g.busy.Add(1)
+		g.busy++
 		q.mu.Unlock()
 		l, _, err := s.acquire(g.ctx, engine.ModeWait, start)
 		start = nil
-		g.busy.Done()
-		switch {
-		case err == nil:
-			s.handOff(l)
-		case g.ctx.Err() != nil:
-			// The queue emptied while we waited, and whatever Redis had
-			// handed over went back. Look again: someone may have come.
-		default:
+		q.mu.Lock()
+		g.done()
+		if err != nil && g.ctx.Err() == nil {
 			// Tell every waiter: each would have met the same error.
-			q.mu.Lock()
 			for e := q.waiters.Front(); e != nil; e = q.waiters.Front() {
-				w := q.waiters.Remove(e).(*waiter)
-				w.elem = nil
-				w.ch <- waitResult{err: err}
+				q.waiters.Remove(e).(*waiter).serve(waitResult{err: err})
 			}
-			g.cancel()
-			q.mu.Unlock()
+			g.stop()
 		}
+		q.mu.Unlock()
+		if err == nil {
+			s.handOff(l)
+		}
+		// Else, with g cancelled, the queue emptied while we waited, and
+		// whatever Redis had handed over went back. Look again: someone
+		// may have come.
 	}
 }
 
@@ -406,13 +424,11 @@ func (s *Semaphore) handOff(l *Lease) {
 	q := &s.q
 	q.mu.Lock()
 	if e := q.waiters.Front(); e != nil && l.Valid() {
-		w := q.waiters.Remove(e).(*waiter)
-		w.elem = nil
-		w.ch <- waitResult{lease: l}
+		q.waiters.Remove(e).(*waiter).serve(waitResult{lease: l})
 		if q.waiters.Len() == 0 {
 			// Served the last one: any other pump still blocked in Redis
 			// would wait for nobody (and keep its place in Redis's queue).
-			q.gen.cancel()
+			q.gen.stop()
 		}
 		q.mu.Unlock()
 		return

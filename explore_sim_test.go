@@ -36,10 +36,12 @@ import (
 	"github.com/redsem/redsem/internal/engine"
 )
 
-// simCmd is one command written by a client.
+// simCmd is one command written by a client; seq orders the commands of
+// every connection by when they reached the server.
 type simCmd struct {
 	name string
 	args []interface{}
+	seq  int
 }
 
 // simReply is one reply, or the error a broken connection reports.
@@ -109,7 +111,7 @@ func (c *simConn) Send(cmd string, args ...interface{}) error {
 	if c.broken != nil {
 		return c.broken
 	}
-	c.out = append(c.out, simCmd{cmd, args})
+	c.out = append(c.out, simCmd{name: cmd, args: args})
 	return nil
 }
 
@@ -119,7 +121,11 @@ func (c *simConn) Flush() error {
 	if c.broken != nil {
 		return c.broken
 	}
-	c.inbox = append(c.inbox, c.out...)
+	for _, cmd := range c.out {
+		c.w.seq++
+		cmd.seq = c.w.seq
+		c.inbox = append(c.inbox, cmd)
+	}
 	c.out = nil
 	return nil
 }
@@ -131,8 +137,9 @@ func (c *simConn) ReceiveWithTimeout(_ time.Duration) (interface{}, error) {
 }
 
 // ReceiveContext parks until the scheduler delivers the next reply, breaks
-// the connection, or ends ctx (see simWorld.cancel). Real-time deadlines of
-// ctx are not modelled: only cancellation the scheduler chooses.
+// the connection, or ctx is cancelled (the scheduler's cancel, or the
+// client's own: simWorld.cancelRead). Real-time deadlines of ctx are not
+// modelled.
 func (c *simConn) ReceiveContext(ctx context.Context) (interface{}, error) {
 	w := c.w
 	w.mu.Lock()
@@ -259,7 +266,7 @@ func (t *simTimer) Reset(d time.Duration) bool {
 type simWait struct {
 	ctx   context.Context
 	done  <-chan struct{}
-	at    time.Time
+	at    time.Time // zero: engine.Forever, not a timed event
 	wake  chan struct{}
 	woken bool
 }
@@ -315,7 +322,7 @@ type simWorld struct {
 	waits   []*simWait
 	points  []*simPoint
 	dead    map[int]bool
-	seq     int // orders blocked commands
+	seq     int // orders commands, blocked commands and points
 	names   map[string]string
 	log     []string
 }
@@ -360,11 +367,15 @@ func (w *simWorld) WaitOrDone(ctx context.Context, done <-chan struct{}, d time.
 		return
 	}
 	sw := &simWait{ctx: ctx, done: done, at: w.now.Add(d), wake: make(chan struct{})}
+	if d == engine.Forever {
+		sw.at = time.Time{}
+	}
 	w.waits = append(w.waits, sw)
 	w.park()
 	w.mu.Unlock()
 	select {
 	case <-done:
+	case <-ctx.Done():
 	case <-sw.wake:
 	}
 	w.mu.Lock()
@@ -403,7 +414,7 @@ func (w *simWorld) quiesce() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	start := time.Now()
-	for w.running > 0 || w.waitRunnable() {
+	for w.running > 0 || w.waitRunnable() || w.cancelRead() {
 		if time.Since(start) > 20*time.Second {
 			buf := make([]byte, 1<<20)
 			n := runtime.Stack(buf, true)
@@ -417,8 +428,8 @@ func (w *simWorld) quiesce() error {
 	return nil
 }
 
-// waitRunnable reports a goroutine in WaitOrDone whose channel closed: it
-// is about to run.
+// waitRunnable reports a goroutine in WaitOrDone whose channel closed or
+// whose context ended: it is about to run.
 func (w *simWorld) waitRunnable() bool {
 	for _, sw := range w.waits {
 		if sw.woken {
@@ -428,6 +439,23 @@ func (w *simWorld) waitRunnable() bool {
 		case <-sw.done:
 			return true
 		default:
+		}
+		if sw.ctx.Err() != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// cancelRead ends one read parked under a context the client cancelled
+// (its connection closes, as redigo's DoContext does), and reports whether
+// it did: one at a time, once all else is quiet, so runs replay.
+func (w *simWorld) cancelRead() bool {
+	for _, c := range w.sortedConns() {
+		if c.recv != nil && errors.Is(c.recvCtx.Err(), context.Canceled) {
+			c.closed = true
+			c.breakLocked(c.recvCtx.Err())
+			return true
 		}
 	}
 	return false
@@ -566,7 +594,7 @@ func (w *simWorld) advanceTo(t time.Time) (fire []func()) {
 		}
 	}
 	for _, sw := range w.waits {
-		if !sw.woken && !sw.at.After(t) {
+		if !sw.woken && !sw.at.IsZero() && !sw.at.After(t) {
 			sw.woken = true
 			w.running++
 			close(sw.wake)
@@ -599,7 +627,7 @@ func (w *simWorld) nextEvent(extra []time.Time) (time.Time, bool) {
 		}
 	}
 	for _, sw := range w.waits {
-		if !sw.woken {
+		if !sw.woken && !sw.at.IsZero() {
 			consider(sw.at)
 		}
 	}

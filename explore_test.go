@@ -10,7 +10,7 @@ package redsem
 // of random programs from seeds. A violation prints as the schedule that
 // led to it; those schedules are kept below as regression cases.
 //
-// Budget: about 40 seconds in the README's test command, about three
+// Budget: about a minute in the README's test command, about four
 // minutes under REDSEM_LONG=1 (CI runs both). Longer:
 // REDSEM_EXPLORE_SECONDS=600 go test -run TestExplore -v .
 

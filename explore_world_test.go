@@ -40,6 +40,7 @@ const (
 	opLock                      // RWMutex.Lock, cancellable
 	opTryRLock                  // RWMutex.TryRLock
 	opTryLock                   // RWMutex.TryLock
+	opHold                      // work for ttl (virtual time), holding what it holds
 )
 
 // op is one step of a client's program.
@@ -86,6 +87,8 @@ func (o op) String() string {
 		return "TryRLock"
 	case opTryLock:
 		return "TryLock"
+	case opHold:
+		return fmt.Sprintf("hold %v", o.ttl)
 	}
 	return rateOpString(o)
 }
@@ -129,16 +132,27 @@ type scenario struct {
 	// idle is the clients' WithIdleExpiry (0: off). The keys' expiry is
 	// then one of the timed events time passes to.
 	idle time.Duration
+	// defaults builds the clients with the options a user gets by default
+	// (shared waiting, auto-refresh, DefaultTTL and DefaultGrace; ttl and
+	// grace should say so), labelled and adopting the size.
+	defaults bool
+	// process maps a client to an earlier client whose process it is a
+	// goroutine of: it shares that one's Semaphore (or RWMutex) and
+	// connections, and dies with it.
+	process map[int]int
 	// rate, when set, gives every client a rate gate (a quota with more
 	// limits than one) of the name with these limits, for the programs and
 	// checks of explore_rate_test.go; setup is then empty.
 	rate []rate.Limit
 }
 
-// vclient is a virtual client: one Semaphore of its own, a program.
+// vclient is a virtual client: a goroutine running a program, on a
+// Semaphore of its own unless it shares its process with others
+// (scenario.process).
 type vclient struct {
 	run      *run
 	id       int
+	proc     int // the first client of its process
 	sem      *Semaphore
 	rw       *RWMutex // with scenario.rw
 	prog     []op
@@ -180,6 +194,7 @@ type run struct {
 	saved       map[string]string
 	savedTTL    map[string]bool // a saved key had an (idle) expiry
 	loss        bool            // the server lost its data during the run
+	lostAcqs    map[string]bool // the acquisitions Redis recorded when it lost its data
 	draining    bool            // no more faults; replies are read at once
 	corrupted   bool            // a stranger wrote a corrupt meta field
 	pendKey     string          // the pending list a stranger overwrote
@@ -188,6 +203,11 @@ type run struct {
 	chk         checker
 	rate        *rateRun // with scenario.rate
 	trace       []string
+	// by is the client whose operation took a connection; a connection a
+	// goroutine of the library took (a pump, auto-refresh, a background
+	// settle) is its process's, whose bg client runs no operation.
+	by map[*simConn]*vclient
+	bg map[int]*vclient
 }
 
 const exploreName = "ex"
@@ -198,27 +218,43 @@ func newRun(env *exploreEnv, sc scenario) (*run, error) {
 	m.FlushAll()
 	nclients := len(sc.progs)
 	w := newSimWorld(m, exec, nclients, scriptNames())
-	r := &run{sc: sc, w: w, m: m, saved: map[string]string{}, savedTTL: map[string]bool{}, forged: map[string]int{}}
+	r := &run{sc: sc, w: w, m: m, saved: map[string]string{}, savedTTL: map[string]bool{}, forged: map[string]int{},
+		by: map[*simConn]*vclient{}, bg: map[int]*vclient{}}
 	engine.Clk = w
 	failpoint.Set(func(p string) bool {
-		if pointsScheduled[p] {
+		// With the defaults, a grant read and not yet taken is a point
+		// too: there a waiter of shared waiting may leave before its pump
+		// hands the grant over.
+		if pointsScheduled[p] || sc.defaults && p == "acquire.granted" {
 			w.atPoint(p)
 		}
 		return exploreSwitches[p]
 	})
 	for i := 0; i < nclients; i++ {
-		sem, err := NewSemaphore(w.pools[i], exploreName, sc.size, WithTTL(sc.ttl), WithGrace(sc.grace), WithFixedTTL(),
-			WithWaitConnections(0), WithAdoptSize(), WithLabel(fmt.Sprintf("c%d", i)), WithIdleExpiry(sc.idle))
+		cl := &vclient{run: r, id: i, proc: i, prog: sc.progs[i]}
+		if p, ok := sc.process[i]; ok {
+			root := r.clients[p]
+			cl.proc, cl.sem, cl.rw = root.proc, root.sem, root.rw
+			r.clients = append(r.clients, cl)
+			continue
+		}
+		pool, label := procPool{r, w.pools[i]}, WithLabel(fmt.Sprintf("c%d", i))
+		opts := []Option{label, WithAdoptSize()}
+		rwOpts := []Option{label}
+		if !sc.defaults {
+			opts = append(opts, WithTTL(sc.ttl), WithGrace(sc.grace), WithFixedTTL(), WithWaitConnections(0), WithIdleExpiry(sc.idle))
+			rwOpts = append(rwOpts, WithTTL(sc.ttl), WithGrace(sc.grace), WithFixedTTL())
+		}
+		sem, err := NewSemaphore(pool, exploreName, sc.size, opts...)
 		if err != nil {
 			return nil, err
 		}
 		if i == 0 {
 			r.k = sem.k
 		}
-		cl := &vclient{run: r, id: i, sem: sem, prog: sc.progs[i]}
+		cl.sem = sem
 		if sc.rw {
-			if cl.rw, err = NewRWMutex(w.pools[i], exploreName, WithTTL(sc.ttl), WithGrace(sc.grace), WithFixedTTL(),
-				WithLabel(fmt.Sprintf("c%d", i))); err != nil {
+			if cl.rw, err = NewRWMutex(pool, exploreName, rwOpts...); err != nil {
 				return nil, err
 			}
 			if i == 0 {
@@ -276,10 +312,49 @@ func newRun(env *exploreEnv, sc scenario) (*run, error) {
 	return r, nil
 }
 
+// opKey marks an operation's context with its client (procPool).
+type opKey struct{}
+
+// procPool is a process's pool: the world's pool of its first client, that
+// notes which client's operation took each connection.
+type procPool struct {
+	r *run
+	p *simPool
+}
+
+func (p procPool) GetContext(ctx context.Context) (redis.Conn, error) {
+	c, err := p.p.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w := p.r.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if cl, ok := ctx.Value(opKey{}).(*vclient); ok {
+		p.r.by[c.(*simConn)] = cl
+	} else {
+		delete(p.r.by, c.(*simConn))
+	}
+	return c, nil
+}
+
+// byLocked is the client whose operation wrote c's commands: its process's
+// bg client (running no operation) for a goroutine of the library (w.mu
+// held).
+func (r *run) byLocked(c *simConn) *vclient {
+	if cl := r.by[c]; cl != nil {
+		return cl
+	}
+	if r.bg[c.client] == nil {
+		r.bg[c.client] = &vclient{run: r, id: c.client, proc: c.client}
+	}
+	return r.bg[c.client]
+}
+
 // startOp runs o for cl in a goroutine of the world.
 func (r *run) startOp(cl *vclient, o op) {
 	w := r.w
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), opKey{}, cl))
 	w.mu.Lock()
 	cl.cur, cl.cancel, cl.canceled = o, cancel, false
 	cl.selfReleased, cl.trySnap = false, nil
@@ -289,7 +364,7 @@ func (r *run) startOp(cl *vclient, o op) {
 		defer w.mu.Unlock()
 		cl.busy--
 		if keep {
-			cl.lease, cl.preLoss, cl.newBelief = l, false, l != nil
+			cl.lease, cl.preLoss, cl.newBelief = l, l != nil && r.lostAcqs[l.acqID], l != nil
 		}
 		cl.results = append(cl.results, res)
 		r.trace = append(r.trace, fmt.Sprintf("  c%d %v -> %s", cl.id, o, res))
@@ -400,6 +475,11 @@ func (r *run) startOp(cl *vclient, o op) {
 			}
 			return fmt.Sprintf("minted %v dropped %v", rep.Minted, rep.Dropped), nil, false
 		})
+	case opHold:
+		run1(func() (string, *Lease, bool) {
+			engine.Clk.WaitOrDone(ctx, nil, o.ttl)
+			return "went on", nil, false
+		})
 	case opPause:
 		run1(func() (string, *Lease, bool) {
 			r.w.atPoint(fmt.Sprintf("c%d pause", cl.id))
@@ -431,7 +511,10 @@ func shortErr(err error) string {
 	return s
 }
 
-// startIdle starts the next operation of every idle, living client.
+// startIdle starts the next operation of every idle, living client; with
+// goroutines sharing a process, of one client only (settle calls it again
+// once the world is quiet), so that they take connections and queue in an
+// order that replays.
 func (r *run) startIdle() bool {
 	started := false
 	for _, cl := range r.clients {
@@ -443,6 +526,9 @@ func (r *run) startIdle() bool {
 			cl.pc++
 			r.startOp(cl, o)
 			started = true
+			if len(r.sc.process) > 0 {
+				return true
+			}
 		}
 	}
 	return started
@@ -473,15 +559,19 @@ func (r *run) settle() error {
 	}
 }
 
-// passFirstPoint lets the oldest goroutine parked at a failpoint go on.
+// passFirstPoint lets the oldest goroutine parked at a failpoint go on. A
+// grant read and not yet taken, with the defaults, stays a choice unless
+// the run drains (or sets up).
 func (r *run) passFirstPoint() bool {
 	r.w.mu.Lock()
 	defer r.w.mu.Unlock()
-	if len(r.w.points) == 0 {
-		return false
+	for _, p := range r.w.points {
+		if r.draining || !(r.sc.defaults && p.name == "acquire.granted") {
+			r.w.pass(p)
+			return true
+		}
 	}
-	r.w.pass(r.w.points[0])
-	return true
+	return false
 }
 
 // quiesceDelivering waits for quiet, reading replies as they come.
@@ -512,17 +602,33 @@ func (r *run) firstDelivery() *simConn {
 	return nil
 }
 
-// killLocked makes cl a dead process: its connections break, its pool
-// refuses, it starts nothing more, and what it held is forgotten by it.
+// killLocked makes cl's process dead: its connections break, its pool
+// refuses, its clients start nothing more, and what they held is forgotten
+// by them.
 func (r *run) killLocked(cl *vclient) {
-	cl.dead = true
-	r.w.dead[cl.id] = true
+	for _, x := range r.clients {
+		if x.proc == cl.proc {
+			x.dead = true
+		}
+	}
+	r.w.dead[cl.proc] = true
 	for _, c := range r.w.conns {
-		if c.client == cl.id {
+		if c.client == cl.proc {
 			c.breakLocked(&simNetError{"killed"})
 		}
 	}
-	r.w.pools[cl.id].idle = nil
+	r.w.pools[cl.proc].idle = nil
+}
+
+// activeLocked reports whether a client of cl's process runs an operation
+// or holds a lease (w.mu held).
+func (r *run) activeLocked(cl *vclient) bool {
+	for _, x := range r.clients {
+		if x.proc == cl.proc && (x.busy > 0 || x.lease != nil) {
+			return true
+		}
+	}
+	return false
 }
 
 // enabled lists the steps the scheduler may choose now, in a fixed order.
@@ -580,7 +686,7 @@ func (r *run) enabled(faults bool) []step {
 		if !cl.dead && cl.busy > 0 && cl.cur.cancelOK && !cl.canceled {
 			out = append(out, step{label: fmt.Sprintf("c%d context ends", cl.id), fault: true, apply: func(r *run) { r.cancel(cl) }})
 		}
-		if r.sc.kills && !cl.dead && (cl.busy > 0 || cl.lease != nil) {
+		if r.sc.kills && cl.proc == cl.id && !cl.dead && r.activeLocked(cl) {
 			out = append(out, step{label: fmt.Sprintf("c%d killed", cl.id), fault: true, apply: func(r *run) {
 				r.w.mu.Lock()
 				r.killLocked(cl)
@@ -620,8 +726,12 @@ func (r *run) serverDeadlines() []time.Time {
 func (r *run) exec(c *simConn) {
 	w := r.w
 	w.mu.Lock()
-	cl := r.clients[c.client]
-	before, v0 := r.chk.beforeExec(cl, w.cmdLabel(c.inbox[0])), r.view()
+	cl := r.byLocked(c)
+	cmd := w.cmdLabel(c.inbox[0])
+	if cl == r.bg[c.client] {
+		exploreSeen.note(cmd)
+	}
+	before, v0 := r.chk.beforeExec(cl, cmd), r.view()
 	rb := r.rateBefore(cl, c.inbox[0])
 	label := w.execute(c)
 	r.chk.afterExec(cl, before)
@@ -661,7 +771,7 @@ func (r *run) cancel(cl *vclient) {
 	w := r.w
 	w.mu.Lock()
 	for _, c := range w.conns {
-		if c.client == cl.id && c.recv != nil && c.recvCtx.Err() != nil {
+		if c.client == cl.proc && c.recv != nil && c.recvCtx.Err() != nil {
 			err := c.recvCtx.Err()
 			c.closed = true
 			c.breakLocked(err)
@@ -684,6 +794,14 @@ func (r *run) restart() {
 	r.loss = true
 	w := r.w
 	w.mu.Lock()
+	// A grant read before the loss may reach its client after it.
+	r.lostAcqs = map[string]bool{}
+	for _, a := range r.view().holders {
+		r.lostAcqs[a] = true
+	}
+	for a := range r.rwView().modes {
+		r.lostAcqs[a] = true
+	}
 	r.m.FlushAll()
 	for _, c := range w.conns {
 		c.breakLocked(&simNetError{"server restarted"})
@@ -859,7 +977,7 @@ func exploreOnce(env *exploreEnv, sc scenario, ch chooser, depth int) (string, [
 	if err := r.settle(); err != nil {
 		return "", r.trace, err
 	}
-	if v := r.chk.check(r); v != "" {
+	if v := r.check(); v != "" {
 		return v, r.trace, nil
 	}
 	for i := 0; i < depth; i++ {
@@ -872,7 +990,7 @@ func exploreOnce(env *exploreEnv, sc scenario, ch chooser, depth int) (string, [
 		if err := r.settle(); err != nil {
 			return "", r.trace, err
 		}
-		if v := r.chk.check(r); v != "" {
+		if v := r.check(); v != "" {
 			return v, r.trace, nil
 		}
 	}
@@ -890,43 +1008,83 @@ func exploreOnce(env *exploreEnv, sc scenario, ch chooser, depth int) (string, [
 		if len(steps) == 0 || r.w.Now().After(limit) {
 			break
 		}
-		steps[0].apply(r)
+		r.drainStep(steps).apply(r)
 		if err := r.settle(); err != nil {
 			return "", r.trace, err
 		}
-		if v := r.chk.check(r); v != "" {
+		if v := r.check(); v != "" {
 			return v, r.trace, nil
 		}
 	}
+	if v := r.leaked(); v != "" {
+		return v, r.trace, nil
+	}
+	// The final checks act from outside the world: no scheduling point
+	// stops them.
+	failpoint.Set(func(p string) bool { return exploreSwitches[p] })
 	return r.chk.final(r), r.trace, nil
 }
 
-// teardown wakes every parked goroutine with an error and waits for all of
-// them to finish, so that no goroutine outlives the run.
+// drainStep is the step the drain takes: the command that reached the
+// server first, as Redis serves them (a connection never starves behind
+// a busier one), else the first step.
+func (r *run) drainStep(steps []step) step {
+	r.w.mu.Lock()
+	var first *simConn
+	for _, c := range r.w.conns {
+		if c.broken == nil && len(c.inbox) > 0 && !c.blocked && (first == nil || c.inbox[0].seq < first.inbox[0].seq) {
+			first = c
+		}
+	}
+	r.w.mu.Unlock()
+	for _, st := range steps {
+		if first != nil && st.label == first.name()+" exec" {
+			return st
+		}
+	}
+	return steps[0]
+}
+
+// teardown ends every client's operation, kills every process, and wakes
+// every parked goroutine, letting time run out for every lease (auto-refresh
+// and pumps loop until theirs end), until none is left, so that no goroutine
+// outlives the run.
 func (r *run) teardown() {
 	w := r.w
 	w.mu.Lock()
 	for _, cl := range r.clients {
-		r.killLocked(cl)
-	}
-	for _, sw := range w.waits {
-		if !sw.woken {
-			sw.woken = true
-			w.running++
-			close(sw.wake)
-		}
-	}
-	for len(w.points) > 0 {
-		w.pass(w.points[0])
-	}
-	w.mu.Unlock()
-	_ = w.quiesce()
-	failpoint.Set(nil)
-	for _, cl := range r.clients {
 		if cl.cancel != nil {
 			cl.cancel()
 		}
+		r.killLocked(cl)
 	}
+	w.mu.Unlock()
+	for i := 0; i < 100; i++ {
+		w.mu.Lock()
+		fire := w.advanceTo(w.now.Add(time.Hour))
+		for _, sw := range w.waits {
+			if !sw.woken {
+				sw.woken = true
+				w.running++
+				close(sw.wake)
+			}
+		}
+		for len(w.points) > 0 {
+			w.pass(w.points[0])
+		}
+		w.mu.Unlock()
+		for _, f := range fire {
+			f()
+		}
+		_ = w.quiesce()
+		w.mu.Lock()
+		left := len(w.waits) + len(w.points)
+		w.mu.Unlock()
+		if left == 0 {
+			break
+		}
+	}
+	failpoint.Set(nil)
 	engine.Clk = engine.RealClock{}
 }
 

@@ -34,11 +34,10 @@ type Lease struct {
 	tokens []string // every token held, in grant order
 	fence  int64
 
-	ctx    context.Context
-	end    context.CancelCauseFunc
-	stop   context.CancelFunc // stops auto-refresh
-	stopCh <-chan struct{}
-	wg     sync.WaitGroup
+	ctx       context.Context
+	end       context.CancelCauseFunc
+	stop      context.CancelFunc // stops auto-refresh
+	refreshed <-chan struct{}    // closed once auto-refresh has stopped (at once without it)
 
 	mu       sync.Mutex
 	ttl      time.Duration
@@ -60,7 +59,7 @@ func (s *Semaphore) newLease(acq string, r engine.Reply, sentUs int64) *Lease {
 	l := &Lease{sem: s, acqID: acq, token: r.Tokens[0], tokens: r.Tokens, fence: r.Fence, ttl: s.cfg.ttl}
 	l.ctx, l.end = context.WithCancelCause(context.Background())
 	stopCtx, stop := context.WithCancel(context.Background())
-	l.stop, l.stopCh = stop, stopCtx.Done()
+	l.stop, l.refreshed = stop, closedCh
 	l.deadline = s.offset.localDeadline(deadlineMs, s.cfg.ttl, sentUs)
 	l.timer = engine.Clk.AfterFunc(l.deadline.Sub(engine.Clk.Now()), func() { l.end(ErrLeaseExpired) })
 	l.stopCtx = stopCtx
@@ -73,8 +72,12 @@ func (s *Semaphore) newLease(acq string, r engine.Reply, sentUs int64) *Lease {
 // mark the lease lost, and the release would then never be sent.
 func (l *Lease) use() *Lease {
 	if !l.sem.cfg.fixedTTL {
-		l.wg.Add(1)
-		engine.Clk.Go(func() { l.autoRefresh(l.stopCtx) })
+		refreshed := make(chan struct{})
+		l.refreshed = refreshed
+		engine.Clk.Go(func() {
+			defer close(refreshed)
+			l.autoRefresh(l.stopCtx)
+		})
 	}
 	return l
 }
@@ -228,7 +231,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		return ErrLeaseLost
 	}
 	l.stop()
-	l.wg.Wait()
+	engine.Clk.WaitOrDone(context.Background(), l.refreshed, engine.Forever)
 	l.relMu.Lock()
 	defer l.relMu.Unlock()
 	if err := l.finalErr(); err != nil {
@@ -503,7 +506,6 @@ func (l *Lease) lost() error {
 // until stopped or until the lease ends. A failed refresh is retried every
 // tenth of the TTL (at most every second) while the lease lasts.
 func (l *Lease) autoRefresh(stopCtx context.Context) {
-	defer l.wg.Done()
 	for {
 		l.mu.Lock()
 		wait := l.deadline.Sub(engine.Clk.Now()) - 2*l.ttl/3
@@ -533,21 +535,13 @@ func (l *Lease) autoRefresh(stopCtx context.Context) {
 	}
 }
 
-// sleep waits d and reports true, or reports false as soon as a or b ends.
+// sleep waits d (on engine.Clk) and reports true, or reports false as soon
+// as a or b ends.
 func sleep(a, b context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return a.Err() == nil && b.Err() == nil
+	if d > 0 {
+		engine.Clk.WaitOrDone(a, b.Done(), d)
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-a.Done():
-		return false
-	case <-b.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return a.Err() == nil && b.Err() == nil
 }
 
 // Local deadlines. Leases are timed by Redis TIME, never by a client's

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -88,23 +89,26 @@ const (
 )
 
 // Clock is where the driver and a semaphore's leases read the time, arm a
-// timer, wait briefly and start goroutines: driveOn's times, Settle and
-// its wait, shared waiting's pumps and its last waiter's wait, a grant
+// timer, wait and start goroutines: driveOn's times, Settle and its wait,
+// shared waiting's pumps, its waiters and its last waiter's wait, a grant
 // given back, a lease's deadline timer, auto-refresh's goroutine and its
-// schedule. Not through it: the timeouts of contexts (a settle's, a
-// release's, a refresh's, a blocking read's), the deadline CtxErr and
-// BlockFor read, auto-refresh's sleep between refreshes, the goroutine that
-// reports a lease's end to an Observer, and the durations a rate gate
-// reports to its Observer (its queue head's timer and Start.Waited go
-// through it). The protocol explorer's tests install a virtual
-// Clock.
+// sleeps, Release's wait for auto-refresh to stop, and a rate gate's queue
+// head and Start.Waited. Not through it: the timeouts of contexts (a
+// settle's, a release's, a refresh's, a blocking read's) and the deadline
+// CtxErr and BlockFor read, and the times and the goroutine of an
+// Observer's reports (a semaphore's or a rate gate's). The protocol
+// explorer's tests install a virtual Clock.
 type Clock interface {
 	Now() time.Time
 	AfterFunc(d time.Duration, f func()) Timer
-	// WaitOrDone returns once done is closed, ctx ends, or d has passed.
+	// WaitOrDone returns once done is closed, ctx ends, or d has passed;
+	// with d Forever, only once done is closed or ctx ends.
 	WaitOrDone(ctx context.Context, done <-chan struct{}, d time.Duration)
 	Go(f func())
 }
+
+// Forever, as WaitOrDone's d, sets no time limit.
+const Forever = time.Duration(math.MaxInt64)
 
 // Timer is the part of *time.Timer a lease uses.
 type Timer interface {
@@ -121,14 +125,19 @@ func (RealClock) Now() time.Time { return time.Now() }
 // AfterFunc is time.AfterFunc.
 func (RealClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
-// WaitOrDone returns once done is closed, ctx ends, or d has passed.
+// WaitOrDone returns once done is closed, ctx ends, or d (unless Forever)
+// has passed.
 func (RealClock) WaitOrDone(ctx context.Context, done <-chan struct{}, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
+	var timeout <-chan time.Time
+	if d != Forever {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
 	select {
 	case <-done:
 	case <-ctx.Done():
-	case <-t.C:
+	case <-timeout:
 	}
 }
 
