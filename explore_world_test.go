@@ -118,6 +118,7 @@ type scenario struct {
 	drops       bool
 	kills       bool
 	restart     bool
+	clock       bool // the server's clock may stand still or step back (clockFaults)
 	maxFaults   int
 	strangers   []stranger
 	// rw runs the clients on an RWMutex of the name instead (RLock, Lock,
@@ -140,6 +141,7 @@ type vclient struct {
 	busy     int // goroutines running its current operation
 	cur      op
 	lease    *Lease
+	leaseOp  op   // the operation that granted lease: the permits it asked for
 	preLoss  bool // lease granted before the server lost its data
 	cancel   context.CancelFunc
 	canceled bool
@@ -278,6 +280,9 @@ func (r *run) startOp(cl *vclient, o op) {
 		cl.busy--
 		if keep {
 			cl.lease, cl.preLoss, cl.newBelief = l, false, l != nil
+			if l != nil {
+				cl.leaseOp = o
+			}
 		}
 		cl.results = append(cl.results, res)
 		r.trace = append(r.trace, fmt.Sprintf("  c%d %v -> %s", cl.id, o, res))
@@ -577,12 +582,15 @@ func (r *run) enabled(faults bool) []step {
 	if r.sc.restart && !r.loss {
 		out = append(out, step{label: "server restarts without its data", fault: true, apply: func(r *run) { r.restart() }})
 	}
+	if r.sc.clock {
+		out = append(out, r.clockFaults()...)
+	}
 	return out
 }
 
 // serverDeadlines are the lease and waits deadlines in Redis, as times just
 // after they pass, and the moment an idle semaphore's keys expire: moments
-// at which the server's view changes.
+// at which the server's view changes, on the clients' clock.
 func (r *run) serverDeadlines() []time.Time {
 	var out []time.Time
 	if ttl := r.m.TTL(r.k.meta); ttl > 0 {
@@ -596,7 +604,7 @@ func (r *run) serverDeadlines() []time.Time {
 		for _, mem := range members {
 			sc, err := r.m.ZScore(key, mem)
 			if err == nil {
-				out = append(out, time.UnixMilli(int64(sc)+1).UTC())
+				out = append(out, time.UnixMilli(int64(sc)+1).UTC().Add(-r.w.skew))
 			}
 		}
 	}
@@ -607,10 +615,12 @@ func (r *run) exec(c *simConn) {
 	w := r.w
 	w.mu.Lock()
 	cl := r.clients[c.client]
-	before, v0 := r.chk.beforeExec(cl, w.cmdLabel(c.inbox[0])), r.view()
+	before, v0, at := r.chk.beforeExec(cl, w.cmdLabel(c.inbox[0]), c.inbox[0]), r.view(), w.srvMs()
 	label := w.execute(c)
 	r.chk.afterExec(cl, before)
-	r.chk.grants(r, label, v0, r.view())
+	v1 := r.view()
+	r.chk.grants(r, label, v0, v1)
+	r.chk.revived(r, label, at, v0, v1)
 	w.mu.Unlock()
 	r.note(c.name() + " " + label)
 }
