@@ -687,6 +687,11 @@ func (r *run) restart() {
 			cl.preLoss = true
 		}
 	}
+	// A key a stranger overwrote is lost with the rest: putting it back
+	// then changes nothing.
+	for key := range r.saved {
+		r.saved[key] = lostSide
+	}
 	w.mu.Unlock()
 	r.note("server restarts without its data")
 }
@@ -702,6 +707,9 @@ func (r *run) advance(t time.Time) {
 	}
 	r.note(fmt.Sprintf("time +%v", d))
 }
+
+// lostSide marks a key a stranger overwrote that a restart lost since.
+const lostSide = "\x00lost"
 
 func (r *run) strangerLabel(i int) string {
 	st := r.sc.strangers[i]
@@ -753,7 +761,9 @@ func (r *run) applyStranger(i int) {
 		} else {
 			key = st.key(r.k)
 		}
-		if side, ok := r.saved[key]; ok {
+		if side, ok := r.saved[key]; ok && side == lostSide {
+			delete(r.saved, key) // the restart took the stranger's string too
+		} else if ok {
 			_, _ = r.w.exec.Do("DEL", key)
 			if side != "" {
 				_, _ = r.w.exec.Do("RENAME", side, key)
