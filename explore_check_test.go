@@ -50,10 +50,11 @@ package redsem
 //     registration lapsed (it learns so at its next check-in), and anyone
 //     while a shrink drains (a token taken may be withheld).
 // Data loss suspends 1 and 2 for the leases granted before it (Redis
-// cannot promise them; the README says so), and, with the server's clock
-// stepped back, 4 across the loss or an idle expiry (fences start over from
-// TIME: the README says so too); a stranger's key overwrite suspends 2, 3
-// and 10 until the key is put back.
+// cannot promise them; the README says so), and, once the server's clock
+// stood still or stepped back, 4 across a loss or an idle expiry (a
+// semaphore created anew starts its fences over from TIME: the README says
+// so too); a stranger's key overwrite suspends 2, 3 and 10 until the key is
+// put back.
 
 import (
 	"context"
@@ -77,8 +78,8 @@ type checker struct {
 	rwAdmin   *RWMutex        // with scenario.rw: for the final TryLock
 	maxSize   int             // the largest size Redis held
 	rwTry     *rwTrySnapshot  // with scenario.rw: what a try's script saw
-	clockBack bool            // the server's clock stepped back during the run
-	lossSeen  bool            // the check saw the data lost
+	epoch     string          // the semaphore's epoch at the last check
+	skewed    bool            // the server's clock stood still or stepped back during the run
 	acqs      map[string]int  // acquisition id -> client, of acquire_n.lua's calls
 	acqOf     map[int]string  // client -> its latest acquire_n.lua call's acquisition id
 }
@@ -395,19 +396,17 @@ func (c *checker) check(r *run) string {
 	// An idle semaphore's meta expires with its fence; the one created next
 	// must start above every fence granted (a fence a stranger wrote and no
 	// grant took, such as 2^53, expires with it).
-	// So must fences after a restart that lost the data, unless the
-	// server's clock went back: then fences start over from Redis TIME (the
-	// README says so).
-	if r.loss && !c.lossSeen {
-		c.lossSeen = true
-		if c.clockBack {
-			c.maxFence = 0
+	// So must one created after the data was lost, unless the server's
+	// clock stood still or stepped back during the run: then a semaphore
+	// created anew starts its fences over from Redis TIME (the README says
+	// so).
+	if v.exists && v.epoch != c.epoch {
+		if c.epoch != "" && c.skewed {
+			c.maxFence, c.metaFence = 0, 0
 		}
+		c.epoch = v.epoch
 	}
 	if !v.exists && r.sc.idle > 0 {
-		if c.clockBack {
-			c.maxFence = 0
-		}
 		c.metaFence = c.maxFence
 	} else {
 		if v.fence < c.metaFence && !r.loss {

@@ -48,6 +48,7 @@ func (r *run) stallClock() {
 	r.faults++
 	r.w.mu.Lock()
 	r.w.stall = clockStall
+	r.chk.skewed = true
 	r.w.mu.Unlock()
 	r.note(fmt.Sprintf("server clock stands still for %d steps", clockStall))
 }
@@ -64,7 +65,7 @@ func (r *run) clockStepsBack(lose bool) {
 	w := r.w
 	w.mu.Lock()
 	w.stepBack(back)
-	r.chk.clockBack = true
+	r.chk.skewed = true
 	w.mu.Unlock()
 	r.note(fmt.Sprintf("server clock steps back %v", back))
 }
