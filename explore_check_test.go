@@ -1,6 +1,8 @@
 package redsem
 
-// The explorer's invariants, checked after every step of every run:
+// The explorer's invariants, checked after every step of every run. Redis's
+// deadlines are read by the server's clock (Redis TIME), which may stand
+// still or step back behind the clients' (explore_clock_test.go):
 //
 //  1. No grant while the size or more hold: when a command makes Redis
 //     record a new acquisition, the leases Redis counts as live (deadline
@@ -14,17 +16,45 @@ package redsem
 //  3. Every valid token is in exactly one place (the token list, a pending
 //     list, the leases, or withheld by a shrink); a retired one in at most
 //     one.
-//  4. Fences strictly increase from grant to grant; meta's fence never goes
-//     back.
+//  4. Fences strictly increase from grant to grant, also while the server's
+//     clock stands still or steps back (a fence from TIME alone would
+//     repeat or fall); meta's fence never goes back.
 //  5. TryAcquire never says "no token" while a valid token is free or a
 //     lease on one has expired, and Release never reports success unless
 //     Redis saw it take this acquisition's lease back.
 //  6. At the end, once every program ran and time passed: every client
 //     finished (no waiter waits forever while tokens are free), and the
 //     library's own Check finds the semaphore whole and free.
+//  7. A believed holder holds, in its lease and in Redis's records, the
+//     permits its operation asked for: one token for Acquire and
+//     TryAcquire, k for AcquireN(k) and TryAcquireN(k); on an RWMutex, one
+//     read for RLock and TryRLock, the write for Lock and TryLock.
+//  8. Refresh never revives a lease: no command leaves a lease whose
+//     deadline had passed when it ran (swept or not) with a later one,
+//     unless the token went to another acquisition. (A server clock that
+//     steps back makes a lease live again by that clock: no revival.)
+//  9. A believed holder's local deadline (Lease.Deadline) is no later than
+//     the earliest moment, on the clients' clock, at which the server's
+//     clock can reach its lease's deadline in Redis: that deadline less the
+//     skew (server less clients) of now, since the skew only falls.
+// 10. Nobody waits while a permit is free, at every quiet point (no command
+//     waits to run at the server, no reply to be read, no goroutine at a
+//     failpoint: only time can pass). No Acquire waits while a valid token
+//     lies on the token list; no AcquireN(k) whose registration is live
+//     waits while k do and no weighted request holds the collector ticket;
+//     no collector that has all k sleeps (the release that completes it
+//     rings it). What may wait: a one-token waiter while a collector takes
+//     the released tokens, a weighted request behind the ticket holder, a
+//     collector holding part of its k that has not seen tokens come back
+//     by reclaim (it checks in every collectPoll), a weighted request whose
+//     registration lapsed (it learns so at its next check-in), and anyone
+//     while a shrink drains (a token taken may be withheld).
 // Data loss suspends 1 and 2 for the leases granted before it (Redis
-// cannot promise them; the README says so); a stranger's key overwrite
-// suspends 2 and 3 until the key is put back.
+// cannot promise them; the README says so), and, once the server's clock
+// stood still or stepped back, 4 across a loss or an idle expiry (a
+// semaphore created anew starts its fences over from TIME: the README says
+// so too); a stranger's key overwrite suspends 2, 3 and 10 until the key is
+// put back.
 
 import (
 	"context"
@@ -48,10 +78,15 @@ type checker struct {
 	rwAdmin   *RWMutex        // with scenario.rw: for the final TryLock
 	maxSize   int             // the largest size Redis held
 	rwTry     *rwTrySnapshot  // with scenario.rw: what a try's script saw
+	epoch     string          // the semaphore's epoch at the last check
+	skewed    bool            // the server's clock stood still or stepped back during the run
+	acqs      map[string]int  // acquisition id -> client, of acquire_n.lua's calls
+	acqOf     map[int]string  // client -> its latest acquire_n.lua call's acquisition id
 }
 
 func (c *checker) init(admin *Semaphore) {
 	c.fenced = map[string]bool{}
+	c.acqs, c.acqOf = map[string]int{}, map[int]string{}
 	c.admin = admin
 }
 
@@ -74,7 +109,7 @@ func (c *checker) grants(r *run, label string, before, after srvView) {
 	if len(fresh) == 0 {
 		return
 	}
-	nowMs := float64(r.w.now.UnixMilli())
+	nowMs := r.w.srvMs()
 	live := 0
 	for _, dl := range after.leases {
 		if dl > nowMs {
@@ -169,8 +204,15 @@ func epochSlot(tok, epoch string) (int, bool) {
 
 // beforeExec and afterExec watch one command of cl's current operation
 // (w.mu held).
-func (c *checker) beforeExec(cl *vclient, cmd string) interface{} {
+func (c *checker) beforeExec(cl *vclient, cmd string, sent simCmd) interface{} {
 	r := c.runOf(cl)
+	if cmd == "acquire_n.lua" {
+		// EVALSHA sha numkeys KEYS... size acqID ...: whose collector is whose.
+		if nk, err := strconv.Atoi(fmt.Sprint(sent.args[1])); err == nil && len(sent.args) > nk+3 {
+			acq := fmt.Sprint(sent.args[nk+3])
+			c.acqs[acq], c.acqOf[cl.id] = cl.id, acq
+		}
+	}
 	if r.sc.rw {
 		return c.rwBeforeExec(r, cl, cmd)
 	}
@@ -179,7 +221,7 @@ func (c *checker) beforeExec(cl *vclient, cmd string) interface{} {
 		// What was free when the script that may answer "none" ran.
 		v := r.view()
 		snap := &trySnapshot{over: v.over}
-		nowMs := float64(r.w.now.UnixMilli())
+		nowMs := r.w.srvMs()
 		for _, tok := range v.list {
 			if n, ok := epochSlot(tok, v.epoch); ok && n <= v.size {
 				if _, leased := v.leases[tok]; !leased {
@@ -204,8 +246,7 @@ func (c *checker) beforeExec(cl *vclient, cmd string) interface{} {
 func (c *checker) afterExec(cl *vclient, before interface{}) {
 	r := c.runOf(cl)
 	// Time runs on while Redis works: 10µs a command.
-	r.w.now = r.w.now.Add(10 * time.Microsecond)
-	r.m.SetTime(r.w.now)
+	r.w.tick(10*time.Microsecond, false)
 	switch b := before.(type) {
 	case *rwTrySnapshot:
 		c.rwTry = b
@@ -254,14 +295,19 @@ func (c *checker) check(r *run) string {
 	if c.pending != "" {
 		return c.pending
 	}
+	r.w.mu.Lock()
+	nowMs, skew := r.w.srvMs(), r.w.skew
+	r.w.mu.Unlock()
 	if r.sc.rw {
-		return c.checkRW(r)
+		if msg := c.checkRW(r); msg != "" {
+			return msg
+		}
+		return rwHeldAsGranted(r, skew)
 	}
 	if r.rate != nil {
 		return r.checkRate()
 	}
 	v := r.view()
-	nowMs := float64(r.w.Now().UnixMilli())
 	strangerHere := len(r.saved) > 0
 
 	// 1 and 2.
@@ -294,6 +340,12 @@ func (c *checker) check(r *run) string {
 			case dl <= nowMs:
 				return fmt.Sprintf("c%d believes it holds %s, but its lease expired in Redis %vms ago", cl.id, tok, nowMs-dl)
 			}
+		}
+		if msg := heldAsGranted(cl, v); msg != "" {
+			return msg
+		}
+		if msg := localBeforeServer(cl, v.leases[cl.lease.token], skew); msg != "" {
+			return msg
 		}
 	}
 	if v.size > c.maxSize {
@@ -347,6 +399,16 @@ func (c *checker) check(r *run) string {
 	// An idle semaphore's meta expires with its fence; the one created next
 	// must start above every fence granted (a fence a stranger wrote and no
 	// grant took, such as 2^53, expires with it).
+	// So must one created after the data was lost, unless the server's
+	// clock stood still or stepped back during the run: then a semaphore
+	// created anew starts its fences over from Redis TIME (the README says
+	// so).
+	if v.exists && v.epoch != c.epoch {
+		if c.epoch != "" && c.skewed {
+			c.maxFence, c.metaFence = 0, 0
+		}
+		c.epoch = v.epoch
+	}
 	if !v.exists && r.sc.idle > 0 {
 		c.metaFence = c.maxFence
 	} else {
@@ -374,6 +436,125 @@ func (c *checker) check(r *run) string {
 		c.fenced[a] = true
 		c.maxFence = f
 	}
+	return c.nobodyWaits(r, v, nowMs)
+}
+
+// heldAsGranted checks invariant 7 for cl, a believed holder: its lease
+// and Redis's records hold the permits its operation asked for.
+func heldAsGranted(cl *vclient, v srvView) string {
+	want := 1
+	if k := cl.leaseOp.kind; k == opAcquireN || k == opTryAcquireN {
+		want = cl.leaseOp.n
+	}
+	recorded := 0
+	for _, owner := range v.holders {
+		if owner == cl.lease.acqID {
+			recorded++
+		}
+	}
+	if len(cl.lease.tokens) != want || recorded != want {
+		return fmt.Sprintf("c%d asked for %d permits (%v) and believes it holds %d, Redis records %d",
+			cl.id, want, cl.leaseOp, len(cl.lease.tokens), recorded)
+	}
+	return ""
+}
+
+// rwHeldAsGranted checks invariants 7 and 9 on an RWMutex: a believed
+// holder holds one read, or the write, as its operation asked.
+func rwHeldAsGranted(r *run, skew time.Duration) string {
+	v := r.rwView()
+	for _, cl := range r.clients {
+		releasing := cl.busy > 0 && cl.cur.kind == opRelease && cl.selfReleased
+		if cl.dead || cl.lease == nil || cl.preLoss || releasing || !cl.lease.Valid() {
+			continue
+		}
+		want := "r"
+		if k := cl.leaseOp.kind; k == opLock || k == opTryLock {
+			want = "w"
+		}
+		if mode := v.modes[cl.lease.acqID]; len(cl.lease.tokens) != 1 || mode != want {
+			return fmt.Sprintf("c%d asked for %v and believes it holds %d leases, Redis records a %q one",
+				cl.id, cl.leaseOp, len(cl.lease.tokens), mode)
+		}
+		if msg := localBeforeServer(cl, v.leases[cl.lease.acqID], skew); msg != "" {
+			return msg
+		}
+	}
+	return ""
+}
+
+// localBeforeServer checks invariant 9 for cl, a believed holder whose
+// lease Redis records with deadline dlMs (server ms; 0: none): its local
+// deadline is no later than the earliest moment, on the clients' clock,
+// that the server's clock can reach dlMs. The skew (server less clients)
+// only falls, so that is dlMs less the skew of now.
+func localBeforeServer(cl *vclient, dlMs float64, skew time.Duration) string {
+	if dlMs == 0 {
+		return ""
+	}
+	srv := time.UnixMilli(int64(dlMs)).Add(-skew)
+	if local := cl.lease.Deadline(); local.After(srv) {
+		return fmt.Sprintf("c%d's local deadline falls %v after its lease's deadline in Redis (the server's clock %v behind)",
+			cl.id, local.Sub(srv), -skew)
+	}
+	return ""
+}
+
+// revived checks invariant 8 at each command: a lease whose deadline had
+// passed by the server's clock when the command ran (at, ms) has no later
+// deadline after it, unless another acquisition holds the token now.
+func (c *checker) revived(r *run, label string, at float64, before, after srvView) {
+	if c.pending != "" || len(r.saved) > 0 {
+		return
+	}
+	for m, dl := range before.leases {
+		if now, ok := after.leases[m]; ok && dl <= at && now > dl && before.holders[m] == after.holders[m] {
+			c.pending = fmt.Sprintf("%s extended the lease on %s from %.0f to %.0f, %.0fms after it expired by the server's clock",
+				label, m, dl, now, at-dl)
+			return
+		}
+	}
+}
+
+// nobodyWaits checks invariant 10 at a quiet point (nowMs: the server's
+// clock in ms).
+func (c *checker) nobodyWaits(r *run, v srvView, nowMs float64) string {
+	r.w.mu.Lock()
+	quiet := r.w.quiet()
+	r.w.mu.Unlock()
+	if !quiet || !v.exists || v.over > 0 || len(v.held) > 0 || len(r.saved) > 0 || r.corrupted {
+		return ""
+	}
+	free := map[string]bool{}
+	for _, tok := range v.list {
+		if n, ok := epochSlot(tok, v.epoch); ok && n <= v.size {
+			if _, leased := v.leases[tok]; !leased {
+				free[tok] = true
+			}
+		}
+	}
+	coll := strings.Split(r.m.HGet(r.k.meta, "coll"), "|") // acqID|k|have|deadlineMs|label
+	for _, cl := range r.clients {
+		if cl.dead || cl.busy == 0 || cl.canceled || (cl.cur.kind != opAcquire && cl.cur.kind != opAcquireN) {
+			continue
+		}
+		k := max(cl.cur.n, 1)
+		switch {
+		case k == 1 && len(free) > 0:
+			return fmt.Sprintf("c%d waits in %v while %d tokens are free on the list", cl.id, cl.cur, len(free))
+		case k > 1 && len(coll) < 5 && len(free) >= k:
+			// Unless its registration lapsed (a BLPOP that reached Redis
+			// late): it learns so at its next check-in.
+			if live, err := r.m.ZScore(r.k.waits, "w:"+c.acqOf[cl.id]); err == nil && live > nowMs {
+				return fmt.Sprintf("c%d waits in %v while %d tokens are free on the list and no weighted request holds the ticket",
+					cl.id, cl.cur, len(free))
+			}
+		case k > 1 && len(coll) == 5 && c.acqs[coll[0]] == cl.id && coll[1] == coll[2]:
+			if dl, _ := strconv.ParseFloat(coll[3], 64); dl > nowMs {
+				return fmt.Sprintf("c%d collects all %s permits of its %v, yet sleeps", cl.id, coll[1], cl.cur)
+			}
+		}
+	}
 	return ""
 }
 
@@ -393,6 +574,7 @@ func (c *checker) final(r *run) string {
 	// Every lease a program left behind expires; a Reclaim gives it back.
 	w := r.w
 	w.mu.Lock()
+	w.stall = 0
 	w.advanceTo(w.now.Add(r.sc.ttl + r.sc.grace + engine.MaxBlock + engine.BlockSlack + time.Minute))
 	w.mu.Unlock()
 	ctx := context.Background()

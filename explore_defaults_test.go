@@ -8,10 +8,10 @@ package redsem
 // auto-refresh. Two invariants join explore_check_test.go's, for every
 // configuration:
 //
-//  7. Auto-refresh runs as long as its lease: a lease under auto-refresh
+// 11. Auto-refresh runs as long as its lease: a lease under auto-refresh
 //     that has not ended and was not released still has its auto-refresh
 //     running (it gives up on no transient error). Checked after every step.
-//  8. Nothing leaks: once the drain is over, every lease Redis still counts
+// 12. Nothing leaks: once the drain is over, every lease Redis still counts
 //     as live is held by a client that believes it holds it (a lease
 //     nobody holds would be kept alive by its auto-refresh as long as its
 //     process lives). Checked before the final checks.
@@ -26,7 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// check runs the checker's invariants and invariant 7.
+// check runs the checker's invariants and invariant 11.
 func (r *run) check() string {
 	if v := r.chk.check(r); v != "" {
 		return v
@@ -45,7 +45,7 @@ func (r *run) check() string {
 	return ""
 }
 
-// leaked tests invariant 8.
+// leaked tests invariant 12.
 func (r *run) leaked() string {
 	held := map[string]bool{}
 	for _, cl := range r.clients {

@@ -2,8 +2,10 @@ package redsem
 
 // The protocol explorer's world: real client code (every public operation
 // of this package) talking to miniredis through connections whose every
-// step the explorer schedules, on a virtual clock shared by the server
-// (miniredis SetTime, so Redis TIME) and the clients (engine.Clk).
+// step the explorer schedules, on virtual clocks: the clients' (engine.Clk)
+// and the server's (miniredis SetTime, so Redis TIME; key expiry and block
+// timeouts follow it). The server's runs with the clients' but may stand
+// still or step back (a clock fault), so it is never ahead of theirs.
 //
 // A command a client writes is not executed when it is written: it waits at
 // the server until the scheduler picks "exec" for its connection, and its
@@ -11,10 +13,11 @@ package redsem
 // scheduler may also drop a connection (the request or the reply is lost),
 // end a client's context, kill a client (a process dying between two
 // instructions: every connection of it breaks and it never acts again),
-// lose the server's data, let time pass to the next timed event, or let a
-// stranger overwrite a key. Blocking commands (BLMOVE, BLPOP) are served the
-// way Redis serves them: in arrival order, right after the write that made
-// their list non-empty, and time out when virtual time passes their timeout.
+// lose the server's data, stop or step back the server's clock, let time
+// pass to the next timed event, or let a stranger overwrite a key. Blocking
+// commands (BLMOVE, BLPOP) are served the way Redis serves them: in arrival
+// order, right after the write that made their list non-empty, and time out
+// when the server's clock passes their timeout.
 //
 // Determinism: the scheduler only chooses once every goroutine of the world
 // is parked (waiting for a reply, in engine.Clk.WaitOrDone) or finished, so the
@@ -59,7 +62,8 @@ type simConn struct {
 	out    []simCmd
 	inbox  []simCmd // written, at the server, not yet executed
 	// blocked: the inbox's head is a blocking command registered at the
-	// server; blockUntil is when it times out (zero: never).
+	// server; blockUntil is when it times out by the server's clock (zero:
+	// never).
 	blocked    bool
 	blockSeq   int
 	blockUntil time.Time
@@ -314,8 +318,8 @@ type simWorld struct {
 	cond    *sync.Cond
 	m       *miniredis.Miniredis
 	exec    redis.Conn // executes the scheduled commands on miniredis
-	now     time.Time
-	running int // goroutines of the world not parked
+	now     time.Time  // the clients' clock
+	running int        // goroutines of the world not parked
 	conns   []*simConn
 	pools   []*simPool
 	timers  []*simTimer
@@ -325,6 +329,11 @@ type simWorld struct {
 	seq     int // orders commands, blocked commands and points
 	names   map[string]string
 	log     []string
+	// skew is the server's clock less the clients' (never above 0, and it
+	// only falls); for stall more steps (commands, or time steps that pass
+	// for the clients only) the server's clock stands still.
+	skew  time.Duration
+	stall int
 }
 
 func newSimWorld(m *miniredis.Miniredis, exec redis.Conn, clients int, names map[string]string) *simWorld {
@@ -336,6 +345,38 @@ func newSimWorld(m *miniredis.Miniredis, exec redis.Conn, clients int, names map
 		w.pools = append(w.pools, &simPool{w: w, client: i})
 	}
 	return w
+}
+
+// srvNow is the server's clock (mu held).
+func (w *simWorld) srvNow() time.Time { return w.now.Add(w.skew) }
+
+// srvMs is the server's clock in ms, as the scripts' now_ms (mu held).
+func (w *simWorld) srvMs() float64 { return float64(w.srvNow().UnixMilli()) }
+
+// tick moves the clients' clock by d, and the server's with it unless it
+// stands still; ttls says whether keys' expiry moves too (mu held).
+func (w *simWorld) tick(d time.Duration, ttls bool) {
+	w.now = w.now.Add(d)
+	switch {
+	case w.stall > 0:
+		w.stall--
+		w.skew -= d
+	case ttls && d > 0:
+		w.m.FastForward(d)
+	}
+	w.m.SetTime(w.srvNow())
+}
+
+// stepBack sets the server's clock back by d; keys expire that much later,
+// as Redis's absolute expiry times do (mu held).
+func (w *simWorld) stepBack(d time.Duration) {
+	w.skew -= d
+	for _, key := range w.m.Keys() {
+		if ttl := w.m.TTL(key); ttl > 0 {
+			w.m.SetTTL(key, ttl+d)
+		}
+	}
+	w.m.SetTime(w.srvNow())
 }
 
 // park marks the calling goroutine as waiting on the scheduler (mu held).
@@ -479,7 +520,7 @@ func (w *simWorld) execute(c *simConn) string {
 		c.blockSeq = w.seq
 		c.blockUntil = time.Time{}
 		if secs > 0 {
-			c.blockUntil = w.now.Add(time.Duration(secs * float64(time.Second)))
+			c.blockUntil = w.srvNow().Add(time.Duration(secs * float64(time.Second)))
 		}
 		return label + " (blocks)"
 	}
@@ -571,17 +612,15 @@ func (w *simWorld) cmdLabel(cmd simCmd) string {
 	return strings.ToUpper(cmd.name)
 }
 
-// advanceTo moves the virtual clock to t (mu held): blocked commands whose
-// timeout passed get a nil reply, lease timers and WaitOrDone fire.
+// advanceTo moves the clients' clock to t, and the server's with it unless
+// it stands still (mu held): blocked commands whose timeout passed get a
+// nil reply, lease timers and WaitOrDone fire.
 func (w *simWorld) advanceTo(t time.Time) (fire []func()) {
 	// Keys with a TTL (an idle semaphore's, doorbells) expire as time passes.
-	if d := t.Sub(w.now); d > 0 {
-		w.m.FastForward(d)
-	}
-	w.now = t
-	w.m.SetTime(t)
+	w.tick(t.Sub(w.now), true)
+	srv := w.srvNow()
 	for _, c := range w.conns {
-		if c.blocked && !c.blockUntil.IsZero() && !c.blockUntil.After(t) {
+		if c.blocked && !c.blockUntil.IsZero() && !c.blockUntil.After(srv) {
 			c.blocked = false
 			c.inbox = c.inbox[1:]
 			c.replies = append(c.replies, simReply{v: nil})
@@ -603,9 +642,11 @@ func (w *simWorld) advanceTo(t time.Time) (fire []func()) {
 	return fire
 }
 
-// nextEvent is the earliest timed event after now: a blocked command's
-// timeout, a lease timer, a WaitOrDone, or a deadline in the server's
-// leases or waits sorted sets (extra).
+// nextEvent is the earliest timed event after now, by the clients' clock: a
+// blocked command's timeout, a lease timer, a WaitOrDone, or a deadline in
+// the server's leases or waits sorted sets (extra). The server's times are
+// mapped by the skew of now (while its clock stands still, a time step
+// reaches them on the clients' clock only).
 func (w *simWorld) nextEvent(extra []time.Time) (time.Time, bool) {
 	var best time.Time
 	consider := func(t time.Time) {
@@ -618,7 +659,7 @@ func (w *simWorld) nextEvent(extra []time.Time) (time.Time, bool) {
 			// Commands take virtual time too (10µs each), so a timeout can
 			// fall behind the clock: Redis times such a command out at its
 			// next tick, here a microsecond on.
-			consider(maxTime(c.blockUntil, w.now.Add(time.Microsecond)))
+			consider(maxTime(c.blockUntil.Add(-w.skew), w.now.Add(time.Microsecond)))
 		}
 	}
 	for _, tm := range w.timers {
@@ -635,6 +676,21 @@ func (w *simWorld) nextEvent(extra []time.Time) (time.Time, bool) {
 		consider(t)
 	}
 	return best, !best.IsZero()
+}
+
+// quiet reports a quiet point: no command waits to run at the server, no
+// reply waits to be read, no goroutine waits at a failpoint; only time (or
+// a fault) can move the world (mu held).
+func (w *simWorld) quiet() bool {
+	if len(w.points) > 0 {
+		return false
+	}
+	for _, c := range w.conns {
+		if c.broken == nil && (len(c.replies) > 0 || len(c.inbox) > 0 && !c.blocked) {
+			return false
+		}
+	}
+	return true
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -250,6 +250,11 @@ func seamScenarios() []scenario {
 			progs: [][]op{{rel}, {{kind: opAcquireN, n: 2, cancelOK: true}, rel}, {{kind: opAcquireN, n: 2, cancelOK: true}, rel}},
 			kills: true, maxFaults: 1,
 		}),
+		holdersThen(scenario{
+			name: "the server clock stands still or steps back", size: 2, setup: []int{0},
+			progs: [][]op{{{kind: opRefresh, ttl: 10 * time.Second}, rel}, {acq, rel}, {try, rel}},
+			clock: true, maxFaults: 2,
+		}),
 	}
 }
 
@@ -325,6 +330,7 @@ func randomScenario(rng *rand.Rand) scenario {
 	case 1:
 		sc.strangers = []stranger{{forge: []string{"copy", "old", "garbage"}[rng.Intn(3)]}}
 	}
+	sc.clock = rng.Intn(2) == 0
 	return sc
 }
 
@@ -560,8 +566,8 @@ func TestExplore_regressions(t *testing.T) {
 var exploreOld embed.FS
 
 // TestExplorer_catchesReintroducedBugs shows the explorer is not a check
-// that cannot fail: with an old bug brought back (the old refresh.lua), it
-// finds it.
+// that cannot fail: with an old bug brought back (the old refresh.lua), or
+// a promise broken in a copy of a script, it finds it.
 func TestExplorer_catchesReintroducedBugs(t *testing.T) {
 	t.Run("refresh leaves due late", func(t *testing.T) {
 		old, err := exploreOld.ReadFile("testdata/explore/refresh_due_unchanged.lua")
@@ -574,5 +580,36 @@ func TestExplorer_catchesReintroducedBugs(t *testing.T) {
 		cx, n := exploreScenario(t, env, seamScenario(t, "refresh to a shorter TTL, then the holder dies"), 9, time.Now().Add(time.Minute))
 		t.Logf("found after %d schedules", n)
 		require.Contains(t, cx, "TryAcquire said no token free")
+	}) // Fences from Redis TIME alone, not max(last+1, TIME): they repeat
+	// while the server's clock stands still and fall when it steps back.
+	t.Run("fence from TIME alone", func(t *testing.T) {
+		src := engine.Source("acquire.lua")
+		for old, planted := range map[string]string{
+			"local f = math.max(fence + 1, now)":                         "local f = now",
+			"if #now < #fence or (#now == #fence and now <= fence) then": "if false then",
+		} {
+			require.Contains(t, src, old)
+			src = strings.Replace(src, old, planted, 1)
+		}
+		saved := engine.Acquire
+		engine.Acquire = redis.NewScript(6, src)
+		defer func() { engine.Acquire = saved }()
+		env := newExploreEnv(t)
+		cx, n := exploreScenario(t, env, seamScenario(t, "the server clock stands still or steps back"), exploreDepth, time.Now().Add(time.Minute))
+		t.Logf("found after %d schedules", n)
+		require.Contains(t, cx, "fence went back")
+	})
+	// refresh.lua extending a lease that expired but was not swept yet.
+	t.Run("refresh revives an expired lease", func(t *testing.T) {
+		src := engine.Source("refresh.lua")
+		const guard = " or not score or tonumber(score) <= now_ms then"
+		require.Contains(t, src, guard)
+		saved := engine.Refresh
+		engine.Refresh = redis.NewScript(4, strings.Replace(src, guard, " or not score then", 1))
+		defer func() { engine.Refresh = saved }()
+		env := newExploreEnv(t)
+		cx, n := exploreScenario(t, env, seamScenario(t, "refresh to a shorter TTL, then the holder dies"), exploreDepth, time.Now().Add(time.Minute))
+		t.Logf("found after %d schedules", n)
+		require.Contains(t, cx, "after it expired by the server's clock")
 	})
 }

@@ -123,6 +123,7 @@ type scenario struct {
 	drops       bool
 	kills       bool
 	restart     bool
+	clock       bool // the server's clock may stand still or step back (clockFaults)
 	maxFaults   int
 	strangers   []stranger
 	// rw runs the clients on an RWMutex of the name instead (RLock, Lock,
@@ -160,6 +161,7 @@ type vclient struct {
 	busy     int // goroutines running its current operation
 	cur      op
 	lease    *Lease
+	leaseOp  op   // the operation that granted lease: the permits it asked for
 	preLoss  bool // lease granted before the server lost its data
 	cancel   context.CancelFunc
 	canceled bool
@@ -365,6 +367,9 @@ func (r *run) startOp(cl *vclient, o op) {
 		cl.busy--
 		if keep {
 			cl.lease, cl.preLoss, cl.newBelief = l, l != nil && r.lostAcqs[l.acqID], l != nil
+			if l != nil {
+				cl.leaseOp = o
+			}
 		}
 		cl.results = append(cl.results, res)
 		r.trace = append(r.trace, fmt.Sprintf("  c%d %v -> %s", cl.id, o, res))
@@ -697,12 +702,15 @@ func (r *run) enabled(faults bool) []step {
 	if r.sc.restart && !r.loss {
 		out = append(out, step{label: "server restarts without its data", fault: true, apply: func(r *run) { r.restart() }})
 	}
+	if r.sc.clock {
+		out = append(out, r.clockFaults()...)
+	}
 	return out
 }
 
 // serverDeadlines are the lease and waits deadlines in Redis, as times just
 // after they pass, and the moment an idle semaphore's keys expire: moments
-// at which the server's view changes.
+// at which the server's view changes, on the clients' clock.
 func (r *run) serverDeadlines() []time.Time {
 	var out []time.Time
 	if ttl := r.m.TTL(r.k.meta); ttl > 0 {
@@ -716,7 +724,7 @@ func (r *run) serverDeadlines() []time.Time {
 		for _, mem := range members {
 			sc, err := r.m.ZScore(key, mem)
 			if err == nil {
-				out = append(out, time.UnixMilli(int64(sc)+1).UTC())
+				out = append(out, time.UnixMilli(int64(sc)+1).UTC().Add(-r.w.skew))
 			}
 		}
 	}
@@ -731,11 +739,13 @@ func (r *run) exec(c *simConn) {
 	if cl == r.bg[c.client] {
 		exploreSeen.note(cmd)
 	}
-	before, v0 := r.chk.beforeExec(cl, cmd), r.view()
+	before, v0, at := r.chk.beforeExec(cl, cmd, c.inbox[0]), r.view(), w.srvMs()
 	rb := r.rateBefore(cl, c.inbox[0])
 	label := w.execute(c)
 	r.chk.afterExec(cl, before)
-	r.chk.grants(r, label, v0, r.view())
+	v1 := r.view()
+	r.chk.grants(r, label, v0, v1)
+	r.chk.revived(r, label, at, v0, v1)
 	r.rateAfter(cl, rb, label)
 	w.mu.Unlock()
 	r.note(c.name() + " " + label)
@@ -811,6 +821,11 @@ func (r *run) restart() {
 			cl.preLoss = true
 		}
 	}
+	// A key a stranger overwrote is lost with the rest: putting it back
+	// then changes nothing.
+	for key := range r.saved {
+		r.saved[key] = lostSide
+	}
 	w.mu.Unlock()
 	r.note("server restarts without its data")
 }
@@ -826,6 +841,9 @@ func (r *run) advance(t time.Time) {
 	}
 	r.note(fmt.Sprintf("time +%v", d))
 }
+
+// lostSide marks a key a stranger overwrote that a restart lost since.
+const lostSide = "\x00lost"
 
 func (r *run) strangerLabel(i int) string {
 	st := r.sc.strangers[i]
@@ -877,7 +895,9 @@ func (r *run) applyStranger(i int) {
 		} else {
 			key = st.key(r.k)
 		}
-		if side, ok := r.saved[key]; ok {
+		if side, ok := r.saved[key]; ok && side == lostSide {
+			delete(r.saved, key) // the restart took the stranger's string too
+		} else if ok {
 			_, _ = r.w.exec.Do("DEL", key)
 			if side != "" {
 				_, _ = r.w.exec.Do("RENAME", side, key)
