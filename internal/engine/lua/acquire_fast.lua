@@ -35,11 +35,8 @@ repeat
     break
   end
   local m = redis.pcall('HMGET', KEYS[1], 'size', 'epoch', 'fence', 'due', 'over', 'x:' .. acq, 'idle', 'exp')
-  if m['err'] then
-    -- Behind a BLMOVE, undone first (unmoved in tokens.lua).
-    if not fresh then redis.pcall('LMOVE', KEYS[6], KEYS[2], 'RIGHT', 'LEFT') end
-    return fast_fail(m, KEYS[1])
-  end
+  if m['err'] and not fresh then break end -- acquire.lua undoes the BLMOVE first
+  if m['err'] then return fast_fail(m, KEYS[1]) end
   local msize, epoch, fence, due_s, over, tombstone, idle, exp = m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8]
   local due = tonumber(due_s)
   if msize and msize ~= size and size_mode == 'adopt'

@@ -145,8 +145,11 @@ end
 -- a sweep that finds the list through its registration in waits, which a
 -- stranger's key may have taken.
 local function unmoved(moved, e)
-  for _ = 1, moved and 10 or 0 do
-    if type(redis.pcall('LMOVE', KEYS[6], KEYS[2], 'RIGHT', 'LEFT')) ~= 'string' then break end
+  local toks = moved and redis.pcall('LRANGE', KEYS[6], 0, 99)
+  if type(toks) == 'table' and #toks > 0 and #toks < 100 then
+    local back = {}
+    for i = #toks, 1, -1 do back[#back + 1] = toks[i] end
+    if type(redis.pcall('LPUSH', KEYS[2], unpack(back))) == 'number' then redis.call('DEL', KEYS[6]) end
   end
   return redis.error_reply(e)
 end
