@@ -40,6 +40,7 @@ var scriptMethodCommands = map[string][]string{
 	"SendHash":  {"evalsha"},
 	"Send":      {"eval"},
 	"Load":      {"script|load"},
+	"Hash":      nil, // sends nothing
 }
 
 // luaCommands returns the commands the scripts in internal/engine/lua/ call: every

@@ -245,7 +245,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	if err := l.finalErr(); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	ctx, cancel := engine.Within(ctx, releaseTimeout)
 	defer cancel()
 	s := l.sem
 	failpoint.Hit("release.sent") // a fault test's hook; a no-op in production
@@ -297,7 +297,7 @@ func (l *Lease) Release(ctx context.Context) error {
 func (l *Lease) giveBack(ctx context.Context) {
 	l.relMu.Lock()
 	defer l.relMu.Unlock()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	ctx, cancel := engine.Within(ctx, releaseTimeout)
 	defer cancel()
 	s := l.sem
 	for l.relNext < len(l.tokens) {

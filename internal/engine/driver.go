@@ -525,7 +525,9 @@ func BlockThenRun(ctx context.Context, conn redis.Conn, block time.Duration, wai
 	if skip {
 		return nil, ErrSkipped
 	}
-	v, err := redis.ReceiveContext(conn, rctx)
+	// The script's reply follows at once (Redis ran it right behind the
+	// blocking command): read it without ReceiveContext's watcher goroutine.
+	v, err := redis.ReceiveWithTimeout(conn, BlockSlack)
 	if re, ok := err.(redis.Error); ok && strings.HasPrefix(string(re), "NOSCRIPT") {
 		v, err = script.DoContext(ctx, conn, scriptArgs...)
 	}
