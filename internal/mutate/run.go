@@ -26,6 +26,7 @@ type stage struct {
 	run, skip string // -test.run and -test.skip
 	invalid   bool   // a failure makes the mutant invalid, not killed
 	full      bool   // the confirmation: every test, every backend
+	shards    int    // processes at once (see test)
 }
 
 // slowTests take seconds each; they run after the others.
@@ -52,16 +53,16 @@ func stages(file string, full bool) []stage {
 	for _, p := range pkgs {
 		switch {
 		case full:
-			out = append(out, stage{name: "full " + p, pkg: p, full: true})
+			out = append(out, stage{name: "full " + p, pkg: p, full: true, shards: 2})
 		case p == "internal/engine" && strings.HasSuffix(base, ".lua"):
 			out = append(out, stage{name: "shape", pkg: p, run: "^TestLuaShape$", invalid: true},
 				stage{name: "engine", pkg: p, skip: "^TestLuaShape$"})
 		case p == ".":
-			out = append(out, stage{name: "root", pkg: p, skip: "^(TestExplore|TestDocs)|" + slowTests},
-				stage{name: "root-slow", pkg: p, run: slowTests},
+			out = append(out, stage{name: "root", pkg: p, skip: "^(TestExplore|TestDocs)|" + slowTests, shards: 4},
+				stage{name: "root-slow", pkg: p, run: slowTests, shards: 10},
 				stage{name: "explore", pkg: p, run: "^TestExplore"})
 		default:
-			out = append(out, stage{name: filepath.Base(p), pkg: p})
+			out = append(out, stage{name: filepath.Base(p), pkg: p, shards: 3})
 		}
 	}
 	return out
@@ -146,8 +147,9 @@ func (h *harness) one(dir string, m mutant, confirm bool) result {
 	r := h.apply(dir, m, func(bin string) result {
 		r := h.stages(dir, bin, stages(m.File, false))
 		if r.status == "survived" && confirm {
-			r = h.stages(dir, bin, stages(m.File, true))
-			r.stage = strings.TrimSpace(r.stage + " (confirm)")
+			if r = h.stages(dir, bin, stages(m.File, true)); r.status == "survived" {
+				r.stage = "full"
+			}
 		}
 		return r
 	})
@@ -214,7 +216,7 @@ func (h *harness) stages(dir, bin string, sts []stage) result {
 			}
 			// A test that fails again alone killed the mutant; one that
 			// passes alone was flaky: the stage runs again without it.
-			if again, _, to := h.test(dir, bin, st, "^"+regexp.QuoteMeta(failed)+"$", ""); again != "" || to {
+			if again, _, to := h.exec(context.Background(), dir, bin, st, "^"+regexp.QuoteMeta(failed)+"$", ""); again != "" || to {
 				if h.verbose {
 					fmt.Printf("--- %s: %s\n%s\n", st.name, failed, tail(out, 30))
 				}
@@ -229,11 +231,70 @@ func (h *harness) stages(dir, bin string, sts []stage) result {
 
 var failLine = regexp.MustCompile(`^--- FAIL: (\S+)`)
 
-// test runs the stage's package tests matching run and not skip, and returns
-// the first top-level test that failed ("" when all passed), the output,
-// and whether it hung or ran out of time.
+// test runs the stage's tests matching run and not skip, split over
+// st.shards processes at once (most tests sleep more than they compute),
+// and returns the first top-level test that failed ("" when all passed),
+// its output, and whether a process hung or ran out of time.
 func (h *harness) test(dir, bin string, st stage, run, skip string) (failed, out string, timedOut bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), stageTimeout)
+	groups := []string{run}
+	if st.shards > 1 {
+		groups = shards(filepath.Join(bin, binName(st.pkg)), st.shards, run, skip)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type outcome struct {
+		failed, out string
+		timedOut    bool
+	}
+	done := make(chan outcome, len(groups))
+	for _, g := range groups {
+		go func(g string) {
+			f, o, t := h.exec(ctx, dir, bin, st, g, skip)
+			done <- outcome{f, o, t}
+		}(g)
+	}
+	for range groups {
+		o := <-done
+		if (o.failed != "" || o.timedOut) && failed == "" && !timedOut {
+			failed, out, timedOut = o.failed, o.out, o.timedOut
+			cancel() // the other shards' results no longer matter
+		}
+	}
+	return failed, out, timedOut
+}
+
+// shards splits the tests of the binary bin matching run and not skip into
+// n -test.run patterns.
+func shards(bin string, n int, run, skip string) []string {
+	if run == "" {
+		run = "."
+	}
+	b, err := exec.Command(bin, "-test.list", run).Output()
+	if err != nil {
+		return []string{run} // the run itself will say what is wrong
+	}
+	skipRE := regexp.MustCompile(skip)
+	groups := make([][]string, n)
+	i := 0
+	for _, name := range strings.Fields(string(b)) {
+		if strings.HasPrefix(name, "Benchmark") || skip != "" && skipRE.MatchString(name) {
+			continue
+		}
+		groups[i%n] = append(groups[i%n], regexp.QuoteMeta(name))
+		i++
+	}
+	var out []string
+	for _, g := range groups {
+		if len(g) > 0 {
+			out = append(out, "^("+strings.Join(g, "|")+")$")
+		}
+	}
+	return out
+}
+
+// exec runs one process of the stage's tests; see test.
+func (h *harness) exec(parent context.Context, dir, bin string, st stage, run, skip string) (failed, out string, timedOut bool) {
+	ctx, cancel := context.WithTimeout(parent, stageTimeout)
 	defer cancel()
 	args := []string{"-test.v", "-test.count=1", "-test.timeout", stageTimeout.String()}
 	if !st.full {
@@ -276,6 +337,9 @@ func (h *harness) test(dir, bin string, st stage, run, skip string) (failed, out
 	err := <-done
 	quiet.Stop()
 	out = b.String()
+	if parent.Err() != nil {
+		return "", out, false // cancelled: another shard decided
+	}
 	if ctx.Err() != nil || strings.Contains(out, "panic: test timed out") {
 		if failed == "" {
 			failed = runningTest(out)
