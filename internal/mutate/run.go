@@ -197,7 +197,9 @@ func binName(pkg string) string {
 	return filepath.Base(pkg) + ".test"
 }
 
-var lua = regexp.MustCompile(`Error compiling script|syntax error`)
+// luaSyntax is how miniredis (gopher-lua) reports a script that does not
+// compile; it says "Error compiling script" of errors at run time too.
+var luaSyntax = regexp.MustCompile(`near '[^']*':\s+syntax error`)
 
 // stages runs sts in order; the first failure decides.
 func (h *harness) stages(dir, bin string, sts []stage) result {
@@ -211,7 +213,7 @@ func (h *harness) stages(dir, bin string, sts []stage) result {
 			if failed == "" {
 				break
 			}
-			if lua.MatchString(out) || st.invalid {
+			if luaSyntax.MatchString(out) || st.invalid {
 				return result{status: "invalid", stage: st.name, test: failed}
 			}
 			// A test that fails again alone killed the mutant; one that
