@@ -191,3 +191,73 @@ func TestSemaphore_Scripts_weightedRejectBadArgs(t *testing.T) {
 		requireInventory(t, s, 3, 0)
 	})
 }
+
+// Each script's argument checks stop at their documented bounds: the bound
+// itself is taken and the value just past it refused (REDSEM_ARG), in the
+// fast paths as in the scripts behind them.
+func TestSemaphore_Scripts_argumentBounds(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		c, err := redis.Dial("tcp", b.addr)
+		require.NoError(t, err)
+		defer c.Close()
+		s := newSem(t, b, "bounds", 3)
+		rw, err := NewRWMutex(b.pool, "bounds-rw")
+		require.NoError(t, err)
+		acquire := func(i int, v interface{}) error { // acquire.lua: size ... phase
+			acq := engine.NewAcqID()
+			args := []interface{}{3, acq, 1000, "", 0, 100, 100, "fresh"}
+			args[i] = v
+			_, err := engine.Acquire.Do(c, append(append(s.k.all(5), s.k.pend(acq)), args...)...)
+			return err
+		}
+		acquireN := func(i int, v interface{}) error { // acquire_n.lua: size ... idleMs
+			acq := engine.NewAcqID()
+			args := s.acquireNArgs(acq, 1, 0, "fresh")
+			nk := len(args) - 12
+			if i == 1 {
+				acq = v.(string)
+				args = s.acquireNArgs(acq, 1, 0, "fresh")
+			}
+			args[nk+i] = v
+			_, err := engine.AcquireN.Do(c, args...)
+			return err
+		}
+		abortN := func(i int, v interface{}) error { // abort_n.lua: acqID, k, mode, tombMs
+			acq := engine.NewAcqID()
+			args := []interface{}{acq, 1, "release", 100}
+			args[i] = v
+			_, err := engine.AbortN.Do(c, append(append(s.k.all(5), s.k.pend(acq), s.k.bell(acq), s.k.wqueue()), args...)...)
+			return err
+		}
+		rwAbort := func(i int, v interface{}) error { // rw_abort.lua: acqID, mode, tombMs, ttlMs
+			acq := engine.NewAcqID()
+			args := []interface{}{acq, "release", 100, 1000}
+			args[i] = v
+			_, err := engine.RWAbort.Do(c, append(append(rw.s.k.rw(), rw.s.k.bell(acq)), args...)...)
+			return err
+		}
+		for _, tc := range []struct {
+			name      string
+			run       func(int, interface{}) error
+			arg       int
+			ok, wrong interface{}
+		}{
+			{"acquire graceMs", acquire, 5, "1000000000", "10000000000"},
+			{"acquire blockMs", acquire, 4, "1000000000", "10000000000"},
+			{"acquire tombMs", acquire, 6, "1000000000", "10000000000"},
+			{"acquire_n acqID", acquireN, 1, "0123456789abcdef", "0123456789abcde"},
+			{"acquire_n tombMs", acquireN, 7, 0, -1},
+			{"abort_n k", abortN, 1, 100000, 100001},
+			{"rw_abort tombMs", rwAbort, 2, 0, -1},
+		} {
+			err := tc.run(tc.arg, tc.ok)
+			if err != nil {
+				assert.NotContains(t, err.Error(), "REDSEM_ARG", "%s = %v is in bounds", tc.name, tc.ok)
+			}
+			err = tc.run(tc.arg, tc.wrong)
+			if assert.Error(t, err, "%s = %v", tc.name, tc.wrong) {
+				assert.Contains(t, err.Error(), "REDSEM_ARG", "%s = %v", tc.name, tc.wrong)
+			}
+		}
+	})
+}

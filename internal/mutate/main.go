@@ -11,6 +11,7 @@
 //	go run ./internal/mutate -lang go -n 60    # of Go mutants
 //	go run ./internal/mutate -list             # the ids, nothing run
 //	go run ./internal/mutate -ids ID,ID        # these mutants
+//	go run ./internal/mutate -print ID         # the file as the mutant makes it
 //	go run ./internal/mutate -check -n 6 -seed "$(git rev-parse HEAD)" -budget 90s  # CI
 package main
 
@@ -45,6 +46,7 @@ func main() {
 	seed := flag.String("seed", "1", "picks the sample: any string (a commit, say)")
 	ids := flag.String("ids", "", "run these mutants: ids separated by commas")
 	list := flag.Bool("list", false, "print the chosen mutants' ids and run nothing")
+	print := flag.String("print", "", "print the file as this mutant (an id) makes it, and run nothing")
 	jobs := flag.Int("j", 1, "mutants run at once, each in its own copy of the module")
 	check := flag.Bool("check", false, "CI: skip the mutants survivors.txt calls equivalent and the baseline run; fail on any survivor")
 	budget := flag.Duration("budget", 0, "start no mutant after this long (0: no limit)")
@@ -60,6 +62,15 @@ func main() {
 	all, err := mutants(*lang)
 	if err != nil {
 		fatalf("%v", err)
+	}
+	if *print != "" {
+		m := choose(all, *print, 0, "", nil)[0]
+		b, err := os.ReadFile(m.File)
+		if err != nil {
+			fatalf("%v", err)
+		}
+		fmt.Print(string(b[:m.Start]) + m.New + string(b[m.End:]))
+		return
 	}
 	chosen := choose(all, *ids, *n, *seed, func(id string) bool { return *check && listed[id].verdict == "equivalent" })
 	if *list {
