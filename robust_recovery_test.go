@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -379,4 +380,38 @@ func TestSemaphore_AcquireN_scriptFlushWhileBlocked(t *testing.T) {
 		require.NoError(t, l.Release(ctx))
 		requireInventory(t, s, 2, 0)
 	})
+}
+
+// A lapsed lease is reclaimed as soon as its deadline passes, whatever
+// leases were granted after it: meta's due stays the earliest deadline
+// (a later grant by acquire.lua does not raise it, a sweep sets it to the
+// next one), so the next TryAcquire sweeps. miniredis with its clock set.
+func TestSemaphore_Acquire_reclaimsEachLapsedLeaseInTime(t *testing.T) {
+	m := miniredis.RunT(t)
+	b := &backend{name: "miniredis", mini: m, addr: m.Addr(), pool: newPool(t, m.Addr())}
+	ctx := ctxT(t, 10*time.Second)
+	t0 := time.Unix(1700000000, 0)
+	m.SetTime(t0)
+	short := newSem(t, b, "due", 2, WithTTL(time.Second), WithFixedTTL())
+	// Another TTL, and an idle time meta does not have yet: the fast path
+	// leaves this acquisition to acquire.lua.
+	slow := newSem(t, b, "due", 2, WithTTL(10*time.Second), WithFixedTTL(), WithIdleExpiry(time.Hour))
+	long := newSem(t, b, "due", 2, WithTTL(time.Minute), WithFixedTTL())
+	x, err := short.TryAcquire(ctx)
+	require.NoError(t, err)
+	y, err := slow.TryAcquire(ctx)
+	require.NoError(t, err)
+
+	m.SetTime(t0.Add(2 * time.Second))
+	z, err := long.TryAcquire(ctx)
+	require.NoError(t, err, "x lapsed at 1s")
+	assert.Equal(t, x.Token(), z.Token())
+	m.SetTime(t0.Add(11 * time.Second))
+	w, err := long.TryAcquire(ctx)
+	require.NoError(t, err, "y lapsed at 10s")
+	assert.Equal(t, y.Token(), w.Token())
+	for _, l := range []*Lease{z, w} {
+		require.NoError(t, l.Release(ctx))
+	}
+	requireInventory(t, long, 2, 0)
 }
