@@ -313,3 +313,25 @@ func TestRWMutex_New_keysApart(t *testing.T) {
 		}
 	})
 }
+
+// A read-write lock's fence too large to grow (2^53 and above, or the
+// bound below it) is corruption, as a semaphore's is: RLock and Lock
+// refuse it with ErrCorrupt and write nothing.
+func TestRWMutex_Lock_fenceTooLargeIsCorrupt(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for _, fence := range []string{"9000000000000000", "9007199254740993"} {
+			ctx := ctxT(t, 10*time.Second)
+			m := newRW(t, b, "rw-fence-"+fence)
+			l, err := m.TryRLock(ctx)
+			require.NoError(t, err)
+			require.NoError(t, l.Release(ctx))
+			b.do(t, "HSET", m.s.k.meta, "fence", fence)
+			before := b.snapshot(t)
+			_, err = m.TryRLock(ctx)
+			assert.ErrorIs(t, err, ErrCorrupt, "TryRLock, fence %s", fence)
+			_, err = m.TryLock(ctx)
+			assert.ErrorIs(t, err, ErrCorrupt, "TryLock, fence %s", fence)
+			assert.Equal(t, before, b.snapshot(t), "nothing written, fence %s", fence)
+		}
+	})
+}
