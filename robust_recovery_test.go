@@ -415,3 +415,23 @@ func TestSemaphore_Acquire_reclaimsEachLapsedLeaseInTime(t *testing.T) {
 	}
 	requireInventory(t, long, 2, 0)
 }
+
+// Tokens or leases left without meta (meta evicted or deleted on its own)
+// are residue, not a semaphore to create afresh: an acquisition refuses
+// them with ErrCorrupt and writes nothing (Repair is for that).
+func TestSemaphore_Acquire_residueWithoutMetaIsCorrupt(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "residue", 2)
+		l, err := s.TryAcquire(ctx)
+		require.NoError(t, err)
+		b.do(t, "DEL", s.k.meta)
+		before := b.snapshot(t)
+		_, err = s.TryAcquire(ctx)
+		assert.ErrorIs(t, err, ErrCorrupt, "TryAcquire")
+		_, err = s.TryAcquireN(ctx, 2)
+		assert.ErrorIs(t, err, ErrCorrupt, "TryAcquireN")
+		assert.Equal(t, before, b.snapshot(t), "nothing written")
+		require.NoError(t, l.Release(ctx))
+	})
+}
