@@ -357,6 +357,16 @@ func TestHandle_Resize_growSkipsTokensStillOut(t *testing.T) {
 		b.do(t, "LPUSH", s.k.tokens, held[3].Token())
 		require.NoError(t, held[2].Release(ctx))
 		requireInventory(t, s, 3, 0)
+
+		// Nor one already back on the list, wherever in it.
+		require.NoError(t, s.Resize(ctx, 1))
+		b.do(t, "LPUSH", s.k.tokens, held[3].Token())
+		require.NoError(t, s.Resize(ctx, 3))
+		inv, err = s.Check(ctx)
+		require.NoError(t, err)
+		assert.Empty(t, inv.Duplicates)
+		assert.Len(t, inv.Free, 3)
+		assert.True(t, inv.Healthy(), "%+v", inv)
 	})
 }
 
