@@ -118,6 +118,10 @@ func TestSemaphore_TryAcquireN_largeGivesUpHalfWay(t *testing.T) {
 
 		_, err := s.TryAcquireN(ctx, 2)
 		require.ErrorIs(t, err, ErrNoToken, "a weighted request collects")
+		_, other := tryRuns(t, b, s, 2)
+		o := other("fresh")
+		assert.Equal(t, [3]int64{engine.CodeWaiting, 0, 0}, [3]int64{o.Code, int64(o.Block), o.Mode},
+			"refused, not now, and nothing to wait for")
 		singles := holdN(t, ctx, s.TryAcquire, 100)
 
 		r = run("more")
@@ -125,6 +129,7 @@ func TestSemaphore_TryAcquireN_largeGivesUpHalfWay(t *testing.T) {
 		assert.Equal(t, int64(0), r.Mode, "refused")
 		requireInventory(t, s, size-100, 100)
 		assert.Equal(t, 0, extraKeys(t, b, s))
+		assert.Equal(t, 0, b.zcard(t, s.k.waits), "the refused try's registration went with it")
 
 		// The ticket is free again: a try of two goes through.
 		l, err := s.TryAcquireN(ctx, 2)
