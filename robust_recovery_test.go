@@ -435,3 +435,44 @@ func TestSemaphore_Acquire_residueWithoutMetaIsCorrupt(t *testing.T) {
 		require.NoError(t, l.Release(ctx))
 	})
 }
+
+// FM-22 for weighted requests: a stray on the list, or moved into a
+// collector's pending list by its BLMOVE (here a copy of a held token), is
+// dropped, never collected: no grant includes a token someone else holds.
+func TestSemaphore_AcquireN_forgedTokensNeverGrantExtra(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "forged-n", 2)
+		x, err := s.TryAcquire(ctx)
+		require.NoError(t, err)
+		epoch := strings.Split(x.Token(), ":")[0]
+		b.do(t, "LPUSH", s.k.tokens, x.Token(), "garbage", epoch+":3")
+		_, err = s.TryAcquireN(ctx, 2)
+		require.ErrorIs(t, err, ErrNoToken, "one token is free, beside three strays")
+		y, err := s.TryAcquire(ctx)
+		require.NoError(t, err)
+
+		done := make(chan *Lease, 1)
+		errs := make(chan error, 1)
+		go func() {
+			l, err := s.AcquireN(ctx, 2)
+			errs <- err
+			done <- l
+		}()
+		require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) == 1 }, 5*time.Second, time.Millisecond)
+		b.do(t, "LPUSH", s.k.tokens, x.Token()) // its BLMOVE takes the copy
+		require.NoError(t, y.Release(ctx))
+		select {
+		case err := <-errs:
+			t.Fatalf("AcquireN returned (%v) while %s is held", err, x.Token())
+		case <-time.After(300 * time.Millisecond):
+		}
+		require.NoError(t, x.Refresh(ctx, time.Minute), "x still holds its token")
+		require.NoError(t, x.Release(ctx))
+		require.NoError(t, <-errs)
+		l := <-done
+		assert.ElementsMatch(t, []string{x.Token(), y.Token()}, l.Tokens())
+		require.NoError(t, l.Release(ctx))
+		requireInventory(t, s, 2, 0)
+	})
+}
