@@ -91,6 +91,38 @@ func TestSemaphore_TryAcquireN_largeTakesSteps(t *testing.T) {
 	})
 }
 
+// A grant sealed over several runs checks, each run, that the tokens it is
+// about to seal are still the ones it collected: a stranger's element in
+// the part list makes it give everything back and settle, never seal the
+// stranger's token into a grant.
+func TestSemaphore_TryAcquireN_sealChecksWhatItCollected(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		const size = 300
+		s := newSem(t, b, "try-seal", size)
+		acq, run := tryRuns(t, b, s, size)
+		part := s.k.base + "part:" + acq
+		sealing := func() bool {
+			n, err := redis.Int(b.do(t, "HEXISTS", s.k.meta, "seal"), nil)
+			require.NoError(t, err)
+			return n == 1
+		}
+		r := run("fresh")
+		for i := 0; r.Code == engine.CodeWaiting && !sealing(); i++ {
+			require.Less(t, i, 20)
+			r = run("more")
+		}
+		require.Equal(t, int64(engine.CodeWaiting), r.Code, "sealing takes more than one run")
+		last := b.do(t, "LINDEX", part, -1) // not sealed yet
+		b.do(t, "LINSERT", part, "BEFORE", last, "garbage")
+		for i := 0; r.Code == engine.CodeWaiting; i++ {
+			require.Less(t, i, 20)
+			r = run("more")
+		}
+		assert.Equal(t, int64(engine.CodeSettled), r.Code, "got %v", r.Tokens)
+		requireInventory(t, s, size, 0)
+	})
+}
+
 // stepLine returns weighted.lua's line that sets STEP.
 func stepLine(t *testing.T) string {
 	for _, line := range strings.Split(engine.MustRead("weighted.lua"), "\n") {
