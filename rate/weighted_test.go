@@ -369,3 +369,25 @@ func TestSetRateLongerPerOnYoungGate(t *testing.T) {
 		require.ErrorIs(t, err, ErrRateLimited)
 	})
 }
+
+// The made-up grant that lengthening per adds stays the window's floor
+// through later changes: raising n while it is in the window tops it up,
+// so that nothing is admitted until it leaves (h + per), as if the
+// forgotten grants had taken the new n.
+func TestSetRateLongerPerThenMoreStillCountsForgottenGrants(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		g := newGate(t, b, "longer-then-more", 2, 100*time.Millisecond)
+		for range 2 {
+			_, err := g.Allow(ctx)
+			require.NoError(t, err)
+		}
+		time.Sleep(150 * time.Millisecond) // the old window is empty
+		require.NoError(t, g.SetRate(ctx, 2, 5*time.Second))
+		_, err := g.Allow(ctx)
+		require.ErrorIs(t, err, ErrRateLimited, "the forgotten 2 fill the new window")
+		require.NoError(t, g.SetRate(ctx, 4, 5*time.Second))
+		_, err = g.Allow(ctx)
+		require.ErrorIs(t, err, ErrRateLimited, "the forgotten grants count as the new n")
+	})
+}
