@@ -218,6 +218,9 @@ func TestSemaphore_TryAcquireN_leavesNoDoorbell(t *testing.T) {
 			require.NoError(t, h.Release(ctx)) // each goes to the try
 		}
 		require.Equal(t, 1, b.llen(t, s.k.bell(acq)), "rung by the release that completed it")
+		ttl, err := redis.Int(b.do(t, "PTTL", s.k.bell(acq)), nil)
+		require.NoError(t, err)
+		assert.Positive(t, ttl, "a doorbell nobody answers expires")
 		for i := 0; i < 10 && r.Code != engine.CodeGranted; i++ {
 			r = run("more")
 		}

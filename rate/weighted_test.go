@@ -391,3 +391,25 @@ func TestSetRateLongerPerThenMoreStillCountsForgottenGrants(t *testing.T) {
 		require.ErrorIs(t, err, ErrRateLimited, "the forgotten grants count as the new n")
 	})
 }
+
+// A change that does not lengthen per (n alone, or a shorter per) makes up
+// no forgotten grants: an empty window admits the new n at once.
+func TestSetRateNotLongerMakesUpNothing(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		g := newGate(t, b, "not-longer", 2, 100*time.Millisecond)
+		_, err := g.AllowN(ctx, 2)
+		require.NoError(t, err)
+		time.Sleep(150 * time.Millisecond) // the window is empty
+		require.NoError(t, g.SetRate(ctx, 3, 100*time.Millisecond))
+		st, err := g.Status(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, [2]int{0, 3}, [2]int{st.Due, st.Available}, "n alone: nothing in the window")
+		_, err = g.AllowN(ctx, 3)
+		require.NoError(t, err, "n alone")
+		time.Sleep(150 * time.Millisecond)
+		require.NoError(t, g.SetRate(ctx, 3, 50*time.Millisecond))
+		_, err = g.AllowN(ctx, 3)
+		require.NoError(t, err, "a shorter per")
+	})
+}
