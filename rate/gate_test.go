@@ -779,25 +779,27 @@ func TestRateGateRecordlessEntryCountsForPer(t *testing.T) {
 }
 
 // Only the oldest waiter in the queue keeps time for it (its reply says
-// head); the others sleep on their doorbells.
+// head); the others sleep on their doorbells, waking every max(per, 1s)
+// to notice a head that died.
 func TestRateGateQueueHasOneHead(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
-		g := newGate(t, b, "one-head", 1, time.Hour)
+		g := newGate(t, b, "one-head", 1, 500*time.Millisecond)
 		_, err := g.Allow(ctx)
 		require.NoError(t, err)
 		conn, err := b.pool.GetContext(ctx)
 		require.NoError(t, err)
 		defer conn.Close()
-		var heads []bool
+		var rs []engine.Reply
 		for range 2 {
 			args := g.q.takeArgs(engine.NewAcqID(), (10 * time.Second).Microseconds(), "fresh", []int{1})
 			r, err := parseRateReply(engine.RateTake.Do(conn, args...))
 			require.NoError(t, err)
-			require.Equal(t, int64(engine.CodeWaiting), r.Code)
-			heads = append(heads, r.Head)
+			require.Equal(t, int64(engine.CodeWaiting), r.Code, "queued within per of the Allow")
+			rs = append(rs, r)
 		}
-		assert.Equal(t, []bool{true, false}, heads)
+		assert.Equal(t, []bool{true, false}, []bool{rs[0].Head, rs[1].Head})
+		assert.Equal(t, time.Second, rs[1].Block, "max(per, 1s)")
 	})
 }
 
