@@ -78,3 +78,30 @@ func TestSemaphore_Acquire_abortTombstoneLowersDue(t *testing.T) {
 		requireInventory(t, s, 1, 0)
 	})
 }
+
+// Settling an acquisition that Redis granted (its reply lost): mode
+// "resolve" hands the grant over as it was, token, fence and deadline,
+// and keeps it; mode "release" then gives it back.
+func TestSemaphore_Acquire_abortResolvesAGrant(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "abort-resolve", 2, WithTTL(time.Minute))
+		c, err := b.pool.GetContext(ctx)
+		require.NoError(t, err)
+		defer c.Close()
+		acq := engine.NewAcqID()
+		g, err := parseAcquireReply(engine.Acquire.Do(c, s.acquireArgs(acq, 0, "fresh")...))
+		require.NoError(t, err)
+		require.Equal(t, int64(engine.CodeGranted), g.Code)
+
+		r, err := s.abort(ctx, acq, "resolve")
+		require.NoError(t, err)
+		assert.Equal(t, int64(engine.CodeGranted), r.Code)
+		assert.Equal(t, [3]interface{}{g.Tokens, g.Fence, g.DeadlineMs}, [3]interface{}{r.Tokens, r.Fence, r.DeadlineMs})
+		requireInventory(t, s, 1, 1)
+		r, err = s.abort(ctx, acq, "release")
+		require.NoError(t, err)
+		assert.Equal(t, int64(engine.CodeReleased), r.Code)
+		requireInventory(t, s, 2, 0)
+	})
+}

@@ -126,3 +126,70 @@ func TestHandle_Check_sizeTooLargeIsCorrupt(t *testing.T) {
 		}
 	})
 }
+
+// A frozen server clock (every TIME the same) still gives every grant a
+// fence above the last, whichever script grants it: the fast path, a
+// waiter's acquire_fast.lua or acquire.lua (when a lease is due to be
+// swept) behind its BLMOVE, a weighted collector's seal. Each writes its
+// fence to meta, or the next grant repeats it.
+func TestSemaphore_Acquire_fenceGrowsWithAFrozenClock(t *testing.T) {
+	m := miniredis.RunT(t)
+	b := &backend{name: "miniredis", mini: m, addr: m.Addr(), pool: newPool(t, m.Addr())}
+	ctx := ctxT(t, 10*time.Second)
+	m.SetTime(time.Unix(1700000000, 0))
+	s := newSem(t, b, "fence-frozen", 2)
+	var last int64
+	next := func(l *Lease, err error, how string) *Lease {
+		t.Helper()
+		require.NoError(t, err, how)
+		require.Greater(t, l.Fence(), last, how)
+		last = l.Fence()
+		return l
+	}
+	// served waits behind held, released once the waiter is registered
+	// (and then the clock set to at, if not zero).
+	served := func(held *Lease, at time.Time, wait func(context.Context) (*Lease, error)) (*Lease, error) {
+		type result struct {
+			l   *Lease
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			l, err := wait(ctx)
+			done <- result{l, err}
+		}()
+		require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) == 1 }, 5*time.Second, time.Millisecond)
+		if !at.IsZero() {
+			m.SetTime(at)
+		}
+		require.NoError(t, held.Release(ctx))
+		r := <-done
+		return r.l, r.err
+	}
+	l, err := s.TryAcquire(ctx)
+	a := next(l, err, "fast")
+	l, err = s.TryAcquire(ctx)
+	c := next(l, err, "fast")
+	l, err = served(a, time.Time{}, s.Acquire)
+	w := next(l, err, "a waiter")
+	require.NoError(t, c.Release(ctx))
+	l, err = s.TryAcquire(ctx)
+	require.NoError(t, next(l, err, "fast after a waiter").Release(ctx))
+	l, err = served(w, time.Time{}, func(ctx context.Context) (*Lease, error) { return s.AcquireN(ctx, 2) })
+	require.NoError(t, next(l, err, "a weighted waiter").Release(ctx))
+	l, err = s.TryAcquire(ctx)
+	require.NoError(t, next(l, err, "fast after a weighted waiter").Release(ctx))
+
+	// A lease expires (the clock jumps past it) while a waiter waits: the
+	// fast path leaves the waiter's grant to acquire.lua, which sweeps first.
+	short := newSem(t, b, "fence-frozen", 2, WithTTL(time.Second))
+	l, err = short.TryAcquire(ctx)
+	lapsed := next(l, err, "fast, short")
+	l, err = s.TryAcquire(ctx)
+	c = next(l, err, "fast")
+	l, err = served(c, time.Unix(1700000002, 0), s.Acquire)
+	require.NoError(t, next(l, err, "a waiter after a sweep").Release(ctx))
+	l, err = s.TryAcquire(ctx)
+	require.NoError(t, next(l, err, "fast after a sweep").Release(ctx))
+	require.ErrorIs(t, lapsed.Release(ctx), ErrLeaseLost)
+}

@@ -91,6 +91,38 @@ func TestSemaphore_TryAcquireN_largeTakesSteps(t *testing.T) {
 	})
 }
 
+// A grant sealed over several runs checks, each run, that the tokens it is
+// about to seal are still the ones it collected: a stranger's element in
+// the part list makes it give everything back and settle, never seal the
+// stranger's token into a grant.
+func TestSemaphore_TryAcquireN_sealChecksWhatItCollected(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		const size = 300
+		s := newSem(t, b, "try-seal", size)
+		acq, run := tryRuns(t, b, s, size)
+		part := s.k.base + "part:" + acq
+		sealing := func() bool {
+			n, err := redis.Int(b.do(t, "HEXISTS", s.k.meta, "seal"), nil)
+			require.NoError(t, err)
+			return n == 1
+		}
+		r := run("fresh")
+		for i := 0; r.Code == engine.CodeWaiting && !sealing(); i++ {
+			require.Less(t, i, 20)
+			r = run("more")
+		}
+		require.Equal(t, int64(engine.CodeWaiting), r.Code, "sealing takes more than one run")
+		last := b.do(t, "LINDEX", part, -1) // not sealed yet
+		b.do(t, "LINSERT", part, "BEFORE", last, "garbage")
+		for i := 0; r.Code == engine.CodeWaiting; i++ {
+			require.Less(t, i, 20)
+			r = run("more")
+		}
+		assert.Equal(t, int64(engine.CodeSettled), r.Code, "got %v", r.Tokens)
+		requireInventory(t, s, size, 0)
+	})
+}
+
 // stepLine returns weighted.lua's line that sets STEP.
 func stepLine(t *testing.T) string {
 	for _, line := range strings.Split(engine.MustRead("weighted.lua"), "\n") {
@@ -118,6 +150,10 @@ func TestSemaphore_TryAcquireN_largeGivesUpHalfWay(t *testing.T) {
 
 		_, err := s.TryAcquireN(ctx, 2)
 		require.ErrorIs(t, err, ErrNoToken, "a weighted request collects")
+		_, other := tryRuns(t, b, s, 2)
+		o := other("fresh")
+		assert.Equal(t, [3]int64{engine.CodeWaiting, 0, 0}, [3]int64{o.Code, int64(o.Block), o.Mode},
+			"refused, not now, and nothing to wait for")
 		singles := holdN(t, ctx, s.TryAcquire, 100)
 
 		r = run("more")
@@ -125,6 +161,7 @@ func TestSemaphore_TryAcquireN_largeGivesUpHalfWay(t *testing.T) {
 		assert.Equal(t, int64(0), r.Mode, "refused")
 		requireInventory(t, s, size-100, 100)
 		assert.Equal(t, 0, extraKeys(t, b, s))
+		assert.Equal(t, 0, b.zcard(t, s.k.waits), "the refused try's registration went with it")
 
 		// The ticket is free again: a try of two goes through.
 		l, err := s.TryAcquireN(ctx, 2)
@@ -181,6 +218,9 @@ func TestSemaphore_TryAcquireN_leavesNoDoorbell(t *testing.T) {
 			require.NoError(t, h.Release(ctx)) // each goes to the try
 		}
 		require.Equal(t, 1, b.llen(t, s.k.bell(acq)), "rung by the release that completed it")
+		ttl, err := redis.Int(b.do(t, "PTTL", s.k.bell(acq)), nil)
+		require.NoError(t, err)
+		assert.Positive(t, ttl, "a doorbell nobody answers expires")
 		for i := 0; i < 10 && r.Code != engine.CodeGranted; i++ {
 			r = run("more")
 		}

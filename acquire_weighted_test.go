@@ -267,6 +267,47 @@ func TestSemaphore_AcquireN_cancelReturnsTokensAtOnce(t *testing.T) {
 	})
 }
 
+// More tokens than one command takes (the scripts write a thousand at a
+// time) come back once each: those of a cancelled collection, and those of
+// a granted lease that abort_n.lua settles in mode "release" (as it does a
+// grant whose reply was lost).
+func TestSemaphore_AcquireN_manyTokensComeBackOnce(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 30*time.Second)
+		const size = 2100
+		s := newSem(t, b, "many-back", size)
+		healthy := func() {
+			t.Helper()
+			inv, err := s.Check(ctx)
+			require.NoError(t, err)
+			assert.True(t, inv.Healthy(), "%+v", inv.Duplicates)
+		}
+		x, err := s.TryAcquire(ctx)
+		require.NoError(t, err)
+		cctx, cancel := context.WithCancel(ctx)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := s.AcquireN(cctx, size)
+			errc <- err
+		}()
+		require.Eventually(t, func() bool { return len(collecting(t, s)) == size-1 }, 20*time.Second, 10*time.Millisecond)
+		cancel()
+		require.ErrorIs(t, <-errc, context.Canceled)
+		requireInventory(t, s, size-1, 1)
+		healthy()
+		require.NoError(t, x.Release(ctx))
+
+		l, err := s.AcquireN(ctx, size)
+		require.NoError(t, err)
+		r, err := s.abortN(ctx, l.acqID, size, "release")
+		require.NoError(t, err)
+		require.Equal(t, int64(engine.CodeReleased), r.Code)
+		requireInventory(t, s, size, 0)
+		healthy()
+		require.ErrorIs(t, l.Release(ctx), ErrLeaseLost, "settled behind its back")
+	})
+}
+
 // A collector that dies mid-collection (a raw client that runs the first
 // script and vanishes) loses its tokens and the ticket within one block plus
 // the grace: the next weighted request takes over.

@@ -144,6 +144,25 @@ func TestHandle_Repair_restoresInventory(t *testing.T) {
 	})
 }
 
+// Repair mints more tokens than one command takes (a thousand at a time)
+// once each.
+func TestHandle_Repair_mintsManyOnce(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		const size = 2100
+		s := newSem(t, b, "repair-many", size)
+		require.NoError(t, s.Resize(ctx, size))
+		b.do(t, "DEL", s.k.tokens)
+		r, err := s.Repair(ctx)
+		require.NoError(t, err)
+		assert.Len(t, r.Minted, size)
+		inv, err := s.Check(ctx)
+		require.NoError(t, err)
+		assert.True(t, inv.Healthy(), "%+v", inv.Duplicates)
+		assert.Len(t, inv.Free, size)
+	})
+}
+
 // Repair never mints while a missing token could be held or in flight: with
 // a lease, a lease record or a pending token it drops the junk, mints
 // nothing and says why.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -259,7 +260,8 @@ func TestHandle_Resize_shrinkRetiresHeldTokens(t *testing.T) {
 
 // A shrink drains strictly whatever order tokens come back in, including
 // a retired lease that expires instead of being released: holders never
-// exceed the new size once they have drained to it, and no token is lost.
+// exceed the new size once they have drained to it, no token is lost, and
+// the drain's bookkeeping in meta goes with it.
 func TestHandle_Resize_shrinkDrainsStrictly(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
@@ -286,6 +288,11 @@ func TestHandle_Resize_shrinkDrainsStrictly(t *testing.T) {
 		require.NoError(t, err)
 		assert.True(t, inv.Healthy(), "%+v", inv)
 		assert.Empty(t, inv.Withheld)
+		m, err := redis.StringMap(b.do(t, "HGETALL", s.k.meta), nil)
+		require.NoError(t, err)
+		for f := range m {
+			assert.False(t, f == "over" || f == "held" || strings.HasPrefix(f, "h:"), "meta's %s outlived the drain", f)
+		}
 
 		// Growing back while retired leases are out returns them to service.
 		g := newSem(t, b, "regrow-drain", 3, WithAdoptSize())
@@ -350,6 +357,16 @@ func TestHandle_Resize_growSkipsTokensStillOut(t *testing.T) {
 		b.do(t, "LPUSH", s.k.tokens, held[3].Token())
 		require.NoError(t, held[2].Release(ctx))
 		requireInventory(t, s, 3, 0)
+
+		// Nor one already back on the list, wherever in it.
+		require.NoError(t, s.Resize(ctx, 1))
+		b.do(t, "LPUSH", s.k.tokens, held[3].Token())
+		require.NoError(t, s.Resize(ctx, 3))
+		inv, err = s.Check(ctx)
+		require.NoError(t, err)
+		assert.Empty(t, inv.Duplicates)
+		assert.Len(t, inv.Free, 3)
+		assert.True(t, inv.Healthy(), "%+v", inv)
 	})
 }
 

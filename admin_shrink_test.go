@@ -272,3 +272,28 @@ func TestHandle_Resize_shrinkBookkeepingStaysSmall(t *testing.T) {
 		requireInventory(t, s, 200, 0)
 	})
 }
+
+// A withheld count below zero (a stranger's write) reads as none: the
+// drain still withholds from h:1 and loses no token, on the fast path of a
+// release as on its slow one.
+func TestHandle_Resize_negativeWithheldCountReadsAsNone(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for _, held := range []string{"-1", "-0.5"} {
+			ctx := ctxT(t, 10*time.Second)
+			s := newSem(t, b, "held"+held, 3, WithAdoptSize())
+			leases := takeAll(t, ctx, s)
+			require.NoError(t, s.Resize(ctx, 1)) // slots 2 and 3 retired
+			b.do(t, "HSET", s.k.meta, "held", held)
+			require.NoError(t, leases[1].Release(ctx)) // withheld
+			_, err := s.TryAcquire(ctx)
+			require.ErrorIs(t, err, ErrNoToken, "held %s: 2 and 3 still out", held)
+			require.NoError(t, leases[2].Release(ctx))
+			require.NoError(t, leases[3].Release(ctx))
+			l, err := s.TryAcquire(ctx)
+			require.NoError(t, err, "held %s: the withheld token came back", held)
+			assert.Equal(t, leases[1].Token(), l.Token())
+			require.NoError(t, l.Release(ctx))
+			requireInventory(t, s, 1, 0)
+		}
+	})
+}

@@ -350,6 +350,16 @@ func TestSemaphore_WithIdleExpiry_withATombstoneInWaits(t *testing.T) {
 		st, err := s.Status(ctx)
 		require.NoError(t, err)
 		require.Greater(t, st.IdleExpiresIn, time.Duration(0), "idle (a tombstone only) but no expiry set")
+
+		// In use again (the fast path): no key expires, waits included.
+		l, err = s.TryAcquire(ctx)
+		require.NoError(t, err)
+		for _, key := range []string{s.k.meta, s.k.holders, s.k.waits} {
+			ttl, err := redis.Int(b.do(t, "PTTL", key), nil)
+			require.NoError(t, err)
+			assert.Equal(t, -1, ttl, "%s expires while in use", key)
+		}
+		require.NoError(t, l.Release(ctx))
 	})
 }
 

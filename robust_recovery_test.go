@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -376,6 +377,101 @@ func TestSemaphore_AcquireN_scriptFlushWhileBlocked(t *testing.T) {
 		l, ok := <-got
 		require.True(t, ok)
 		assert.Len(t, l.Tokens(), 2)
+		require.NoError(t, l.Release(ctx))
+		requireInventory(t, s, 2, 0)
+	})
+}
+
+// A lapsed lease is reclaimed as soon as its deadline passes, whatever
+// leases were granted after it: meta's due stays the earliest deadline
+// (a later grant by acquire.lua does not raise it, a sweep sets it to the
+// next one), so the next TryAcquire sweeps. miniredis with its clock set.
+func TestSemaphore_Acquire_reclaimsEachLapsedLeaseInTime(t *testing.T) {
+	m := miniredis.RunT(t)
+	b := &backend{name: "miniredis", mini: m, addr: m.Addr(), pool: newPool(t, m.Addr())}
+	ctx := ctxT(t, 10*time.Second)
+	t0 := time.Unix(1700000000, 0)
+	m.SetTime(t0)
+	short := newSem(t, b, "due", 2, WithTTL(time.Second), WithFixedTTL())
+	// Another TTL, and an idle time meta does not have yet: the fast path
+	// leaves this acquisition to acquire.lua.
+	slow := newSem(t, b, "due", 2, WithTTL(10*time.Second), WithFixedTTL(), WithIdleExpiry(time.Hour))
+	long := newSem(t, b, "due", 2, WithTTL(time.Minute), WithFixedTTL())
+	x, err := short.TryAcquire(ctx)
+	require.NoError(t, err)
+	y, err := slow.TryAcquire(ctx)
+	require.NoError(t, err)
+
+	m.SetTime(t0.Add(2 * time.Second))
+	z, err := long.TryAcquire(ctx)
+	require.NoError(t, err, "x lapsed at 1s")
+	assert.Equal(t, x.Token(), z.Token())
+	m.SetTime(t0.Add(11 * time.Second))
+	w, err := long.TryAcquire(ctx)
+	require.NoError(t, err, "y lapsed at 10s")
+	assert.Equal(t, y.Token(), w.Token())
+	for _, l := range []*Lease{z, w} {
+		require.NoError(t, l.Release(ctx))
+	}
+	requireInventory(t, long, 2, 0)
+}
+
+// Tokens or leases left without meta (meta evicted or deleted on its own)
+// are residue, not a semaphore to create afresh: an acquisition refuses
+// them with ErrCorrupt and writes nothing (Repair is for that).
+func TestSemaphore_Acquire_residueWithoutMetaIsCorrupt(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "residue", 2)
+		l, err := s.TryAcquire(ctx)
+		require.NoError(t, err)
+		b.do(t, "DEL", s.k.meta)
+		before := b.snapshot(t)
+		_, err = s.TryAcquire(ctx)
+		assert.ErrorIs(t, err, ErrCorrupt, "TryAcquire")
+		_, err = s.TryAcquireN(ctx, 2)
+		assert.ErrorIs(t, err, ErrCorrupt, "TryAcquireN")
+		assert.Equal(t, before, b.snapshot(t), "nothing written")
+		require.NoError(t, l.Release(ctx))
+	})
+}
+
+// FM-22 for weighted requests: a stray on the list, or moved into a
+// collector's pending list by its BLMOVE (here a copy of a held token), is
+// dropped, never collected: no grant includes a token someone else holds.
+func TestSemaphore_AcquireN_forgedTokensNeverGrantExtra(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "forged-n", 2)
+		x, err := s.TryAcquire(ctx)
+		require.NoError(t, err)
+		epoch := strings.Split(x.Token(), ":")[0]
+		b.do(t, "LPUSH", s.k.tokens, x.Token(), "garbage", epoch+":3")
+		_, err = s.TryAcquireN(ctx, 2)
+		require.ErrorIs(t, err, ErrNoToken, "one token is free, beside three strays")
+		y, err := s.TryAcquire(ctx)
+		require.NoError(t, err)
+
+		done := make(chan *Lease, 1)
+		errs := make(chan error, 1)
+		go func() {
+			l, err := s.AcquireN(ctx, 2)
+			errs <- err
+			done <- l
+		}()
+		require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) == 1 }, 5*time.Second, time.Millisecond)
+		b.do(t, "LPUSH", s.k.tokens, x.Token()) // its BLMOVE takes the copy
+		require.NoError(t, y.Release(ctx))
+		select {
+		case err := <-errs:
+			t.Fatalf("AcquireN returned (%v) while %s is held", err, x.Token())
+		case <-time.After(300 * time.Millisecond):
+		}
+		require.NoError(t, x.Refresh(ctx, time.Minute), "x still holds its token")
+		require.NoError(t, x.Release(ctx))
+		require.NoError(t, <-errs)
+		l := <-done
+		assert.ElementsMatch(t, []string{x.Token(), y.Token()}, l.Tokens())
 		require.NoError(t, l.Release(ctx))
 		requireInventory(t, s, 2, 0)
 	})

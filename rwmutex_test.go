@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redsem/redsem/admin"
+	"github.com/redsem/redsem/internal/engine"
 )
 
 func newRW(t testing.TB, b *backend, name string, opts ...Option) *RWMutex {
@@ -311,5 +312,56 @@ func TestRWMutex_New_keysApart(t *testing.T) {
 		for _, k := range keys {
 			assert.Contains(t, k, "{shared-name}:")
 		}
+	})
+}
+
+// A read-write lock's fence too large to grow (2^53 and above, or the
+// bound below it) is corruption, as a semaphore's is: RLock and Lock
+// refuse it with ErrCorrupt and write nothing.
+func TestRWMutex_Lock_fenceTooLargeIsCorrupt(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for _, fence := range []string{"9000000000000000", "9007199254740993"} {
+			ctx := ctxT(t, 10*time.Second)
+			m := newRW(t, b, "rw-fence-"+fence)
+			l, err := m.TryRLock(ctx)
+			require.NoError(t, err)
+			require.NoError(t, l.Release(ctx))
+			b.do(t, "HSET", m.s.k.meta, "fence", fence)
+			before := b.snapshot(t)
+			_, err = m.TryRLock(ctx)
+			assert.ErrorIs(t, err, ErrCorrupt, "TryRLock, fence %s", fence)
+			_, err = m.TryLock(ctx)
+			assert.ErrorIs(t, err, ErrCorrupt, "TryLock, fence %s", fence)
+			assert.Equal(t, before, b.snapshot(t), "nothing written, fence %s", fence)
+		}
+	})
+}
+
+// A waiter's grant is confirmed once: settling it by its id afterwards (as
+// after a lost reply) reports the lease as it is, deadline included, and
+// does not extend it.
+func TestRWMutex_Lock_confirmedGrantResolvesAsItIs(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		m := newRW(t, b, "rw-confirmed")
+		w, err := m.Lock(ctx)
+		require.NoError(t, err)
+		ch := lockAsync(ctx, m.RLock)
+		waitRWQueue(t, m, 1)
+		require.NoError(t, w.Release(ctx))
+		r := granted(t, ch) // provisional, then confirmed by its own run
+		deadline, err := redis.Int64(b.do(t, "ZSCORE", m.s.k.leases, r.acqID), nil)
+		require.NoError(t, err)
+
+		time.Sleep(20 * time.Millisecond)
+		c, err := b.pool.GetContext(ctx)
+		require.NoError(t, err)
+		defer c.Close()
+		args := append(append(m.s.k.rw(), m.s.k.bell(r.acqID)), r.acqID, "resolve", 100, m.TTL().Milliseconds())
+		got, err := parseRWReply(engine.RWAbort.Do(c, args...))
+		require.NoError(t, err)
+		assert.Equal(t, int64(engine.CodeGranted), got.Code)
+		assert.Equal(t, deadline, got.DeadlineMs, "resolved as it is, not extended")
+		require.NoError(t, r.Release(ctx))
 	})
 }

@@ -100,6 +100,19 @@ func TestRateGateBadInput(t *testing.T) {
 		st, err := g.Status(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, 2, st.Available)
+
+		// rate_set.lua refuses arguments that are not its count of limits'
+		// n and per, one short or one over.
+		conn, err := b.pool.GetContext(ctx)
+		require.NoError(t, err)
+		defer conn.Close()
+		for _, args := range [][]interface{}{{1, 3}, {1, 3, 1000000, 7}, {2, 3, 1000000}} {
+			_, err := engine.RateSet.Do(conn, append(g.q.k.state(), args...)...)
+			if assert.Error(t, err, "%v", args) {
+				assert.Contains(t, err.Error(), "REDSEM_ARG", "%v", args)
+			}
+		}
+		assert.Equal(t, meta, b.do(t, "HGETALL", g.q.k.meta))
 	})
 }
 
@@ -710,5 +723,114 @@ func TestRateGateFIFO(t *testing.T) {
 			got = append(got, i)
 		}
 		assert.Equal(t, []int{0, 1, 2, 3, 4}, got)
+	})
+}
+
+// A grant's record goes once its window has passed, and a log entry
+// without a record (a stranger's) goes at the next start, counted in
+// Rejected.
+func TestRateGateForgetsEndedGrants(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		g := newGate(t, b, "forget", 2, 100*time.Millisecond)
+		for range 2 {
+			_, err := g.Allow(ctx)
+			require.NoError(t, err)
+		}
+		b.do(t, "ZADD", g.q.k.logs[0], 0, "stray")
+		time.Sleep(200 * time.Millisecond)
+		_, err := g.Allow(ctx)
+		require.NoError(t, err)
+		st, err := g.Status(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), st.Rejected)
+		fields, err := redis.Strings(b.do(t, "HKEYS", g.q.k.holders), nil)
+		require.NoError(t, err)
+		records := 0
+		for _, f := range fields {
+			if strings.HasPrefix(f, "g:") {
+				records++
+			}
+		}
+		assert.Equal(t, 1, records, "only the last grant's record is left: %v", fields)
+	})
+}
+
+// A log entry whose grant record is gone (a stranger's write) still counts
+// its units: a start that needs it to leave is told to retry per from now,
+// not at once.
+func TestRateGateRecordlessEntryCountsForPer(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		g := newGate(t, b, "recordless", 2, time.Hour)
+		for range 2 {
+			_, err := g.Allow(ctx)
+			require.NoError(t, err)
+		}
+		log, err := redis.Strings(b.do(t, "ZRANGE", g.q.k.logs[0], 0, -1), nil)
+		require.NoError(t, err)
+		require.Len(t, log, 2)
+		b.do(t, "HDEL", g.q.k.holders, "g:"+log[1])
+		_, err = g.AllowN(ctx, 2)
+		var rl *LimitedError
+		require.ErrorAs(t, err, &rl)
+		assert.Greater(t, rl.RetryAfter, 59*time.Minute)
+	})
+}
+
+// Only the oldest waiter in the queue keeps time for it (its reply says
+// head); the others sleep on their doorbells, waking every max(per, 1s)
+// to notice a head that died.
+func TestRateGateQueueHasOneHead(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		g := newGate(t, b, "one-head", 1, 500*time.Millisecond)
+		_, err := g.Allow(ctx)
+		require.NoError(t, err)
+		conn, err := b.pool.GetContext(ctx)
+		require.NoError(t, err)
+		defer conn.Close()
+		var rs []engine.Reply
+		for range 2 {
+			args := g.q.takeArgs(engine.NewAcqID(), (10 * time.Second).Microseconds(), "fresh", []int{1})
+			r, err := parseRateReply(engine.RateTake.Do(conn, args...))
+			require.NoError(t, err)
+			require.Equal(t, int64(engine.CodeWaiting), r.Code, "queued within per of the Allow")
+			rs = append(rs, r)
+		}
+		assert.Equal(t, []bool{true, false}, []bool{rs[0].Head, rs[1].Head})
+		assert.Equal(t, time.Second, rs[1].Block, "max(per, 1s)")
+	})
+}
+
+// A gate's running sums grow with every unit granted; past 2^50 the next
+// grant moves the log and the sums down (Lua numbers are exact to 2^53),
+// and the window holds what it held.
+func TestRateGateRebasesItsSums(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		g := newGate(t, b, "rebase", 3, time.Hour)
+		for range 2 {
+			_, err := g.Allow(ctx)
+			require.NoError(t, err)
+		}
+		// As if 2^50 units had come and gone before these two.
+		const shift = 1 << 50
+		log, err := redis.Strings(b.do(t, "ZRANGE", g.q.k.logs[0], 0, -1), nil)
+		require.NoError(t, err)
+		for i, acq := range log {
+			b.do(t, "ZADD", g.q.k.logs[0], shift+i+1, acq)
+		}
+		b.do(t, "HSET", g.q.k.meta, "sum", shift+2, "back", shift)
+		_, err = g.Allow(ctx)
+		require.NoError(t, err)
+		scores, err := redis.Strings(b.do(t, "ZRANGE", g.q.k.logs[0], 0, -1, "WITHSCORES"), nil)
+		require.NoError(t, err)
+		assert.Equal(t, []string{"1", "2", "3"}, []string{scores[1], scores[3], scores[5]}, "rebased: %v", scores)
+		st, err := g.Status(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 3, st.Started)
+		_, err = g.Allow(ctx)
+		require.ErrorIs(t, err, ErrRateLimited)
 	})
 }

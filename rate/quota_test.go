@@ -221,6 +221,9 @@ func TestUpgradeFromTokenLayout(t *testing.T) {
 
 		_, err = g.Allow(ctx)
 		require.ErrorIs(t, err, ErrRateLimited, "the old window counts as full")
+		st, err := g.Status(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 2, st.Started, "the old window holds n units, no more")
 		for _, k := range []string{"tokens", "leases"} {
 			assert.Equal(t, 0, b.num(t, "EXISTS", base+k), "old %s left", k)
 		}

@@ -369,3 +369,47 @@ func TestSetRateLongerPerOnYoungGate(t *testing.T) {
 		require.ErrorIs(t, err, ErrRateLimited)
 	})
 }
+
+// The made-up grant that lengthening per adds stays the window's floor
+// through later changes: raising n while it is in the window tops it up,
+// so that nothing is admitted until it leaves (h + per), as if the
+// forgotten grants had taken the new n.
+func TestSetRateLongerPerThenMoreStillCountsForgottenGrants(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		g := newGate(t, b, "longer-then-more", 2, 100*time.Millisecond)
+		for range 2 {
+			_, err := g.Allow(ctx)
+			require.NoError(t, err)
+		}
+		time.Sleep(150 * time.Millisecond) // the old window is empty
+		require.NoError(t, g.SetRate(ctx, 2, 5*time.Second))
+		_, err := g.Allow(ctx)
+		require.ErrorIs(t, err, ErrRateLimited, "the forgotten 2 fill the new window")
+		require.NoError(t, g.SetRate(ctx, 4, 5*time.Second))
+		_, err = g.Allow(ctx)
+		require.ErrorIs(t, err, ErrRateLimited, "the forgotten grants count as the new n")
+	})
+}
+
+// A change that does not lengthen per (n alone, or a shorter per) makes up
+// no forgotten grants: an empty window admits the new n at once.
+func TestSetRateNotLongerMakesUpNothing(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		g := newGate(t, b, "not-longer", 2, 100*time.Millisecond)
+		_, err := g.AllowN(ctx, 2)
+		require.NoError(t, err)
+		time.Sleep(150 * time.Millisecond) // the window is empty
+		require.NoError(t, g.SetRate(ctx, 3, 100*time.Millisecond))
+		st, err := g.Status(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, [2]int{0, 3}, [2]int{st.Due, st.Available}, "n alone: nothing in the window")
+		_, err = g.AllowN(ctx, 3)
+		require.NoError(t, err, "n alone")
+		time.Sleep(150 * time.Millisecond)
+		require.NoError(t, g.SetRate(ctx, 3, 50*time.Millisecond))
+		_, err = g.AllowN(ctx, 3)
+		require.NoError(t, err, "a shorter per")
+	})
+}
