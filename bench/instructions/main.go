@@ -3,11 +3,11 @@
 // how loaded the machine is, unlike the µs of INFO commandstats. The
 // operations: two PINGs; an uncontended Acquire+Release, with and without
 // idle expiry; a handoff (a pair, and a second one blocked behind it); and
-// the floors of internal/floor (pairs that are not redsem's). It starts its
-// own redis-server under valgrind on a free loopback port (and stops it by
-// pid); for each operation it warms up, zeroes the counters, runs it n
-// times (n/20, at least 10, for the handoff, which waits 50 ms a round)
-// and dumps them.
+// the floors of internal/floor and of leasefloor (pairs that are not
+// redsem's). It starts its own redis-server under valgrind on a free
+// loopback port (and stops it by pid); for each operation it warms up,
+// zeroes the counters, runs it n times (n/20, at least 10, for the
+// handoff, which waits 50 ms a round) and dumps them.
 //
 //	cd bench && go run ./instructions            # needs valgrind and redis-server
 //	cd bench && go run ./instructions -n 5000
@@ -31,6 +31,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/bench/leasefloor"
 	"github.com/redsem/redsem/internal/floor"
 )
 
@@ -166,6 +167,22 @@ func run(n int) error {
 	}
 	for _, f := range floor.All() {
 		cases = append(cases, opCase{name: "floor " + f.Name, op: func() error { return f.Pair(fconn) }})
+	}
+	// The harness's lease floors (leasefloor): a raw pass plus the lease
+	// record and the owner-checked release, in redsem's key layout and in
+	// one record.
+	for i, f := range []leasefloor.Floor{leasefloor.Lease, leasefloor.OneRecord} {
+		key := fmt.Sprintf("instructions-lease-%d", i)
+		if err := f.Prepare(fconn, key, 4); err != nil {
+			return err
+		}
+		cases = append(cases, opCase{name: f.Name, op: func() error {
+			rel, err := f.Acquire(ctx, fconn, key)
+			if err != nil {
+				return err
+			}
+			return rel(ctx, fconn)
+		}})
 	}
 	fmt.Printf("redis-server instructions per operation (callgrind, %d operations each, %d of the slow ones)\n\n", n, slowRounds(n))
 	fmt.Println("| operation | instructions |")
