@@ -196,10 +196,10 @@ func run(n int) error {
 		}, nil
 	})})
 	// The harness's lease floors (leasefloor): a raw pass plus the lease
-	// record and the owner-checked release, in redsem's key layout and in
-	// one record; a pair, and a handoff like redsem's (each lock call on a
-	// connection of its own).
-	for i, f := range []leasefloor.Floor{leasefloor.Lease, leasefloor.OneRecord} {
+	// record and the owner-checked release, in redsem's key layout, in one
+	// record, and with no script; a pair, and a handoff like redsem's (each
+	// lock call on a connection of its own).
+	for i, f := range []leasefloor.Floor{leasefloor.Lease, leasefloor.OneRecord, leasefloor.NoScript} {
 		key := fmt.Sprintf("instructions-lease-%d", i)
 		if err := f.Prepare(fconn, key, 4); err != nil {
 			return err

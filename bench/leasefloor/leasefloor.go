@@ -1,17 +1,18 @@
-// Package leasefloor holds two locks that are not redsem's, for the bench
-// to measure beside it: a raw BLPOP pass (a list of tokens, taken by a
+// Package leasefloor holds locks that are not redsem's, for the bench to
+// measure beside it: a raw BLPOP pass (a list of tokens, taken by a
 // blocking pop, given back by LPUSH) plus one of redsem's promises, that
 // Redis records the holder before the holder learns that it holds, and that
 // only the holder can give the token back.
 //
-// A waiter's BLMOVE moves a token onto a list of its acquisition's own, and
-// a script written behind it in the same write pops it from there and
-// records the lease (its deadline from Redis's TIME, a fence that is TIME's
-// µs) before the reply is read; the release script gives the token back
-// only if the record is the releaser's. One round trip to acquire, free or
-// not, and one to release. Nothing else of redsem's: a crashed holder's
-// token is never reclaimed, a blocked waiter never wakes to sweep, no
-// argument, type or memory checks, no fence order but Redis's clock's.
+// Lease and OneRecord keep it with scripts: a waiter's BLMOVE moves a token
+// onto a list of its acquisition's own, and a script written behind it in
+// the same write pops it from there and records the lease (its deadline
+// from Redis's TIME, a fence that is TIME's µs) before the reply is read;
+// the release script gives the token back only if the record is the
+// releaser's. NoScript keeps it with commands alone. Each takes one round
+// trip to acquire, free or not, and one to release. Nothing else of
+// redsem's: a crashed holder's token is never reclaimed, a blocked waiter
+// never wakes to sweep, no argument, type or memory checks.
 package leasefloor
 
 import (
@@ -20,6 +21,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -76,17 +78,19 @@ return 1`)}
 
 // Prepare loads f's scripts and makes key a lock of size tokens.
 func (f Floor) Prepare(conn redis.Conn, key string, size int) error {
-	if err := f.acquire.Load(conn); err != nil {
-		return err
-	}
-	if err := f.release.Load(conn); err != nil {
-		return err
+	for _, sc := range []*redis.Script{f.acquire, f.release} {
+		if sc == nil {
+			continue
+		}
+		if err := sc.Load(conn); err != nil {
+			return err
+		}
 	}
 	args := []interface{}{key}
 	for i := 1; i <= size; i++ {
 		args = append(args, strconv.Itoa(i))
 	}
-	if _, err := conn.Do("DEL", key, key+":leases", key+":holders"); err != nil {
+	if _, err := conn.Do("DEL", key, key+":leases", key+":holders", key+":fence"); err != nil {
 		return err
 	}
 	_, err := conn.Do("RPUSH", args...)
@@ -105,22 +109,16 @@ func (f Floor) keys(key, first string) []interface{} {
 // leaves conn unusable). It returns the lease's release.
 func (f Floor) Acquire(ctx context.Context, conn redis.Conn, key string) (func(context.Context, redis.Conn) error, error) {
 	acq := fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())
+	if f.acquire == nil {
+		return noScriptAcquire(ctx, conn, key, acq)
+	}
 	pend := key + ":pend:" + acq
-	err := conn.Send("BLMOVE", key, pend, "LEFT", "RIGHT", 0)
-	if err == nil {
-		err = f.acquire.SendHash(conn, append(f.keys(key, pend), acq, 30000)...)
-	}
-	var rs []interface{}
-	if err == nil {
-		rs, err = redis.Values(redis.DoContext(conn, ctx, "")) // both replies
-	}
+	rs, err := pipeline(ctx, conn, [][]interface{}{
+		{"BLMOVE", key, pend, "LEFT", "RIGHT", 0},
+		append([]interface{}{"EVALSHA", f.acquire.Hash(), len(f.keys(key, pend))}, append(f.keys(key, pend), acq, 30000)...),
+	})
 	if err != nil {
 		return nil, err
-	}
-	for _, r := range rs {
-		if e, ok := r.(redis.Error); ok {
-			return nil, e
-		}
 	}
 	v, err := redis.Strings(rs[1], nil)
 	if err != nil {
@@ -138,4 +136,55 @@ func (f Floor) Acquire(ctx context.Context, conn redis.Conn, key string) (func(c
 		}
 		return err
 	}, nil
+}
+
+// NoScript keeps Lease's promise with commands alone: the token moves onto
+// a list named for its holder (the record), and a ZADD of the lease's
+// deadline (by the client's clock) and an INCR of the fence ride in the
+// same write, so that Redis runs them before it writes the reply (though
+// not atomically with the move: another client may run a command in
+// between). The release moves the token back only from the holder's list
+// (the owner check), with a ZREM of the lease in the same write.
+var NoScript = Floor{Name: "floor:noscript"}
+
+func noScriptAcquire(ctx context.Context, conn redis.Conn, key, acq string) (func(context.Context, redis.Conn) error, error) {
+	held, leases := key+":held:"+acq, key+":leases"
+	rs, err := pipeline(ctx, conn, [][]interface{}{
+		{"BLMOVE", key, held, "LEFT", "RIGHT", 0},
+		{"ZADD", leases, time.Now().Add(30 * time.Second).UnixMilli(), acq},
+		{"INCR", key + ":fence"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := redis.Int64(rs[2], nil); err != nil { // the fence
+		return nil, err
+	}
+	return func(ctx context.Context, conn redis.Conn) error {
+		rs, err := pipeline(ctx, conn, [][]interface{}{{"LMOVE", held, key, "LEFT", "LEFT"}, {"ZREM", leases, acq}})
+		if err == nil && rs[0] == nil {
+			err = errors.New(key + ": released a lease it did not hold")
+		}
+		return err
+	}, nil
+}
+
+// pipeline writes cmds on conn at once and returns their replies, or the
+// first error among them.
+func pipeline(ctx context.Context, conn redis.Conn, cmds [][]interface{}) ([]interface{}, error) {
+	for _, c := range cmds {
+		if err := conn.Send(c[0].(string), c[1:]...); err != nil {
+			return nil, err
+		}
+	}
+	rs, err := redis.Values(redis.DoContext(conn, ctx, ""))
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rs {
+		if e, ok := r.(redis.Error); ok {
+			return nil, e
+		}
+	}
+	return rs, nil
 }
