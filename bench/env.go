@@ -126,12 +126,12 @@ func (e *env) waitBlocked(n int, timeout time.Duration) bool {
 }
 
 func (e *env) prepare(l *lib, key string, size int) error {
-	if l.name != "floor:blpop" {
+	if l.prepare == nil {
 		return nil
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return prepareRaw(e.admin, key, size)
+	return l.prepare(e.admin, key, size)
 }
 
 // measured is what the server and the clients did in a load run's window.

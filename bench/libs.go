@@ -15,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/bench/leasefloor"
 )
 
 // A lib is one way to lock: redsem, a peer library at one setting, or a floor
@@ -34,8 +35,12 @@ type lib struct {
 	// pollers run their handoff trials on parallel independent pairs.
 	settle, jitter time.Duration
 	parallel       int
-	only           string // non-empty: the one scenario it takes part in
-	newClient      func(addr string, c *counters, shared bool) (client, error)
+	// prepare, when set, readies a lock's keys on the server before a
+	// scenario uses it (conn is the harness's own, uncounted).
+	prepare func(conn redis.Conn, key string, size int) error
+	// in, when set, lists the prefixes of the only scenarios it takes part in.
+	in        []string
+	newClient func(addr string, c *counters, shared bool) (client, error)
 }
 
 // A client is one library instance with its own connections: one per
@@ -57,11 +62,20 @@ type locker interface {
 const peerTTL = 10 * time.Second
 
 func libs() []*lib {
+	// The lease floors take part where the handoff chain is measured.
+	chain := []string{"uncontended", "contended/", "handoff", "semaphore/"}
 	return []*lib{
 		{name: "redsem", kind: "redsem", sem: true, blocking: true, sharedWait: true, jitter: time.Millisecond, parallel: 1, newClient: newRedsem(1)},
-		{name: "redsem:per-waiter", kind: "redsem", sem: true, blocking: true, jitter: time.Millisecond, parallel: 1, newClient: newRedsem(0)},
-		{name: "floor:ping", kind: "floor", only: "uncontended", parallel: 1, newClient: newPing},
-		{name: "floor:blpop", kind: "floor", sem: true, blocking: true, jitter: time.Millisecond, parallel: 1, newClient: newRaw},
+		{name: "redsem:per-waiter", kind: "redsem", sem: true, blocking: true, jitter: time.Millisecond, parallel: 1,
+			in: []string{"uncontended", "handoff", "waiting/", "contended/64/hold1ms"}, newClient: newRedsem(0)},
+		{name: "floor:ping", kind: "floor", in: []string{"uncontended"}, parallel: 1, newClient: newPing},
+		{name: "floor:blpop", kind: "floor", sem: true, blocking: true, jitter: time.Millisecond, parallel: 1, prepare: prepareRaw, newClient: newRaw},
+		{name: "floor:lease", kind: "floor", sem: true, blocking: true, jitter: time.Millisecond, parallel: 1, in: chain,
+			prepare: leasefloor.Lease.Prepare, newClient: newLeaseFloor(leasefloor.Lease)},
+		{name: "floor:onerecord", kind: "floor", sem: true, blocking: true, jitter: time.Millisecond, parallel: 1, in: chain,
+			prepare: leasefloor.OneRecord.Prepare, newClient: newLeaseFloor(leasefloor.OneRecord)},
+		{name: "floor:noscript", kind: "floor", sem: true, blocking: true, jitter: time.Millisecond, parallel: 1, in: chain,
+			prepare: leasefloor.NoScript.Prepare, newClient: newLeaseFloor(leasefloor.NoScript)},
 		{name: "redsync:default", kind: "peer", settle: 500 * time.Millisecond, jitter: 250 * time.Millisecond, parallel: 50,
 			newClient: redsyncClient()},
 		{name: "redsync:1ms", kind: "peer", settle: 5 * time.Millisecond, jitter: time.Millisecond, parallel: 1,
@@ -230,6 +244,53 @@ func (l rawLocker) lock(ctx context.Context) (func(context.Context) error, error
 		defer conn.Close()
 		_, err = redis.DoContext(conn, ctx, "LPUSH", l.key, tok)
 		return err
+	}, nil
+}
+
+// floor:lease, floor:onerecord and floor:noscript — floor:blpop plus one of
+// redsem's promises (package leasefloor), each lock call on a connection of
+// the pool's.
+
+type leaseClient struct {
+	pool *countingPool
+	f    leasefloor.Floor
+}
+
+func newLeaseFloor(f leasefloor.Floor) func(addr string, c *counters, shared bool) (client, error) {
+	return func(addr string, c *counters, shared bool) (client, error) {
+		return &leaseClient{pool: newRedigoPool(addr, c, shared), f: f}, nil
+	}
+}
+
+func (l *leaseClient) warm(ctx context.Context) error { return warmRedigo(ctx, l.pool) }
+func (l *leaseClient) close()                         { l.pool.Close() }
+
+func (l *leaseClient) locker(key string, size int) (locker, error) {
+	return leaseLocker{l, key}, nil
+}
+
+type leaseLocker struct {
+	l   *leaseClient
+	key string
+}
+
+func (k leaseLocker) lock(ctx context.Context) (func(context.Context) error, error) {
+	conn, err := k.l.pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := k.l.f.Acquire(ctx, conn, k.key)
+	conn.Close()
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		conn, err := k.l.pool.GetContext(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		return rel(ctx, conn)
 	}, nil
 }
 

@@ -27,10 +27,13 @@ type config struct {
 	Waiters int           `json:"waiters"`
 	Queue   int           `json:"queue_waiters"`
 	RateDur time.Duration `json:"rate_window_ns"`
-	SemK    int           `json:"semaphore_k"`
-	SemW    int           `json:"semaphore_workers"`
-	Work    time.Duration `json:"semaphore_work_ns"`
 }
+
+// The contended scenarios' locks: mutexes under 8 and 64 goroutines, and a
+// semaphore of semK tokens under semW, each holding 0 and 1 ms.
+const semK, semW = 4, 16
+
+var holds = []time.Duration{0, time.Millisecond}
 
 // A scenario is one table of the report.
 type scenario struct {
@@ -38,28 +41,39 @@ type scenario struct {
 	run  func(e *env, l *lib) (metrics, []float64, error)
 	// all, when set, runs every library at once instead of run.
 	all func(e *env, ls []*lib) (map[string]metrics, error)
-	ok  func(l *lib) bool
+	// ok, when set, says which libraries take part (besides their own in).
+	ok func(l *lib) bool
+}
+
+// takesPart reports whether l takes part in sc.
+func (sc scenario) takesPart(l *lib) bool {
+	if len(l.in) > 0 && !slices.ContainsFunc(l.in, func(p string) bool { return strings.HasPrefix(sc.name, p) }) {
+		return false
+	}
+	return sc.ok == nil || sc.ok(l)
 }
 
 func scenarios(cfg config) []scenario {
-	notPing := func(l *lib) bool { return l.only == "" }
 	rwRuns := 0
+	redsemOnly := func(l *lib) bool { return l.name == "redsem" }
 	list := []scenario{{
 		name: "uncontended",
 		all: func(e *env, ls []*lib) (map[string]metrics, error) {
 			return e.uncontended(ls, cfg.Pairs)
 		},
-		ok: func(l *lib) bool { return true },
 	}}
-	for _, w := range []int{8, 64} {
-		for _, hold := range []time.Duration{0, time.Millisecond} {
+	for _, c := range []struct {
+		name          string
+		size, workers int
+	}{{"contended/8", 1, 8}, {"contended/64", 1, 64}, {fmt.Sprintf("semaphore/K%d/%dw", semK, semW), semK, semW}} {
+		for _, hold := range holds {
 			list = append(list, scenario{
-				name: fmt.Sprintf("contended/%d/hold%s", w, fmtHold(hold)),
+				name: fmt.Sprintf("%s/hold%s", c.name, fmtHold(hold)),
 				run: func(e *env, l *lib) (metrics, []float64, error) {
-					m, err := e.contended(l, 1, w, hold, cfg.Dur)
+					m, err := e.contended(l, c.size, c.workers, hold, cfg.Dur)
 					return m, nil, err
 				},
-				ok: notPing,
+				ok: func(l *lib) bool { return c.size == 1 || l.sem },
 			})
 		}
 	}
@@ -75,15 +89,6 @@ func scenarios(cfg config) []scenario {
 				m["p50_us"], m["p99_us"], m["max_us"], m["trials"] = percentile(c, 0.5), percentile(c, 0.99), maxOf(c), float64(len(c))
 				return m, s, nil
 			},
-			ok: notPing,
-		},
-		scenario{
-			name: fmt.Sprintf("semaphore/K%d/%dw/%s", cfg.SemK, cfg.SemW, fmtHold(cfg.Work)),
-			run: func(e *env, l *lib) (metrics, []float64, error) {
-				m, err := e.contended(l, cfg.SemK, cfg.SemW, cfg.Work, cfg.Dur)
-				return m, nil, err
-			},
-			ok: func(l *lib) bool { return l.sem },
 		},
 		scenario{
 			name: fmt.Sprintf("waiting/%d", cfg.Waiters),
@@ -91,7 +96,6 @@ func scenarios(cfg config) []scenario {
 				m, err := e.waiting(l, cfg.Waiters)
 				return m, nil, err
 			},
-			ok: notPing,
 		},
 		scenario{
 			name: fmt.Sprintf("rate/%dper%s/%dw", rateN, ratePer, rateWorkers),
@@ -99,7 +103,7 @@ func scenarios(cfg config) []scenario {
 				m, err := e.rate(cfg.RateDur)
 				return m, nil, err
 			},
-			ok: func(l *lib) bool { return l.name == "redsem" },
+			ok: redsemOnly,
 		},
 		scenario{
 			name: fmt.Sprintf("rate-units/%dper%s/%dw", unitsN, unitsPer, rateWorkers),
@@ -107,7 +111,7 @@ func scenarios(cfg config) []scenario {
 				m, err := e.rateUnits(4 * cfg.RateDur)
 				return m, nil, err
 			},
-			ok: func(l *lib) bool { return l.name == "redsem" },
+			ok: redsemOnly,
 		},
 		scenario{
 			name: fmt.Sprintf("rwlock/readers/%dr/%s", rwReaders, fmtHold(rwHold)),
@@ -116,7 +120,7 @@ func scenarios(cfg config) []scenario {
 				m, err := e.rwReadersVsSemaphore(l, cfg.Dur, rwRuns)
 				return m, nil, err
 			},
-			ok: func(l *lib) bool { return l.name == "redsem" },
+			ok: redsemOnly,
 		},
 		scenario{
 			name: fmt.Sprintf("rwlock/writer/%dr%s/w%s", rwLoadReaders, fmtHold(rwReadHold), fmtHold(rwWritePeriod)),
@@ -124,7 +128,7 @@ func scenarios(cfg config) []scenario {
 				m, err := e.rwWriter(rwWriterWindow * cfg.Dur)
 				return m, nil, err
 			},
-			ok: func(l *lib) bool { return l.name == "redsem" },
+			ok: redsemOnly,
 		},
 		scenario{
 			name: fmt.Sprintf("queue/%d/pool%d", cfg.Queue, queuePool),
@@ -132,24 +136,9 @@ func scenarios(cfg config) []scenario {
 				m, err := e.queue(l, cfg.Queue, queuePool)
 				return m, nil, err
 			},
-			ok: func(l *lib) bool { return l.name == "redsem" },
+			ok: redsemOnly,
 		},
 	)
-	// The per-waiter variant of redsem only takes part where waiting is
-	// what is measured.
-	for i := range list {
-		if list[i].ok == nil {
-			continue
-		}
-		ok, name := list[i].ok, list[i].name
-		list[i].ok = func(l *lib) bool {
-			if l.name == "redsem:per-waiter" && name != "handoff" && !strings.HasPrefix(name, "waiting/") &&
-				name != "contended/64/hold1ms" {
-				return false
-			}
-			return ok(l)
-		}
-	}
 	return list
 }
 
@@ -169,9 +158,9 @@ func main() {
 	libsFlag := flag.String("libs", "", "comma-separated library names to run (default all; redsem always runs)")
 	flag.Parse()
 
-	cfg := config{Reps: 3, Pairs: 1000, Dur: time.Second, Trials: 200, Waiters: 1000, Queue: 10000, RateDur: time.Second, SemK: 4, SemW: 16, Work: time.Millisecond}
+	cfg := config{Reps: 3, Pairs: 1000, Dur: time.Second, Trials: 200, Waiters: 1000, Queue: 10000, RateDur: time.Second}
 	if *quick {
-		cfg = config{Quick: true, Reps: 1, Pairs: 300, Dur: 300 * time.Millisecond, Trials: 60, Waiters: 1000, Queue: 2000, RateDur: time.Second, SemK: 4, SemW: 16, Work: time.Millisecond}
+		cfg = config{Quick: true, Reps: 1, Pairs: 300, Dur: 300 * time.Millisecond, Trials: 60, Waiters: 1000, Queue: 2000, RateDur: time.Second}
 	}
 	if *reps > 0 {
 		cfg.Reps = *reps
@@ -246,12 +235,13 @@ func run(cfg config, bin, out string, only, libNames []string) error {
 		for _, sc := range scs {
 			if sc.all != nil {
 				t := time.Now()
-				ms, err := sc.all(e, ls)
+				in := slices.DeleteFunc(slices.Clone(ls), func(l *lib) bool { return !sc.takesPart(l) })
+				ms, err := sc.all(e, in)
 				if err != nil {
 					return fmt.Errorf("rep %d, %s: %w", r+1, sc.name, err)
 				}
 				fmt.Fprintf(os.Stderr, "rep %d  %-28s %-16s %6.2fs\n", r+1, sc.name, "(all)", time.Since(t).Seconds())
-				for _, l := range ls {
+				for _, l := range in {
 					rep.add(sc.name, l.name, ms[l.name])
 				}
 				continue
@@ -260,7 +250,7 @@ func run(cfg config, bin, out string, only, libNames []string) error {
 			// next, so that no library always runs first.
 			for k := range ls {
 				l := ls[(k+r)%len(ls)]
-				if !sc.ok(l) {
+				if !sc.takesPart(l) {
 					continue
 				}
 				t := time.Now()

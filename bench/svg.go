@@ -55,7 +55,7 @@ func cdfSVG(samples map[string][]float64, order []*lib) string {
 	fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">time from release to the waiter holding the lock</text>`+"\n", float64(left)+pw/2, h-18)
 	fmt.Fprintf(&b, `<text transform="translate(18 %.1f) rotate(-90)" text-anchor="middle">fraction of handoffs</text>`+"\n", float64(top)+ph/2)
 
-	colors := []string{"#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#17becf", "#7f7f7f"}
+	colors := []string{"#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#17becf", "#7f7f7f", "#e377c2", "#bcbd22"}
 	i := 0
 	for _, l := range order {
 		s, ok := samples[l.name]

@@ -3,11 +3,11 @@
 // how loaded the machine is, unlike the µs of INFO commandstats. The
 // operations: two PINGs; an uncontended Acquire+Release, with and without
 // idle expiry; a handoff (a pair, and a second one blocked behind it); and
-// the floors of internal/floor (pairs that are not redsem's). It starts its
-// own redis-server under valgrind on a free loopback port (and stops it by
-// pid); for each operation it warms up, zeroes the counters, runs it n
-// times (n/20, at least 10, for the handoff, which waits 50 ms a round)
-// and dumps them.
+// the floors of internal/floor and of leasefloor (pairs that are not
+// redsem's). It starts its own redis-server under valgrind on a free
+// loopback port (and stops it by pid); for each operation it warms up,
+// zeroes the counters, runs it n times (n/20, at least 10, for the
+// handoff, which waits 50 ms a round) and dumps them.
 //
 //	cd bench && go run ./instructions            # needs valgrind and redis-server
 //	cd bench && go run ./instructions -n 5000
@@ -31,6 +31,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/bench/leasefloor"
 	"github.com/redsem/redsem/internal/floor"
 )
 
@@ -112,35 +113,45 @@ func run(n int) error {
 		info, err := redis.String(conn.Do("INFO", "clients"))
 		return strings.Contains(info, "blocked_clients:1\r\n"), err
 	}
-	idleWait := func() error {
+	waitAlone := &opCase{name: "a 50 ms wait and INFO clients", slow: true, op: func() error {
 		_, err := blocked()
 		return err
-	}
-	handoff := func() error {
-		held, err := contended.Acquire(ctx)
-		if err != nil {
-			return err
-		}
-		done := make(chan error, 1)
-		go func() {
-			l, err := contended.Acquire(ctx)
-			if err == nil {
-				err = l.Release(ctx)
+	}}
+	// handoffOf is a handoff on a lock whose acquire returns its release.
+	handoffOf := func(acquire func() (func() error, error)) func() error {
+		return func() error {
+			release, err := acquire()
+			if err != nil {
+				return err
 			}
-			done <- err
-		}()
-		ok, err := blocked()
-		if err == nil && !ok {
-			err = errors.New("the waiter had not blocked after 50 ms")
-		}
-		if err := held.Release(ctx); err != nil {
+			done := make(chan error, 1)
+			go func() {
+				rel, err := acquire()
+				if err == nil {
+					err = rel()
+				}
+				done <- err
+			}()
+			ok, err := blocked()
+			if err == nil && !ok {
+				err = errors.New("the waiter had not blocked after 50 ms")
+			}
+			if err := release(); err != nil {
+				return err
+			}
+			if werr := <-done; err == nil {
+				err = werr
+			}
 			return err
 		}
-		if werr := <-done; err == nil {
-			err = werr
-		}
-		return err
 	}
+	handoff := handoffOf(func() (func() error, error) {
+		l, err := contended.Acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return func() error { return l.Release(ctx) }, nil
+	})
 	pings := func() error {
 		if _, err := conn.Do("PING"); err != nil {
 			return err
@@ -152,8 +163,7 @@ func run(n int) error {
 		{name: "two PINGs", op: pings},
 		{name: "Acquire+Release", op: plain},
 		{name: "Acquire+Release, WithIdleExpiry", op: idle},
-		{name: "a handoff: two Acquire+Release, the second blocked behind the first", op: handoff, slow: true,
-			less: &opCase{name: "a 50 ms wait and INFO clients", op: idleWait, slow: true}},
+		{name: "a handoff: two Acquire+Release, the second blocked behind the first", op: handoff, slow: true, less: waitAlone},
 	}
 	// The floors of floor.All, on a connection of their own: what a pair
 	// costs that is not redsem's (raw, setnx), or that calls two scripts
@@ -166,6 +176,56 @@ func run(n int) error {
 	}
 	for _, f := range floor.All() {
 		cases = append(cases, opCase{name: "floor " + f.Name, op: func() error { return f.Pair(fconn) }})
+	}
+	// The raw pass's handoff: BLPOP and LPUSH, each lock call on a
+	// connection of its own.
+	if _, err := fconn.Do("RPUSH", "instructions-raw-handoff", "1"); err != nil {
+		return err
+	}
+	cases = append(cases, opCase{name: "floor raw, a handoff", slow: true, less: waitAlone, op: handoffOf(func() (func() error, error) {
+		conn := pool.Get()
+		tok, err := redis.Strings(conn.Do("BLPOP", "instructions-raw-handoff", 0))
+		if err != nil {
+			conn.Close()
+			return nil, err
+		}
+		return func() error {
+			defer conn.Close()
+			_, err := conn.Do("LPUSH", "instructions-raw-handoff", tok[1])
+			return err
+		}, nil
+	})})
+	// The harness's lease floors (leasefloor): a raw pass plus the lease
+	// record and the owner-checked release, in redsem's key layout, in one
+	// record, and with no script; a pair, and a handoff like redsem's (each
+	// lock call on a connection of its own).
+	for i, f := range []leasefloor.Floor{leasefloor.Lease, leasefloor.OneRecord, leasefloor.NoScript} {
+		key := fmt.Sprintf("instructions-lease-%d", i)
+		if err := f.Prepare(fconn, key, 4); err != nil {
+			return err
+		}
+		hkey := key + "-handoff"
+		if err := f.Prepare(fconn, hkey, 1); err != nil {
+			return err
+		}
+		cases = append(cases, opCase{name: f.Name, op: func() error {
+			rel, err := f.Acquire(ctx, fconn, key)
+			if err != nil {
+				return err
+			}
+			return rel(ctx, fconn)
+		}}, opCase{name: f.Name + ", a handoff", slow: true, less: waitAlone, op: handoffOf(func() (func() error, error) {
+			conn := pool.Get()
+			rel, err := f.Acquire(ctx, conn, hkey)
+			if err != nil {
+				conn.Close()
+				return nil, err
+			}
+			return func() error {
+				defer conn.Close()
+				return rel(ctx, conn)
+			}, nil
+		})})
 	}
 	fmt.Printf("redis-server instructions per operation (callgrind, %d operations each, %d of the slow ones)\n\n", n, slowRounds(n))
 	fmt.Println("| operation | instructions |")
