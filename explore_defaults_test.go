@@ -137,9 +137,7 @@ func defaultsScenarios() []scenario {
 			progs: [][]op{{{kind: opHold, ttl: 15 * time.Second}, rel}, {acq, rel}, {acq, rel}}, process: map[int]int{1: 0},
 		},
 	}
-	for _, sc := range seamScenarios() {
-		out = append(out, sc)
-	}
+	out = append(out, seamScenarios()...)
 	for i := range out {
 		out[i] = withDefaults(out[i])
 	}
