@@ -44,10 +44,7 @@ type Lease struct {
 	deadline time.Time
 	timer    engine.Timer
 	final    error // set once Release or Refresh learnt the lease is over
-	// refreshing: auto-refresh is in a Refresh, which Release waits for
-	// (but for one asleep, Release need not wait for the goroutine).
-	refreshing bool
-	flights    []*refreshFlight
+	flights  []*refreshFlight
 
 	relMu   sync.Mutex      // serialises Release
 	relNext int             // with relMu: the first token a Release has not given back yet (by chunks)
@@ -234,12 +231,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		return ErrLeaseLost
 	}
 	l.stop()
-	l.mu.Lock()
-	busy := l.refreshing
-	l.mu.Unlock()
-	if busy {
-		engine.Clk.WaitOrDone(context.Background(), l.refreshed, engine.Forever)
-	}
+	engine.Clk.WaitOrDone(context.Background(), l.refreshed, engine.Forever)
 	l.relMu.Lock()
 	defer l.relMu.Unlock()
 	if err := l.finalErr(); err != nil {
@@ -522,19 +514,9 @@ func (l *Lease) autoRefresh(stopCtx context.Context) {
 		if !sleep(stopCtx, l.ctx, wait) {
 			return
 		}
-		l.mu.Lock()
-		if stopCtx.Err() != nil { // stopped as it woke: Release did not wait
-			l.mu.Unlock()
-			return
-		}
-		l.refreshing = true
-		l.mu.Unlock()
 		rctx, cancel := context.WithTimeout(stopCtx, ttl/3+time.Second)
 		err := l.Refresh(rctx, ttl)
 		cancel()
-		l.mu.Lock()
-		l.refreshing = false
-		l.mu.Unlock()
 		switch {
 		case err == nil:
 		case errors.Is(err, ErrReleased), errors.Is(err, ErrLeaseExpired):
