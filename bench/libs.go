@@ -74,6 +74,8 @@ func libs() []*lib {
 			prepare: leasefloor.Lease.Prepare, newClient: newLeaseFloor(leasefloor.Lease)},
 		{name: "floor:onerecord", kind: "floor", sem: true, blocking: true, jitter: time.Millisecond, parallel: 1, in: chain,
 			prepare: leasefloor.OneRecord.Prepare, newClient: newLeaseFloor(leasefloor.OneRecord)},
+		{name: "floor:register", kind: "floor", sem: true, blocking: true, jitter: time.Millisecond, parallel: 1, in: chain,
+			prepare: leasefloor.Register.Prepare, newClient: newLeaseFloor(leasefloor.Register)},
 		{name: "floor:noscript", kind: "floor", sem: true, blocking: true, jitter: time.Millisecond, parallel: 1, in: chain,
 			prepare: leasefloor.NoScript.Prepare, newClient: newLeaseFloor(leasefloor.NoScript)},
 		{name: "redsync:default", kind: "peer", settle: 500 * time.Millisecond, jitter: 250 * time.Millisecond, parallel: 50,
@@ -247,7 +249,7 @@ func (l rawLocker) lock(ctx context.Context) (func(context.Context) error, error
 	}, nil
 }
 
-// floor:lease, floor:onerecord and floor:noscript — floor:blpop plus one of
+// floor:lease, floor:register, floor:onerecord and floor:noscript — floor:blpop plus one of
 // redsem's promises (package leasefloor), each lock call on a connection of
 // the pool's.
 

@@ -50,7 +50,7 @@ type target struct {
 
 // leaseFloors are the floors that keep one promise more than floor:blpop
 // (libs.go), shown beside every target.
-var leaseFloors = []string{"floor:lease", "floor:onerecord", "floor:noscript"}
+var leaseFloors = []string{"floor:lease", "floor:register", "floor:onerecord", "floor:noscript"}
 
 // report gathers every run's metrics and turns them into medians, ratios
 // and target verdicts.
@@ -218,7 +218,7 @@ func columnsFor(sc string) (cols []column, ratio string) {
 			{"script_us", "Lua µs/pair", 1, 1}, {"server_us", "Redis µs/pair", 1, 1}, {"cpu_us", "Redis CPU µs/pair", 1, 1}}, "p50_us"
 	case strings.HasPrefix(sc, "contended/"):
 		return []column{{"acq_per_s", "acq/s", 1, 0}, {"wait_p50_us", "wait p50 ms", 1000, 2}, {"wait_p99_us", "wait p99 ms", 1000, 1},
-			{"wait_max_us", "wait max ms", 1000, 0}, {"jain", "Jain", 1, 3}, {"starved", "starved", 1, 0},
+			{"wait_max_us", "wait max ms", 1000, 0}, {"hold_p50_us", "hold p50 µs", 1, 0}, {"jain", "Jain", 1, 3}, {"starved", "starved", 1, 0},
 			{"roundtrips", "RTs/pair", 1, 2}, {"roundtrips_acq", "RTs acq", 1, 2}, {"roundtrips_rel", "RTs rel", 1, 2},
 			{"sent_cmds", "cmds sent/pair", 1, 1}, {"redis_cmds", "Redis cmds/pair", 1, 1}, {"server_us", "Redis µs/pair", 1, 1}, {"cpu_us", "Redis CPU µs/pair", 1, 1}}, "acq_per_s"
 	case sc == "handoff":
@@ -226,7 +226,7 @@ func columnsFor(sc string) (cols []column, ratio string) {
 			{"roundtrips_acq", "RTs waiter acq", 1, 2}, {"redis_cmds", "Redis cmds/pair", 1, 1}, {"server_us", "Redis µs/pair", 1, 1}, {"cpu_us", "Redis CPU µs/pair", 1, 1}}, "p50_us"
 	case strings.HasPrefix(sc, "semaphore/"):
 		return []column{{"acq_per_s", "acq/s", 1, 0}, {"utilisation", "utilisation", 1, 3}, {"max_holders", "max holders", 1, 0},
-			{"wait_p50_us", "wait p50 ms", 1000, 2}, {"wait_p99_us", "wait p99 ms", 1000, 2}, {"jain", "Jain", 1, 3},
+			{"wait_p50_us", "wait p50 ms", 1000, 2}, {"wait_p99_us", "wait p99 ms", 1000, 2}, {"hold_p50_us", "hold p50 µs", 1, 0}, {"jain", "Jain", 1, 3},
 			{"roundtrips", "RTs/pair", 1, 2}, {"roundtrips_acq", "RTs acq", 1, 2}, {"redis_cmds", "Redis cmds/pair", 1, 1},
 			{"server_us", "Redis µs/pair", 1, 1}, {"cpu_us", "Redis CPU µs/pair", 1, 1}}, "acq_per_s"
 	case strings.HasPrefix(sc, "waiting/"):

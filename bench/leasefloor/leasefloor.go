@@ -31,6 +31,9 @@ type Floor struct {
 	Name             string
 	acquire, release *redis.Script
 	holders          bool // the scripts take the holders hash as their last key
+	// first, if set, runs before any wait (Register): it grants a free
+	// token, or registers the waiter and the wait follows.
+	first *redis.Script
 }
 
 // Lease records a lease the way redsem does: a leases zset member scored by
@@ -57,6 +60,39 @@ redis.call('LPUSH', tokens, tok)
 redis.call('ZREM', leases, tok)
 return 1`)}
 
+// Register is Lease with redsem's first round trip: a script that takes a
+// free token and records its lease, or, with none free, registers the
+// acquisition in a waits zset (scored by when it may be swept) and answers
+// "wait"; the wait script takes the registration out as it records the
+// lease. It measures what the registration costs, which buys redsem a
+// waiter's pending list found and swept back if its script never runs, and
+// a block that Redis chooses from the earliest lease deadline.
+var Register = Floor{Name: "floor:register", holders: true, release: Lease.release, first: redis.NewScript(4, `
+-- KEYS: tokens, leases, holders, waits; ARGV: acqID, ttlMs. Returns
+-- {token, fence}, or 0 (registered: wait).
+local tokens, leases, holders, waits = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local acq, ttl = ARGV[1], ARGV[2]
+local t = redis.call('TIME')
+local tok = redis.call('LPOP', tokens)
+if not tok then
+  redis.call('ZADD', waits, t[1] * 1000 + 35000, 'w:' .. acq)
+  return 0
+end
+local fence = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+redis.call('ZADD', leases, t[1] * 1000 + math.floor(t[2] / 1000) + ttl, tok)
+redis.call('HSET', holders, tok, acq .. '|' .. fence)
+return {tok, fence}`), acquire: redis.NewScript(4, `
+-- KEYS: pend, leases, holders, waits; ARGV: acqID, ttlMs. Returns {token, fence}.
+local pend, leases, holders, waits = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local acq, ttl = ARGV[1], ARGV[2]
+local tok = redis.call('LPOP', pend)
+local t = redis.call('TIME')
+local fence = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+redis.call('ZADD', leases, t[1] * 1000 + math.floor(t[2] / 1000) + ttl, tok)
+redis.call('HSET', holders, tok, acq .. '|' .. fence)
+redis.call('ZREM', waits, 'w:' .. acq)
+return {tok, fence}`)}
+
 // OneRecord keeps one record per lease: a leases member token|owner|fence,
 // which the release's ZREM both checks and removes.
 var OneRecord = Floor{Name: "floor:onerecord", acquire: redis.NewScript(2, `
@@ -78,7 +114,7 @@ return 1`)}
 
 // Prepare loads f's scripts and makes key a lock of size tokens.
 func (f Floor) Prepare(conn redis.Conn, key string, size int) error {
-	for _, sc := range []*redis.Script{f.acquire, f.release} {
+	for _, sc := range []*redis.Script{f.first, f.acquire, f.release} {
 		if sc == nil {
 			continue
 		}
@@ -90,7 +126,7 @@ func (f Floor) Prepare(conn redis.Conn, key string, size int) error {
 	for i := 1; i <= size; i++ {
 		args = append(args, strconv.Itoa(i))
 	}
-	if _, err := conn.Do("DEL", key, key+":leases", key+":holders", key+":fence"); err != nil {
+	if _, err := conn.Do("DEL", key, key+":leases", key+":holders", key+":fence", key+":waits"); err != nil {
 		return err
 	}
 	_, err := conn.Do("RPUSH", args...)
@@ -99,6 +135,9 @@ func (f Floor) Prepare(conn redis.Conn, key string, size int) error {
 
 // keys returns the scripts' keys: first (pend or tokens), then the rest.
 func (f Floor) keys(key, first string) []interface{} {
+	if f.first != nil {
+		return []interface{}{first, key + ":leases", key + ":holders", key + ":waits"}
+	}
 	if f.holders {
 		return []interface{}{first, key + ":leases", key + ":holders"}
 	}
@@ -113,6 +152,29 @@ func (f Floor) Acquire(ctx context.Context, conn redis.Conn, key string) (func(c
 		return noScriptAcquire(ctx, conn, key, acq)
 	}
 	pend := key + ":pend:" + acq
+	release := func(tok, fence string) func(context.Context, redis.Conn) error {
+		keys := []interface{}{key, key + ":leases"}
+		args := append(keys, tok+"|"+acq+"|"+fence, tok)
+		if f.holders {
+			args = append(keys, key+":holders", tok, acq)
+		}
+		return func(ctx context.Context, conn redis.Conn) error {
+			ok, err := redis.Int(f.release.DoContext(ctx, conn, args...))
+			if err == nil && ok != 1 {
+				err = errors.New(key + ": released a lease it did not hold")
+			}
+			return err
+		}
+	}
+	if f.first != nil {
+		v, err := f.first.DoContext(ctx, conn, append(f.keys(key, key), acq, 30000)...)
+		if err != nil {
+			return nil, err
+		}
+		if g, err := redis.Strings(v, nil); err == nil {
+			return release(g[0], g[1]), nil
+		}
+	}
 	rs, err := pipeline(ctx, conn, [][]interface{}{
 		{"BLMOVE", key, pend, "LEFT", "RIGHT", 0},
 		append([]interface{}{"EVALSHA", f.acquire.Hash(), len(f.keys(key, pend))}, append(f.keys(key, pend), acq, 30000)...),
@@ -124,18 +186,7 @@ func (f Floor) Acquire(ctx context.Context, conn redis.Conn, key string) (func(c
 	if err != nil {
 		return nil, err
 	}
-	tok, fence := v[0], v[1]
-	args := append(f.keys(key, key), tok, acq)
-	if !f.holders {
-		args = append(f.keys(key, key), tok+"|"+acq+"|"+fence, tok)
-	}
-	return func(ctx context.Context, conn redis.Conn) error {
-		ok, err := redis.Int(f.release.DoContext(ctx, conn, args...))
-		if err == nil && ok != 1 {
-			err = errors.New(key + ": released a lease it did not hold")
-		}
-		return err
-	}, nil
+	return release(v[0], v[1]), nil
 }
 
 // NoScript keeps Lease's promise with commands alone: the token moves onto
