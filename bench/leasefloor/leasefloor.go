@@ -34,6 +34,8 @@ type Floor struct {
 	// first, if set, runs before any wait (Register): it grants a free
 	// token, or registers the waiter and the wait follows.
 	first *redis.Script
+	// queued: first only registers, written in one write with the wait.
+	queued bool
 }
 
 // Lease records a lease the way redsem does: a leases zset member scored by
@@ -92,6 +94,18 @@ redis.call('ZADD', leases, t[1] * 1000 + math.floor(t[2] / 1000) + ttl, tok)
 redis.call('HSET', holders, tok, acq .. '|' .. fence)
 redis.call('ZREM', waits, 'w:' .. acq)
 return {tok, fence}`)}
+
+// Queued is Register with the registration written in the same write as
+// the wait: a first script that registers and never grants, BLMOVE (which
+// takes a free token at once) and the lease script. One round trip, free or
+// not: what writing redsem's first script with its wait would save.
+var Queued = Floor{Name: "floor:queued", holders: true, release: Lease.release, acquire: Register.acquire, queued: true,
+	first: redis.NewScript(4, `
+-- KEYS: tokens, leases, holders, waits; ARGV: acqID, ttlMs. Returns 0.
+local waits, acq = KEYS[4], ARGV[1]
+local t = redis.call('TIME')
+redis.call('ZADD', waits, t[1] * 1000 + 35000, 'w:' .. acq)
+return 0`)}
 
 // OneRecord keeps one record per lease: a leases member token|owner|fence,
 // which the release's ZREM both checks and removes.
@@ -165,6 +179,21 @@ func (f Floor) Acquire(ctx context.Context, conn redis.Conn, key string) (func(c
 			}
 			return err
 		}
+	}
+	if f.queued {
+		rs, err := pipeline(ctx, conn, [][]interface{}{
+			append([]interface{}{"EVALSHA", f.first.Hash(), 4}, append(f.keys(key, key), acq, 30000)...),
+			{"BLMOVE", key, pend, "LEFT", "RIGHT", 0},
+			append([]interface{}{"EVALSHA", f.acquire.Hash(), 4}, append(f.keys(key, pend), acq, 30000)...),
+		})
+		if err != nil {
+			return nil, err
+		}
+		v, err := redis.Strings(rs[2], nil)
+		if err != nil {
+			return nil, err
+		}
+		return release(v[0], v[1]), nil
 	}
 	if f.first != nil {
 		v, err := f.first.DoContext(ctx, conn, append(f.keys(key, key), acq, 30000)...)
