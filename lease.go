@@ -45,6 +45,7 @@ type Lease struct {
 	timer    engine.Timer
 	final    error // set once Release or Refresh learnt the lease is over
 	flights  []*refreshFlight
+	auto     autoRefresh // with mu
 
 	relMu   sync.Mutex      // serialises Release
 	relNext int             // with relMu: the first token a Release has not given back yet (by chunks)
@@ -72,12 +73,12 @@ func (s *Semaphore) newLease(acq string, r engine.Reply, sentUs int64) *Lease {
 // mark the lease lost, and the release would then never be sent.
 func (l *Lease) use() *Lease {
 	if !l.sem.cfg.fixedTTL {
-		refreshed := make(chan struct{})
-		l.refreshed = refreshed
-		engine.Clk.Go(func() {
-			defer close(refreshed)
-			l.autoRefresh(l.stopCtx)
-		})
+		stopped := make(chan struct{})
+		l.refreshed = stopped
+		l.mu.Lock()
+		l.auto.stopped = stopped
+		l.armLocked(l.refreshDueLocked())
+		l.mu.Unlock()
 	}
 	return l
 }
@@ -230,8 +231,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	if l == nil {
 		return ErrLeaseLost
 	}
-	l.stop()
-	engine.Clk.WaitOrDone(context.Background(), l.refreshed, engine.Forever)
+	l.stopAutoRefresh()
 	l.relMu.Lock()
 	defer l.relMu.Unlock()
 	if err := l.finalErr(); err != nil {
@@ -489,6 +489,9 @@ func (l *Lease) finish(cause error) {
 		l.final = cause
 	}
 	l.timer.Stop()
+	if a := &l.auto; a.stopped != nil && !a.done && !a.running && a.timer.Stop() {
+		l.autoStoppedLocked()
+	}
 	l.mu.Unlock()
 	l.end(cause)
 	l.stop()
@@ -502,46 +505,95 @@ func (l *Lease) lost() error {
 	return fmt.Errorf("%w: %s %q, token %s", ErrLeaseLost, l.sem.leaseKind().what, engine.Printable(l.sem.name), l.token)
 }
 
-// autoRefresh refreshes the lease each time a third of its TTL has passed,
-// until stopped or until the lease ends. A failed refresh is retried every
-// tenth of the TTL (at most every second) while the lease lasts.
-func (l *Lease) autoRefresh(stopCtx context.Context) {
-	for {
-		l.mu.Lock()
-		wait := l.deadline.Sub(engine.Clk.Now()) - 2*l.ttl/3
-		ttl := l.ttl
-		l.mu.Unlock()
-		if !sleep(stopCtx, l.ctx, wait) {
-			return
-		}
-		rctx, cancel := context.WithTimeout(stopCtx, ttl/3+time.Second)
-		err := l.Refresh(rctx, ttl)
-		cancel()
-		switch {
-		case err == nil:
-		case errors.Is(err, ErrReleased), errors.Is(err, ErrLeaseExpired):
-			return
-		case errors.Is(err, ErrLeaseLost):
-			l.observeRefreshFailed(err)
-			return
-		default:
-			if stopCtx.Err() == nil {
-				l.observeRefreshFailed(err) // not one that Release cut short
-			}
-			if !sleep(stopCtx, l.ctx, min(ttl/10, time.Second)) {
-				return
-			}
-		}
+// Auto-refresh refreshes the lease each time a third of its TTL has passed,
+// until Release stops it or the lease ends. A failed refresh is retried
+// every tenth of the TTL (at most every second) while the lease lasts. It
+// is a timer (engine.Clk.AfterFunc), not a goroutine per lease: when it
+// fires, a goroutine (engine.Clk.Go: the explorer's virtual timers call
+// back in line) runs one refresh and arms the next.
+type autoRefresh struct {
+	timer   engine.Timer  // the next refresh, if armed
+	running bool          // a refresh is under way
+	stopped chan struct{} // Lease.refreshed: closed once it will never run again
+	done    bool          // stopped is closed
+}
+
+// refreshDueLocked is how long from now the next refresh is due (l.mu held).
+func (l *Lease) refreshDueLocked() time.Duration {
+	return l.deadline.Sub(engine.Clk.Now()) - 2*l.ttl/3
+}
+
+// armLocked schedules a refresh in d, or stops auto-refresh if Release
+// stopped it or the lease ended (l.mu held).
+func (l *Lease) armLocked(d time.Duration) {
+	if l.stopCtx.Err() != nil || l.ctx.Err() != nil {
+		l.autoStoppedLocked()
+		return
+	}
+	l.auto.timer = engine.Clk.AfterFunc(max(d, 0), func() { engine.Clk.Go(l.refreshNow) })
+}
+
+func (l *Lease) autoStoppedLocked() {
+	if !l.auto.done {
+		l.auto.done = true
+		close(l.auto.stopped)
 	}
 }
 
-// sleep waits d (on engine.Clk) and reports true, or reports false as soon
-// as a or b ends.
-func sleep(a, b context.Context, d time.Duration) bool {
-	if d > 0 {
-		engine.Clk.WaitOrDone(a, b.Done(), d)
+// refreshNow runs one refresh, then arms the next.
+func (l *Lease) refreshNow() {
+	l.mu.Lock()
+	if l.stopCtx.Err() != nil || l.ctx.Err() != nil {
+		l.autoStoppedLocked()
+		l.mu.Unlock()
+		return
 	}
-	return a.Err() == nil && b.Err() == nil
+	l.auto.running = true
+	ttl := l.ttl
+	l.mu.Unlock()
+
+	rctx, cancel := context.WithTimeout(l.stopCtx, ttl/3+time.Second)
+	err := l.Refresh(rctx, ttl)
+	cancel()
+	again := time.Duration(-1) // -1: stop
+	switch {
+	case err == nil:
+		again = 0 // when due
+	case errors.Is(err, ErrReleased), errors.Is(err, ErrLeaseExpired):
+	case errors.Is(err, ErrLeaseLost):
+		l.observeRefreshFailed(err)
+	default:
+		if l.stopCtx.Err() == nil {
+			l.observeRefreshFailed(err) // not one that Release cut short
+		}
+		again = min(ttl/10, time.Second)
+	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.auto.running = false
+	switch again {
+	case -1:
+		l.autoStoppedLocked()
+	case 0:
+		l.armLocked(l.refreshDueLocked())
+	default:
+		l.armLocked(again)
+	}
+}
+
+// stopAutoRefresh stops auto-refresh and waits for a refresh under way to
+// end, so that none runs once it returns.
+func (l *Lease) stopAutoRefresh() {
+	l.stop()
+	l.mu.Lock()
+	if l.auto.stopped != nil && !l.auto.done && !l.auto.running && l.auto.timer.Stop() {
+		l.autoStoppedLocked()
+	}
+	l.mu.Unlock()
+	// Else a refresh runs, or its timer just fired: it ends at once (its
+	// context is stopCtx) and closes refreshed.
+	engine.Clk.WaitOrDone(context.Background(), l.refreshed, engine.Forever)
 }
 
 // Local deadlines. Leases are timed by Redis TIME, never by a client's

@@ -2,6 +2,8 @@ package redsem
 
 import (
 	"context"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -211,4 +213,41 @@ func TestLease_Refresh_autoHoldsUntilRelease(t *testing.T) {
 		}
 		// goleak in TestMain proves the refreshers stopped.
 	})
+}
+
+// Auto-refresh is a timer per lease, not a goroutine: a process holding
+// many leases (a large semaphore, AcquireN's callers) runs no goroutine for
+// each until a refresh is due.
+func TestLease_Refresh_autoCostsNoGoroutinePerLease(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 20*time.Second)
+		const n = 300
+		s := newSem(t, b, "many", n) // a 30s TTL: no refresh falls due here
+		var leases []*Lease
+		for range n {
+			l, err := s.TryAcquire(ctx)
+			require.NoError(t, err)
+			leases = append(leases, l)
+		}
+		// Other tests run in parallel: count only goroutines in a Lease's
+		// methods (a refresh of theirs may be under way).
+		assert.Less(t, goroutinesIn("redsem.(*Lease)"), n/10, "goroutines in a Lease's methods while %d leases are held", n)
+		for _, l := range leases {
+			require.NoError(t, l.Release(ctx))
+		}
+		requireInventory(t, s, n, 0)
+	})
+}
+
+// goroutinesIn counts the goroutines whose stack mentions fn.
+func goroutinesIn(fn string) int {
+	buf := make([]byte, 1<<24)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, fn) {
+			n++
+		}
+	}
+	return n
 }

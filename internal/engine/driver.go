@@ -91,8 +91,8 @@ const (
 // Clock is where the driver and a semaphore's leases read the time, arm a
 // timer, wait and start goroutines: driveOn's times, Settle and its wait,
 // shared waiting's pumps, its waiters and its last waiter's wait, a grant
-// given back, a lease's deadline timer, auto-refresh's goroutine and its
-// sleeps, Release's wait for auto-refresh to stop, and a rate gate's queue
+// given back, a lease's deadline timer, auto-refresh's timer and the
+// goroutine of each refresh, Release's wait for auto-refresh to stop, and a rate gate's queue
 // head and Start.Waited. Not through it: the timeouts of contexts (a
 // settle's, a release's, a refresh's, a blocking read's) and the deadline
 // CtxErr and BlockFor read, and the times and the goroutine of an
