@@ -510,7 +510,8 @@ func (l *Lease) lost() error {
 // every tenth of the TTL (at most every second) while the lease lasts. It
 // is a timer (engine.Clk.AfterFunc), not a goroutine per lease: when it
 // fires, a goroutine (engine.Clk.Go: the explorer's virtual timers call
-// back in line) runs one refresh and arms the next.
+// back in line) runs one refresh and arms the next. A refresh already due
+// starts at once, without a timer.
 type autoRefresh struct {
 	timer   engine.Timer  // the next refresh, if armed
 	running bool          // a refresh is under way
@@ -530,7 +531,13 @@ func (l *Lease) armLocked(d time.Duration) {
 		l.autoStoppedLocked()
 		return
 	}
-	l.auto.timer = engine.Clk.AfterFunc(max(d, 0), func() { engine.Clk.Go(l.refreshNow) })
+	if d <= 0 {
+		l.auto.running = true
+		ttl := l.ttl
+		engine.Clk.Go(func() { l.refreshOnce(ttl) })
+		return
+	}
+	l.auto.timer = engine.Clk.AfterFunc(d, func() { engine.Clk.Go(l.refreshNow) })
 }
 
 func (l *Lease) autoStoppedLocked() {
@@ -540,7 +547,7 @@ func (l *Lease) autoStoppedLocked() {
 	}
 }
 
-// refreshNow runs one refresh, then arms the next.
+// refreshNow is the timer's: one refresh, unless stopped meanwhile.
 func (l *Lease) refreshNow() {
 	l.mu.Lock()
 	if l.stopCtx.Err() != nil || l.ctx.Err() != nil {
@@ -551,7 +558,11 @@ func (l *Lease) refreshNow() {
 	l.auto.running = true
 	ttl := l.ttl
 	l.mu.Unlock()
+	l.refreshOnce(ttl)
+}
 
+// refreshOnce runs one refresh (auto.running set), then arms the next.
+func (l *Lease) refreshOnce(ttl time.Duration) {
 	rctx, cancel := context.WithTimeout(l.stopCtx, ttl/3+time.Second)
 	err := l.Refresh(rctx, ttl)
 	cancel()
@@ -578,7 +589,9 @@ func (l *Lease) refreshNow() {
 	case 0:
 		l.armLocked(l.refreshDueLocked())
 	default:
-		l.armLocked(again)
+		// Not before the next refresh falls due (a user's Refresh may
+		// have succeeded meanwhile).
+		l.armLocked(max(again, l.refreshDueLocked()))
 	}
 }
 
