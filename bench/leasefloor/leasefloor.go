@@ -180,22 +180,12 @@ func (f Floor) Acquire(ctx context.Context, conn redis.Conn, key string) (func(c
 			return err
 		}
 	}
-	if f.queued {
-		rs, err := pipeline(ctx, conn, [][]interface{}{
-			append([]interface{}{"EVALSHA", f.first.Hash(), 4}, append(f.keys(key, key), acq, 30000)...),
-			{"BLMOVE", key, pend, "LEFT", "RIGHT", 0},
-			append([]interface{}{"EVALSHA", f.acquire.Hash(), 4}, append(f.keys(key, pend), acq, 30000)...),
-		})
-		if err != nil {
-			return nil, err
-		}
-		v, err := redis.Strings(rs[2], nil)
-		if err != nil {
-			return nil, err
-		}
-		return release(v[0], v[1]), nil
+	// evalsha is the call of sc with its keys (first: tokens or pend).
+	evalsha := func(sc *redis.Script, first string) []interface{} {
+		ks := f.keys(key, first)
+		return append([]interface{}{"EVALSHA", sc.Hash(), len(ks)}, append(ks, acq, 30000)...)
 	}
-	if f.first != nil {
+	if f.first != nil && !f.queued {
 		v, err := f.first.DoContext(ctx, conn, append(f.keys(key, key), acq, 30000)...)
 		if err != nil {
 			return nil, err
@@ -204,14 +194,15 @@ func (f Floor) Acquire(ctx context.Context, conn redis.Conn, key string) (func(c
 			return release(g[0], g[1]), nil
 		}
 	}
-	rs, err := pipeline(ctx, conn, [][]interface{}{
-		{"BLMOVE", key, pend, "LEFT", "RIGHT", 0},
-		append([]interface{}{"EVALSHA", f.acquire.Hash(), len(f.keys(key, pend))}, append(f.keys(key, pend), acq, 30000)...),
-	})
+	cmds := [][]interface{}{{"BLMOVE", key, pend, "LEFT", "RIGHT", 0}, evalsha(f.acquire, pend)}
+	if f.queued {
+		cmds = append([][]interface{}{evalsha(f.first, key)}, cmds...)
+	}
+	rs, err := pipeline(ctx, conn, cmds)
 	if err != nil {
 		return nil, err
 	}
-	v, err := redis.Strings(rs[1], nil)
+	v, err := redis.Strings(rs[len(rs)-1], nil)
 	if err != nil {
 		return nil, err
 	}
