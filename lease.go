@@ -489,9 +489,7 @@ func (l *Lease) finish(cause error) {
 		l.final = cause
 	}
 	l.timer.Stop()
-	if a := &l.auto; a.stopped != nil && !a.done && !a.running && a.timer.Stop() {
-		l.autoStoppedLocked()
-	}
+	l.disarmLocked()
 	l.mu.Unlock()
 	l.end(cause)
 	l.stop()
@@ -538,6 +536,14 @@ func (l *Lease) armLocked(d time.Duration) {
 		return
 	}
 	l.auto.timer = engine.Clk.AfterFunc(d, func() { engine.Clk.Go(l.refreshNow) })
+}
+
+// disarmLocked stops auto-refresh if it waits on its timer; a refresh
+// under way, or one whose timer just fired, stops by itself (l.mu held).
+func (l *Lease) disarmLocked() {
+	if a := &l.auto; a.stopped != nil && !a.done && !a.running && a.timer.Stop() {
+		l.autoStoppedLocked()
+	}
 }
 
 func (l *Lease) autoStoppedLocked() {
@@ -600,12 +606,10 @@ func (l *Lease) refreshOnce(ttl time.Duration) {
 func (l *Lease) stopAutoRefresh() {
 	l.stop()
 	l.mu.Lock()
-	if l.auto.stopped != nil && !l.auto.done && !l.auto.running && l.auto.timer.Stop() {
-		l.autoStoppedLocked()
-	}
+	l.disarmLocked()
 	l.mu.Unlock()
-	// Else a refresh runs, or its timer just fired: it ends at once (its
-	// context is stopCtx) and closes refreshed.
+	// A refresh under way ends at once (its context is stopCtx), as does
+	// one whose timer just fired, and closes refreshed.
 	engine.Clk.WaitOrDone(context.Background(), l.refreshed, engine.Forever)
 }
 
