@@ -297,3 +297,51 @@ func TestHandle_Resize_negativeWithheldCountReadsAsNone(t *testing.T) {
 		}
 	})
 }
+
+// A stranger's copy of a token that a shrink withholds is in no lease, yet
+// no free token: granting it would make one holder more than the new size
+// (found by the explorer, "random seed 736, defaults"). Both kinds of
+// acquisition drop it.
+func TestHandle_Resize_shrinkDropsACopyOfAWithheldToken(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "shrink-copy", 2, WithTTL(time.Minute), WithAdoptSize())
+		leases := takeAll(t, ctx, s)
+		require.NoError(t, leases[1].Release(ctx))
+		b.do(t, "LPUSH", s.k.tokens, leases[1].Token()) // a copy of the free token
+		require.NoError(t, s.Resize(ctx, 1))            // slot 2 retired, still held
+		_, err := s.TryAcquire(ctx)
+		require.ErrorIs(t, err, ErrNoToken, "the real token is withheld; its copy must not be granted")
+		require.NoError(t, leases[2].Release(ctx))
+		l, err := s.TryAcquire(ctx)
+		require.NoError(t, err, "the withheld token came back")
+		require.NoError(t, l.Release(ctx))
+		requireInventory(t, s, 1, 0)
+	})
+}
+
+func TestHandle_Resize_shrinkDropsACopyOfAWithheldTokenWeighted(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "shrink-copy-n", 3, WithTTL(time.Minute), WithAdoptSize())
+		leases := takeAll(t, ctx, s)
+		require.NoError(t, leases[1].Release(ctx))
+		require.NoError(t, leases[2].Release(ctx))
+		require.NoError(t, s.Resize(ctx, 2)) // slot 3 retired, still held
+		one, err := s.TryAcquire(ctx)        // withholds one token, grants the other
+		require.NoError(t, err)
+		withheld := leases[1].Token()
+		if one.Token() == withheld {
+			withheld = leases[2].Token()
+		}
+		require.NoError(t, one.Release(ctx))
+		b.do(t, "LPUSH", s.k.tokens, withheld) // a copy of the withheld token
+		_, err = s.TryAcquireN(ctx, 2)
+		require.ErrorIs(t, err, ErrNoToken, "two grants beside the retired holder would be three for a size of two")
+		require.NoError(t, leases[3].Release(ctx))
+		l, err := s.TryAcquireN(ctx, 2)
+		require.NoError(t, err, "both tokens free once the retired lease ended")
+		require.NoError(t, l.Release(ctx))
+		requireInventory(t, s, 2, 0)
+	})
+}

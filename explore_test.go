@@ -530,6 +530,16 @@ var exploreRegressions = []struct {
 	// was withheld by a shrink, so the token was leased and withheld.
 	{"random seed 13344",
 		[]string{"c1.1 exec", "c2.1 exec", "c1 killed", "c3.1 exec", "stranger: pushes a forged token (copy)", "c0.1 exec"}},
+	// Found by TestExplore_defaults at a 120s budget: a stranger's copy of
+	// a free token, then a shrink; the acquire that withheld the real token
+	// granted the copy, as a withheld token is in no lease.
+	{"random seed 736, defaults",
+		[]string{"c0.1 exec", "time +30.00099s", "acquire.granted #1 passes", "c0.5 exec", "c0.2 exec",
+			"c0.3 exec", "acquire.granted #1 passes", "c0.1 exec", "c0.4 exec", "c0.1 exec",
+			"time +5.25288902s", "time +4.44205s", "time +20.30505098s", "c0.1 exec",
+			"acquire.granted #1 passes", "acquire.granted #1 passes", "time +6s", "c0.4 exec",
+			"c0.1 exec", "c0.3 exec", "c0.2 exec", "acquire.granted #1 passes",
+			"stranger: pushes a forged token (copy)", "c0.1 exec", "time +29.69786902s", "c0.2 exec"}},
 }
 
 // seamScenario returns the seam scenario called name, or the random
@@ -538,6 +548,9 @@ func seamScenario(t testing.TB, name string) scenario {
 	var seed int64
 	if _, err := fmt.Sscanf(name, "random seed %d", &seed); err == nil {
 		sc := randomScenario(rand.New(rand.NewSource(seed)))
+		if strings.HasSuffix(name, ", defaults") { // TestExplore_defaults's
+			sc = inProcesses(withDefaults(sc), seed)
+		}
 		sc.name = name
 		return sc
 	}

@@ -135,8 +135,9 @@ local function grant(tok)
   return {GRANTED, tok, f, deadline, now}
 end
 
--- The token the BLMOVE moved into our pending list, then anything free.
-local pending = not fresh
+-- The token the BLMOVE moved into our pending list, then anything free,
+-- never a copy of a token a shrink withholds (kept).
+local pending, kept = not fresh, withheld_set(over)
 for _ = 1, 1000 do
   local tok
   if pending then
@@ -154,8 +155,8 @@ for _ = 1, 1000 do
     redis.call('LPUSH', KEYS[2], tok)
     return undo(leased)
   end
-  if is_valid(tok, epoch, size) and not leased then
-    if not withhold(tok, over) then
+  if is_valid(tok, epoch, size) and not leased and not kept[tok] then
+    if not withhold(tok, over, kept) then
       if not fresh then redis.call('ZREM', KEYS[5], 'w:' .. acq) end
       return grant(tok)
     end

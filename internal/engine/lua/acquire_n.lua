@@ -132,7 +132,7 @@ if try and fresh then
   end
   if k <= STEP then
     local got = {}
-    pop_free(got, {}, k, epoch, size, over)
+    pop_free(got, withheld_set(over), k, epoch, size, over)
     if #got == k then return grant_n(run, got) end
     push_front(got)
     return {WAITING, 0, now, 0, 0}
@@ -184,7 +184,7 @@ local have = coll.have
 local budget, again = STEP, false
 if not seal then
   -- Collecting: what our BLMOVE moved, then anything free, STEP at most.
-  local new, seen = {}, {}
+  local new, seen = {}, withheld_set(over)
   local need = math.min(k - have, STEP)
   if phase == 'wait' then take_moved(new, seen, need, epoch, size, over) end
   pop_free(new, seen, need, epoch, size, over)

@@ -22,6 +22,17 @@ local function withheld()
   return toks
 end
 
+-- withheld_set returns the withheld tokens as a set, empty while no
+-- shrink drains (over as meta said): a copy of a withheld token is in no
+-- lease, yet no free token (a stranger's push, or a duplicate).
+local function withheld_set(over)
+  local set = {}
+  if over > 0 then
+    for _, tok in ipairs(withheld()) do set[tok] = true end
+  end
+  return set
+end
+
 -- hset_all and hdel_all write or delete fields of meta, a thousand a command.
 local function hset_all(set)
   for i = 1, #set, 1000 do
@@ -76,10 +87,14 @@ local function returned(valid, retired_n, over, held)
   local shrinking = over > 0 or held > 0
   local push, set, gone, n = valid, {}, {}, held
   if shrinking then
+    local kept = withheld_set(held)
     over = math.max(over - retired_n, 0)
     push = {}
     for _, tok in ipairs(valid) do
-      if n < over then
+      if kept[tok] then
+        redis.call('HINCRBY', KEYS[1], 'rejected', 1) -- a copy: dropped
+      elseif n < over then
+        kept[tok] = true
         n = n + 1
         set[#set + 1] = 'h:' .. n
         set[#set + 1] = tok
@@ -111,14 +126,17 @@ end
 -- withhold keeps tok, a valid free token on its way to a grant, from it
 -- while a shrink drains and fewer tokens are withheld than over. over is
 -- meta's as the script first read it: it only falls while a script runs,
--- so with 0 there is nothing to read. Returns true when tok was withheld.
-local function withhold(tok, over)
+-- so with 0 there is nothing to read. kept is withheld_set(over), kept up
+-- to date here; the caller drops a token in it (a copy of a withheld one).
+-- Returns true when tok was withheld.
+local function withhold(tok, over, kept)
   if over <= 0 then return false end
   local m = redis.call('HMGET', KEYS[1], 'over', 'held')
   local held = shrink_count(m[2])
   over = shrink_count(m[1])
   if held >= over then return false end
   returned({tok}, 0, over, held)
+  kept[tok] = true
   return true
 end
 

@@ -136,8 +136,9 @@ local function pass_ticket(now_ms, self)
 end
 
 -- pop_free pops free tokens until got holds n, 1000 at most a command:
--- valid ones, not leased and not seen, are kept unless withheld; strays are
--- dropped and counted. Bounded: n + 1000 pops at most.
+-- valid ones, not leased and not seen (seen starts as withheld_set), are
+-- kept unless withheld; strays are dropped and counted. Bounded: n + 1000
+-- pops at most.
 local function pop_free(got, seen, n, epoch, size, over)
   local popped, strays = 0, 0
   while #got < n and popped < n + 1000 do
@@ -150,7 +151,7 @@ local function pop_free(got, seen, n, epoch, size, over)
       if free then seen[tok] = true end
       if not free then
         strays = strays + 1
-      elseif not withhold(tok, over) then
+      elseif not withhold(tok, over, seen) then
         got[#got + 1] = tok
       end
     end
@@ -169,7 +170,7 @@ local function take_moved(new, seen, need, epoch, size, over)
     if free then seen[tok] = true end
     if not free then
       give_back(tok, epoch, size)
-    elseif not withhold(tok, over) then
+    elseif not withhold(tok, over, seen) then
       new[#new + 1] = tok
     end
   end
