@@ -177,7 +177,7 @@ func exploreEach(t *testing.T, env *exploreEnv, scs []scenario, random func(rng 
 	}
 	start := time.Now()
 	n := 0
-	for seed := int64(1); time.Since(start) < 2*slice; seed++ {
+	for seed := firstSeed(t); time.Since(start) < 2*slice; seed++ {
 		rng := rand.New(rand.NewSource(seed))
 		sc := random(rng, seed)
 		rc := &choiceRecorder{ch: &randomChooser{rng: rng, pFault: 0.1}}
