@@ -116,9 +116,12 @@ func TestHandle_Resize_staleAndAdoptingClients(t *testing.T) {
 // Growing pushes the new tokens at once: blocked waiters are served without
 // waiting out their block. A waiter of the old size is woken too and gets the
 // mismatch error, and the token it was handed goes back.
+//
+// The waiters' blocks end by the holder's deadline (DefaultTTL, 30s); ctx
+// ends before that, so a waiter served only after its block fails the test.
 func TestHandle_Resize_growWakesWaiters(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 10*time.Second)
+		ctx := ctxT(t, DefaultTTL*2/3)
 		s := newSem(t, b, "grow", 1, WithAdoptSize())
 		held, err := s.Acquire(ctx)
 		require.NoError(t, err)
@@ -139,7 +142,6 @@ func TestHandle_Resize_growWakesWaiters(t *testing.T) {
 			return err == nil && st.Waiting == 2
 		}, 5*time.Second, 5*time.Millisecond, "both waiters block in Redis")
 
-		start := time.Now()
 		require.NoError(t, s.Resize(ctx, 3))
 		var l *Lease
 		select {
@@ -148,14 +150,12 @@ func TestHandle_Resize_growWakesWaiters(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("the adopting waiter was not served")
 		}
-		assert.Less(t, time.Since(start), 2*time.Second, "served at once, not after its block")
 		select {
 		case err := <-staleErr:
 			require.ErrorIs(t, err, ErrSizeMismatch)
 		case <-ctx.Done():
 			t.Fatal("the stale waiter never returned")
 		}
-		assert.Less(t, time.Since(start), 2*time.Second)
 
 		require.NoError(t, l.Release(ctx))
 		require.NoError(t, held.Release(ctx))
