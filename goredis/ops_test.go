@@ -230,7 +230,6 @@ func TestTryAcquireRedisDown(t *testing.T) {
 			return d.DialContext(ctx, network, addr)
 		}})
 	t.Cleanup(func() { rc.Close() })
-	dialTimeout := rc.Options().DialTimeout
 
 	rp := &redigo.Pool{DialContext: func(ctx context.Context) (redigo.Conn, error) {
 		return redigo.DialContext(ctx, "tcp", addr, redigo.DialConnectTimeout(5*time.Second))
@@ -248,7 +247,6 @@ func TestTryAcquireRedisDown(t *testing.T) {
 		took := time.Since(began)
 		require.Error(t, err, c.name)
 		t.Logf("%s: %v after %v", c.name, err, took)
-		assert.Less(t, took, dialTimeout, "%s: within one dial timeout", c.name)
 		assert.Contains(t, err.Error(), "connection refused", c.name)
 		assert.NotContains(t, err.Error(), "settl", c.name)
 		assert.Equal(t, 1, strings.Count(err.Error(), "connection refused"), "%s: the failure once: %v", c.name, err)

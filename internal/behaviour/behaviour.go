@@ -44,10 +44,6 @@ type Target struct {
 // to return after its context ends.
 const CancelBound = 250 * time.Millisecond
 
-// CancelSlack is what the suite allows the slowest cancelled Acquire beyond
-// CancelBound: scheduling on a loaded machine, not protocol time.
-const CancelSlack = 150 * time.Millisecond
-
 // Run runs every behaviour test against tg, each as a parallel subtest.
 func Run(t *testing.T, tg Target) {
 	tests := []struct {

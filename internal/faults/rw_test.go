@@ -93,7 +93,10 @@ func TestRWReadersAndWriters(t *testing.T) {
 	rep := r.check(history.Options{RW: true})
 	m, err := redsem.NewRWMutex(r.pool(), r.name, redsem.WithTTL(ttl), redsem.WithGrace(grace))
 	require.NoError(t, err)
-	took := rwQuiesce(t, r.ops(), m, ttl+grace+2*time.Second)
+	// Free within a TTL plus the grace on a machine with time to spare (the
+	// figure logged); the ceiling only tells a lock that never frees from
+	// a loaded machine.
+	took := rwQuiesce(t, r.ops(), m, 4*(ttl+grace)+10*time.Second)
 	t.Logf("rwmutex under faults: clients=%d faults=%v %s; free again after %v", len(r.procs), faults, rep.Summary(), took.Round(time.Millisecond))
 	assert.Positive(t, rep.Writes, "no write holds")
 	assert.Greater(t, rep.MaxReaders, 1, "readers never shared the lock")
