@@ -379,7 +379,7 @@ func TestHandle_Resize_hammer(t *testing.T) {
 		const workers = 10
 		sizes := []int{4, 6, 2, 5, 3} // sizes[i] is in force after i resizes
 		last := len(sizes) - 1
-		ctx := ctxT(t, 30*time.Second)
+		ctx := ctxT(t, 90*time.Second)
 		admin := newSem(t, b, "rehammer", sizes[0])
 		require.NoError(t, admin.Resize(ctx, sizes[0]))
 
@@ -477,7 +477,13 @@ func TestHandle_Resize_hammer(t *testing.T) {
 			mu.Unlock()
 			require.NoError(t, err)
 		}
-		time.Sleep(500 * time.Millisecond)
+		// Run until the final size is reached (so the check could fail):
+		// counted, not timed, for a loaded machine grants slowly.
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return maxAfter >= sizes[last]
+		}, 60*time.Second, 10*time.Millisecond, "the final size was never reached after the last shrink drained")
 		mu.Lock()
 		stop = true
 		mu.Unlock()
