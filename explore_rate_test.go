@@ -391,7 +391,9 @@ func (r *run) rateBefore(cl *vclient, cmd simCmd) *rateExec {
 		return nil
 	}
 	e := &rateExec{atUs: r.w.now.UnixMicro(), before: r.rateView()}
-	if strings.ToUpper(cmd.name) != "EVALSHA" || len(cmd.args) < 2 {
+	// EVALSHA, or EVAL after a NOSCRIPT (scriptNames knows both): the
+	// script that runs last for an acquisition is the one that counts.
+	if name := strings.ToUpper(cmd.name); name != "EVALSHA" && name != "EVAL" || len(cmd.args) < 2 {
 		return e
 	}
 	e.script = r.w.names[fmt.Sprint(cmd.args[0])]

@@ -597,13 +597,11 @@ func (w *simWorld) peekBlocking(cmd simCmd) (int, bool) {
 func (w *simWorld) cmdLabel(cmd simCmd) string {
 	switch strings.ToUpper(cmd.name) {
 	case "EVALSHA", "EVAL":
-		name := "script"
-		if strings.ToUpper(cmd.name) == "EVALSHA" {
-			if n, ok := w.names[fmt.Sprint(cmd.args[0])]; ok {
-				name = n
-			}
+		// By its hash (EVALSHA) or its source (EVAL, after NOSCRIPT).
+		if n, ok := w.names[fmt.Sprint(cmd.args[0])]; ok {
+			return n
 		}
-		return name
+		return "script"
 	case "BLMOVE":
 		return "BLMOVE"
 	case "BLPOP":

@@ -702,6 +702,15 @@ func (r *run) enabled(faults bool) []step {
 	if r.sc.restart && !r.loss {
 		out = append(out, step{label: "server restarts without its data", fault: true, apply: func(r *run) { r.restart() }})
 	}
+	if r.sc.restart {
+		// The script cache is lost while the data stays: a restart that
+		// kept its data (connections break), or a SCRIPT FLUSH between the
+		// writes of a pipeline (they don't): the next EVALSHA, maybe the
+		// script behind a BLMOVE that just moved a token, answers NOSCRIPT.
+		out = append(out,
+			step{label: "server restarts with its data, scripts lost", fault: true, apply: func(r *run) { r.flushScripts(true) }},
+			step{label: "script cache flushed", fault: true, apply: func(r *run) { r.flushScripts(false) }})
+	}
 	if r.sc.clock {
 		out = append(out, r.clockFaults()...)
 	}
@@ -797,6 +806,28 @@ func (r *run) cancel(cl *vclient) {
 	}
 	w.mu.Unlock()
 	r.note(fmt.Sprintf("c%d context ends", cl.id))
+}
+
+// flushScripts empties the server's script cache, and with restart breaks
+// every connection as a restart does; the data stays.
+func (r *run) flushScripts(restart bool) {
+	r.faults++
+	w := r.w
+	w.mu.Lock()
+	if _, err := w.exec.Do("SCRIPT", "FLUSH"); err != nil {
+		panic(err)
+	}
+	if restart {
+		for _, c := range w.conns {
+			c.breakLocked(&simNetError{"server restarted"})
+		}
+	}
+	w.mu.Unlock()
+	if restart {
+		r.note("server restarts with its data, scripts lost")
+	} else {
+		r.note("script cache flushed")
+	}
 }
 
 func (r *run) restart() {
@@ -1121,6 +1152,7 @@ func scriptNames() map[string]string {
 		"rate_set.lua": engine.RateSet, "rate_status.lua": engine.RateStatus,
 	} {
 		out[s.Hash()] = name
+		out[engine.Source(name)] = name
 	}
 	return out
 }
