@@ -809,7 +809,7 @@ func randomRateScenario(rng *rand.Rand) scenario {
 
 func TestExplore_rateGates(t *testing.T) {
 	env := newExploreEnv(t)
-	budget := exploreBudget(5*time.Second, 40*time.Second)
+	budget := exploreBudget(3*time.Second, 40*time.Second)
 	scs := rateScenarios()
 	for _, sc := range scs {
 		sc := sc

@@ -295,7 +295,7 @@ func randomRWScenario(rng *rand.Rand) scenario {
 
 func TestExplore_rwMutex(t *testing.T) {
 	env := newExploreEnv(t)
-	budget := exploreBudget(8*time.Second, 30*time.Second)
+	budget := exploreBudget(4*time.Second, 30*time.Second)
 	scs := rwScenarios()
 	for _, sc := range scs {
 		sc := sc

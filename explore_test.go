@@ -429,7 +429,7 @@ const exploreDepth = 9
 
 func TestExplore_seams(t *testing.T) {
 	env := newExploreEnv(t)
-	budget := exploreBudget(16*time.Second, 60*time.Second)
+	budget := exploreBudget(8*time.Second, 60*time.Second)
 	scs := seamScenarios()
 	for _, sc := range scs {
 		sc := sc
@@ -453,7 +453,7 @@ func TestExplore_seams(t *testing.T) {
 
 func TestExplore_random(t *testing.T) {
 	env := newExploreEnv(t)
-	budget := exploreBudget(12*time.Second, 60*time.Second)
+	budget := exploreBudget(6*time.Second, 60*time.Second)
 	start := time.Now()
 	cx, n := randomWalks(t, env, firstSeed(t), 1<<30, start.Add(budget/2))
 	t.Logf("%d random walks in %v", n, time.Since(start).Round(time.Millisecond))
@@ -471,7 +471,7 @@ func TestExplore_weightedSteps(t *testing.T) {
 	engine.AcquireN = acquireNWith(t, "local STEP = 128\n", "local STEP = 1\n")
 	defer func() { engine.AcquireN = saved }()
 	env := newExploreEnv(t)
-	budget := exploreBudget(8*time.Second, 20*time.Second)
+	budget := exploreBudget(4*time.Second, 20*time.Second)
 	start := time.Now()
 	for _, sc := range seamScenarios() {
 		if !weighted(sc) {
