@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -649,10 +650,10 @@ func freezeCollector(t *testing.T, ctx context.Context, b *backend, s *Semaphore
 }
 
 // A collector that dies while it collects, with the default block time and
-// grace, no longer keeps the head of the weighted queue and its tokens for
-// its poll plus the grace (6s): the next weighted request takes the ticket
-// over, with the tokens, within about a second; and without a weighted
-// request around, Acquire callers get the tokens as soon.
+// grace, does not keep the head of the weighted queue and its tokens: the
+// next weighted request takes the ticket over, with the tokens; and without
+// a weighted request around, Acquire callers get the tokens. How soon, in
+// Redis time: TestSemaphore_AcquireN_deadCollectorHandOnInRedisTime.
 func TestSemaphore_AcquireN_deadCollectorHandsOn(t *testing.T) {
 	b := realRedis(t)
 	ctx := ctxT(t, 30*time.Second)
@@ -686,6 +687,137 @@ func TestSemaphore_AcquireN_deadCollectorHandsOn(t *testing.T) {
 		require.NoError(t, h.Release(ctx))
 	}
 	requireInventory(t, s, 4, 0)
+}
+
+// The hand-on after a weighted collector dies, counted in Redis time
+// (miniredis's clock, moved by the test; each run of a script below is the
+// one its waiter's wait ends in), in the faults test's setting: N=4, TTL 2s,
+// grace 5s, a holder of 3 and a collector C of 3 holding the fourth. C dies.
+// The next waiter's wait ends collectPoll + collectGrace + 1ms at most after
+// C's last check-in, and that one run gets C's tokens: a weighted request
+// queued for the ticket takes it over and is granted all 3 (the holder's
+// release went to C meanwhile, whose registration had not lapsed yet), an
+// Acquire waiter sweeps C's partial lease and is granted its token.
+func TestSemaphore_AcquireN_deadCollectorHandOnInRedisTime(t *testing.T) {
+	for _, weighted := range []bool{true, false} {
+		m := miniredis.RunT(t)
+		b := &backend{name: "miniredis", mini: m, addr: m.Addr(), pool: newPool(t, m.Addr())}
+		ctx := ctxT(t, 10*time.Second)
+		t0 := time.UnixMilli(1_800_000_000_000)
+		now := t0
+		at := func(d time.Duration) { // Redis time is t0 + d
+			m.FastForward(t0.Add(d).Sub(now))
+			now = t0.Add(d)
+			m.SetTime(now)
+		}
+		at(0)
+		s := newSem(t, b, "handon-redis-time", 4, WithTTL(2*time.Second), WithFixedTTL(), WithGrace(5*time.Second))
+		h, err := s.AcquireN(ctx, 3)
+		require.NoError(t, err)
+		c := b.pool.Get()
+		defer c.Close()
+		// run runs acq's script in phase, an acquisition of k tokens.
+		run := func(acq string, k int, phase string) engine.Reply {
+			t.Helper()
+			var r engine.Reply
+			var err error
+			if k == 1 {
+				r, err = parseAcquireReply(engine.Acquire.Do(c, s.acquireArgs(acq, engine.MaxBlock, phase)...))
+			} else {
+				r, err = parseAcquireNReply(engine.AcquireN.Do(c, s.acquireNArgs(acq, k, engine.MaxBlock.Milliseconds(), phase)...))
+			}
+			require.NoError(t, err)
+			return r
+		}
+
+		at(time.Millisecond)
+		r := run(engine.NewAcqID(), 3, "fresh") // the collector's last check-in: it dies here
+		died := now
+		require.Equal(t, int64(engine.CodeWaiting), r.Code)
+		require.Equal(t, int64(modeCollect), r.Mode)
+		require.Len(t, collecting(t, s), 1)
+
+		at(2 * time.Millisecond)
+		next, k := engine.NewAcqID(), 1
+		if weighted {
+			k = 3
+		}
+		r = run(next, k, "fresh")
+		require.Equal(t, int64(engine.CodeWaiting), r.Code)
+		checkIn := now.Add(r.Block) // when its wait ends, nothing having come
+		if weighted {
+			require.Equal(t, int64(modeQueued), r.Mode)
+			at(20 * time.Millisecond)
+			require.NoError(t, h.Release(ctx))
+			require.Len(t, collecting(t, s), 3, "the release went to the dead collector")
+		}
+
+		at(checkIn.Sub(t0))
+		r = run(next, k, "wait")
+		require.Equal(t, int64(engine.CodeGranted), r.Code, "weighted %v: its first check-in after the collector's registration lapsed", weighted)
+		require.Len(t, r.Tokens, k)
+		handOn := time.UnixMicro(r.NowUs).Sub(died)
+		t.Logf("weighted %v: granted %v of Redis time after the collector's last check-in", weighted, handOn)
+		assert.LessOrEqual(t, handOn, collectPoll+collectGrace+time.Millisecond, "weighted %v", weighted)
+		assert.Empty(t, collecting(t, s))
+		if weighted {
+			requireInventory(t, s, 1, 3)
+		} else {
+			requireInventory(t, s, 0, 4)
+		}
+	}
+}
+
+// A collector's wait and its script are one write (BLPOP on its doorbell,
+// then acquire_n.lua): when a release rings it, Redis runs the script and
+// seals the grant without its client, stopped or about to be killed. So a
+// process that Status showed collecting can die holding a granted lease:
+// its tokens then come back by the lease's TTL, not by the registration's
+// lapse. This is what made the faults test's kills take 2s (its TTL) now
+// and then: the release landed between its Status and its kill -9.
+func TestSemaphore_AcquireN_collectorSealsWithoutItsClient(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		const ttl = 2 * time.Second
+		s := newSem(t, b, "seal-unread", 4, WithTTL(ttl), WithFixedTTL(), WithLabel("holder"))
+		h, err := s.AcquireN(ctx, 3)
+		require.NoError(t, err)
+		c, err := redis.Dial("tcp", b.addr)
+		require.NoError(t, err)
+		defer c.Close()
+		collector := engine.NewAcqID()
+		args := func(phase string) []interface{} {
+			return s.acquireNArgs(collector, 3, engine.MaxBlock.Milliseconds(), phase)
+		}
+		r, err := parseAcquireNReply(engine.AcquireN.Do(c, args("fresh")...))
+		require.NoError(t, err)
+		require.Equal(t, int64(modeCollect), r.Mode)
+		// Its next wait, written as the driver writes it, and never read: a
+		// BLPOP that only the doorbell ends.
+		require.NoError(t, c.Send("BLPOP", s.k.bell(collector), "30"))
+		require.NoError(t, engine.AcquireN.SendHash(c, args("wait")...))
+		require.NoError(t, c.Flush())
+		require.Len(t, collecting(t, s), 1, "collecting, as Status shows it")
+
+		require.NoError(t, h.Release(ctx)) // rings the collector
+		var granted []admin.Holder
+		require.Eventually(t, func() bool {
+			st, err := s.Status(ctx)
+			require.NoError(t, err)
+			granted = granted[:0]
+			for _, h := range st.Holders {
+				if h.Fence != 0 {
+					granted = append(granted, h)
+				}
+			}
+			return len(granted) == 3
+		}, 5*time.Second, time.Millisecond, "sealed by Redis alone")
+		require.NoError(t, c.Close()) // killed, too late
+		for _, h := range granted {
+			assert.Equal(t, ttl, h.Deadline.Sub(h.Acquired), "a granted lease: back after its TTL")
+		}
+		assert.Empty(t, collecting(t, s))
+	})
 }
 
 // acquireNWith is acquire_n.lua, after its helpers, with the line from

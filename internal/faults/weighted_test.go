@@ -3,7 +3,6 @@ package faults
 import (
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -177,47 +176,57 @@ func TestWeightedKillAndStop(t *testing.T) {
 }
 
 // A weighted collector killed -9 while it collects, with the default grace
-// (5s) and long block times: the next weighted request takes the head of the
-// weighted queue over, with the dead collector's tokens, within about a
-// second. Processes loop AcquireN(3) on a semaphore of 4, so while one holds
-// 3 permits the next collects the fourth and a third queues for the ticket;
-// the test kills the collector (a holder with fence 0 in Status, whose label
-// names its process) and measures, in Redis time, how long until the next
-// grant of 3 permits.
+// (5s) and long block times: its tokens come back by its registration's
+// lapse, not by the hour its partial leases are good for, and a grant of 3
+// permits follows. Processes loop AcquireN(3) on a semaphore of 4, so while
+// one holds 3 permits the next collects the fourth and a third queues for
+// the ticket; the test kills the collector (a holder with fence 0 in Status,
+// whose label names its process). A release between that Status and the
+// kill may still seal its grant (Redis runs its script behind the doorbell's
+// BLPOP without its client): that kill killed a holder, whose tokens come
+// back by the TTL, and is counted apart; holds of 100-300ms make it rare.
+// How long the hand-on takes in Redis time is logged, not judged (the
+// process taking over must have written its wait in time, which load
+// delays): TestSemaphore_AcquireN_deadCollectorHandOnInRedisTime bounds it.
 func TestWeightedCollectorKilled(t *testing.T) {
-	// Not parallel: it times the hand-on to the second, which the suite's
-	// other tests (moreParallel) stretched past the bound.
-	const n, procs, k = 4, 3, 3
+	t.Parallel()
+	const n, procs, k, ttl = 4, 3, 3, 2 * time.Second
 	srv := redistest.Start(t)
-	r := newRun(t, srv, n, 2*time.Second, 5*time.Second, "-weighted", strconv.Itoa(k), "-acqtimeout", "30s")
+	r := newRun(t, srv, n, ttl, 5*time.Second, "-weighted", strconv.Itoa(k), "-acqtimeout", "30s")
 	end := time.Now().Add(scaled(12*time.Second, 5))
 	spawn := func() *proc {
 		return r.spawn("-dur", time.Until(end).Round(time.Millisecond).String(),
-			"-holdmin", "5ms", "-holdmax", "40ms", "-gapmax", "10ms")
+			"-holdmin", "100ms", "-holdmax", "300ms", "-gapmax", "10ms")
 	}
 	var live []*proc
 	for i := 0; i < procs; i++ {
 		live = append(live, spawn())
 	}
 	ops := r.ops()
-	admin := adminConn(t, srv)
-	redisNow := func() int64 {
-		tm, err := redis.Int64s(admin.Do("TIME"))
-		require.NoError(t, err)
-		return tm[0]*1e6 + tm[1]
+	// held lists the fences of the leases the process pid holds.
+	held := func(pid int) []int64 {
+		var fences []int64
+		for _, h := range status(t, ops).Holders {
+			if _, p, _ := strings.Cut(h.Label, ":"); p == strconv.Itoa(pid) {
+				fences = append(fences, h.Fence)
+			}
+		}
+		return fences
 	}
-	var kills []int64 // Redis TIME (µs) of each kill
+	var kills []int64 // Redis TIME (µs) of the Status each kill of a collector followed
+	var lateKills int // kills that landed after the victim's grant
 	for time.Now().Before(end.Add(-4 * time.Second)) {
-		victim := -1
+		victim, at := -1, int64(0)
 		waitFor(2*time.Second, func() bool {
-			for _, h := range status(t, ops).Holders {
+			st := status(t, ops)
+			for _, h := range st.Holders {
 				_, pid, ok := strings.Cut(h.Label, ":")
 				if h.Fence != 0 || !ok {
 					continue
 				}
 				for j, p := range live {
 					if strconv.Itoa(p.pid()) == pid && !p.exited() {
-						victim = j
+						victim, at = j, st.ServerTime.UnixMicro()
 						return true
 					}
 				}
@@ -227,43 +236,44 @@ func TestWeightedCollectorKilled(t *testing.T) {
 		if victim < 0 {
 			continue
 		}
-		kills = append(kills, redisNow())
+		pid := live[victim].pid()
 		live[victim].kill9()
 		live[victim] = spawn()
-		time.Sleep(2500 * time.Millisecond) // the hand-on, then a few grants, before the next kill
+		fences := held(pid)
+		if len(fences) == 0 || slices.ContainsFunc(fences, func(f int64) bool { return f != 0 }) {
+			lateKills++
+		} else {
+			kills = append(kills, at)
+		}
+		// Its tokens come back (PARTIAL_MS, what the partial leases are
+		// good for, is an hour).
+		assert.True(t, waitFor(20*time.Second, func() bool { return len(held(pid)) == 0 }),
+			"the killed process %d still holds %v", pid, held(pid))
+		time.Sleep(500 * time.Millisecond) // a few grants before the next kill
 	}
 	r.waitAll(40 * time.Second)
 	evs := r.events()
 	rep := r.check(history.Options{})
 	_, lost, _ := quiesce(t, r.ops(), r.sem(), 15*time.Second)
-	var gaps []time.Duration
+	var handOns []time.Duration
 	for _, at := range kills {
+		// The next grant of k permits after the kill, at the Redis time the
+		// lease started (its deadline less the fixed TTL).
 		next := int64(0)
 		for _, e := range evs {
-			if e.K == history.KAcq && e.Valid && len(e.Toks) == k && e.T > at && (next == 0 || e.T < next) {
-				next = e.T
+			granted := e.DL*1000 - ttl.Microseconds()
+			if e.K == history.KAcq && e.Valid && len(e.Toks) == k && e.DL > 0 && granted > at && (next == 0 || granted < next) {
+				next = granted
 			}
 		}
 		if next == 0 {
 			t.Errorf("no grant of %d permits after the kill at %d", k, at)
 			continue
 		}
-		gaps = append(gaps, time.Duration(next-at)*time.Microsecond)
+		handOns = append(handOns, time.Duration(next-at)*time.Microsecond)
 	}
-	t.Logf("weighted collector killed -9: AcquireN(%d) in %d processes on N=%d, grace 5s; kills of a collector=%d; next grant of %d permits after each kill: %v; holds by k=%v %s; tokens lost=%d",
-		k, procs, n, len(kills), k, gaps, holdsByK(evs), rep.Summary(), lost)
+	t.Logf("weighted collector killed -9: AcquireN(%d) in %d processes on N=%d, TTL %v, grace 5s; kills of a collector=%d (and %d that landed after its grant); next grant of %d permits after each, in Redis time: %v (the protocol's bound: collectPoll + collectGrace, 1s, after the collector's last check-in); holds by k=%v %s; tokens lost=%d",
+		k, procs, n, ttl, len(kills), lateKills, k, handOns, holdsByK(evs), rep.Summary(), lost)
 	assert.Positive(t, len(kills), "no collector was caught collecting")
-	// About a second (a check-in every 500ms, dead 500ms after a missed
-	// one): the median must show it; a single kill may take longer on a
-	// loaded machine (one took 2.01s with other test suites beside it), but
-	// never the block plus the grace (6s and more) it took before.
-	sorted := append([]time.Duration(nil), gaps...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
-	if len(sorted) > 0 {
-		assert.Less(t, sorted[len(sorted)/2], 1500*time.Millisecond, "median hand-on after a collector died: %v", gaps)
-	}
-	for _, g := range gaps {
-		assert.Less(t, g, 3500*time.Millisecond, "the next weighted request waited %v after the collector died", g)
-	}
 	assert.Zero(t, lost, "tokens lost")
 }
