@@ -49,6 +49,10 @@ package redsem
 //     by reclaim (it checks in every collectPoll), a weighted request whose
 //     registration lapsed (it learns so at its next check-in), and anyone
 //     while a shrink drains (a token taken may be withheld).
+// 11. A shrink's bookkeeping says what the leases say: meta's over counts
+//     the leases on retired tokens still out, held (at most over) the
+//     tokens withheld, each in h:1..h:held; once the drain ends, none of
+//     these fields is left.
 // Data loss suspends 1 and 2 for the leases granted before it (Redis
 // cannot promise them; the README says so), and, once the server's clock
 // stood still or stepped back, 4 across a loss or an idle expiry (a
@@ -395,6 +399,13 @@ func (c *checker) check(r *run) string {
 		}
 	}
 
+	// 11.
+	if v.exists && !strangerHere {
+		if msg := shrinkBooks(r, v); msg != "" {
+			return msg
+		}
+	}
+
 	// 4.
 	// An idle semaphore's meta expires with its fence; the one created next
 	// must start above every fence granted (a fence a stranger wrote and no
@@ -437,6 +448,42 @@ func (c *checker) check(r *run) string {
 		c.maxFence = f
 	}
 	return c.nobodyWaits(r, v, nowMs)
+}
+
+// shrinkBooks checks invariant 11: meta's shrink fields say what the
+// leases say. over counts the leases on retired tokens, held the withheld
+// tokens, h:1..h:held, no more, no fewer, and held <= over; once the drain
+// ends (over 0), none of them is left.
+func shrinkBooks(r *run, v srvView) string {
+	retired := 0
+	for tok := range v.leases {
+		if n, ok := epochSlot(tok, v.epoch); ok && n > v.size {
+			retired++
+		}
+	}
+	fields, _ := r.m.HKeys(r.k.meta)
+	held, _ := strconv.Atoi(r.m.HGet(r.k.meta, "held"))
+	var books []string
+	for _, f := range fields {
+		i, err := strconv.Atoi(strings.TrimPrefix(f, "h:"))
+		switch {
+		case f == "over" || f == "held":
+			books = append(books, f+"="+r.m.HGet(r.k.meta, f))
+		case strings.HasPrefix(f, "h:") && (err != nil || i < 1 || i > held):
+			return fmt.Sprintf("meta holds %s beside held=%d", f, held)
+		}
+	}
+	switch {
+	case v.over != retired:
+		return fmt.Sprintf("meta's over is %d while %d leases on retired tokens are out", v.over, retired)
+	case v.over == 0 && len(books) > 0:
+		return fmt.Sprintf("the drain ended, and meta still holds %v", books)
+	case held > v.over:
+		return fmt.Sprintf("%d tokens withheld for %d retired leases", held, v.over)
+	case len(v.held) != held:
+		return fmt.Sprintf("held=%d, but meta holds %d withheld tokens", held, len(v.held))
+	}
+	return ""
 }
 
 // heldAsGranted checks invariant 7 for cl, a believed holder: its lease

@@ -628,6 +628,31 @@ func TestExplorer_catchesReintroducedBugs(t *testing.T) {
 		t.Logf("found after %d schedules", n)
 		require.Contains(t, cx, "fence went back")
 	})
+	// A drain that ends with its bookkeeping left in meta (invariant 11):
+	// over kept at 0 instead of deleted, by every script that gives back.
+	t.Run("shrink bookkeeping left after the drain", func(t *testing.T) {
+		const keep = "if over == 0 then gone[#gone + 1] = 'over' else"
+		saved := map[**redis.Script]*redis.Script{}
+		for _, p := range []struct {
+			s    **redis.Script
+			file string
+			keys int
+		}{{&engine.Release, "release.lua", 4}, {&engine.Acquire, "acquire.lua", 6}} {
+			src := engine.Source(p.file)
+			require.Contains(t, src, keep)
+			saved[p.s] = *p.s
+			*p.s = redis.NewScript(p.keys, strings.ReplaceAll(src, keep, "if false then else"))
+		}
+		defer func() {
+			for p, s := range saved {
+				*p = s
+			}
+		}()
+		env := newExploreEnv(t)
+		cx, n := exploreScenario(t, env, seamScenario(t, "shrink while a token is on its way to a waiter"), exploreDepth, time.Now().Add(time.Minute))
+		t.Logf("found after %d schedules", n)
+		require.Contains(t, cx, "the drain ended, and meta still holds")
+	})
 	// refresh.lua extending a lease that expired but was not swept yet.
 	t.Run("refresh revives an expired lease", func(t *testing.T) {
 		src := engine.Source("refresh.lua")
