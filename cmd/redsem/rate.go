@@ -135,10 +135,10 @@ func printRateStatus(w io.Writer, st rate.Status) {
 	fmt.Fprintf(w, "limit      %s\n", limitsText(st))
 	if len(st.Limits) <= 1 {
 		fmt.Fprintf(w, "started    %d in the last %s\n", st.Started, perText(st.Per))
-		fmt.Fprintf(w, "available  %d now\n", st.Available+st.Due)
+		fmt.Fprintf(w, "available  %d now\n", st.Available)
 	} else {
 		for i, l := range st.Limits {
-			fmt.Fprintf(w, "limit #%d   %d/%s: started %d, available %d now\n", i+1, l.N, perText(l.Per), l.Started, l.Available+l.Due)
+			fmt.Fprintf(w, "limit #%d   %d/%s: started %d, available %d now\n", i+1, l.N, perText(l.Per), l.Started, l.Available)
 		}
 	}
 	fmt.Fprintf(w, "waiting    %d\n", st.Waiting)

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -54,4 +55,49 @@ func TestRateSet(t *testing.T) {
 	r = e.run(t, "rate", "set", "llm", "500/1m")
 	assert.Equal(t, 65, r.code, "a quota of two limits set with one: %s", r.stderr)
 	assert.Contains(t, r.stderr, "500 per 1m0s and 300000 per 1m0s in Redis")
+}
+
+// Every view of a gate says the same "available": what the next start can
+// take, counting the units whose window has passed but that no script has
+// let go yet.
+func TestRateAvailableOneNumber(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	pool := fleetPool(t, e)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	g, err := rate.New(pool, "burst", 5, 20*time.Millisecond)
+	require.NoError(t, err)
+	_, err = g.AllowN(ctx, 5)
+	require.NoError(t, err)
+	// Status writes nothing: the five stay due until the next start.
+	waitFor(t, 10*time.Second, "the five starts are due", func() bool {
+		st, err := g.Status(ctx)
+		return err == nil && st.Due == 5
+	})
+
+	r := e.run(t, "rate", "status", "burst")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "available  5 now\n", "rate status")
+	r = e.run(t, "check", "burst")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "due 5, available 5,", "check")
+	for _, args := range [][]string{{"rate", "status", "--json", "burst"}, {"status", "--json", "burst"}} {
+		r = e.run(t, args...)
+		require.Equal(t, 0, r.code, r.stderr)
+		var doc rateStatusJSON
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc), r.stdout)
+		assert.Equal(t, [2]int{5, 5}, [2]int{doc.Available, doc.Limits[0].Available}, "%v", args)
+	}
+	r = e.run(t, "top", "-n", "1", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var fl struct {
+		Names []rateStatusJSON `json:"names"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &fl), r.stdout)
+	require.Len(t, fl.Names, 1)
+	assert.Equal(t, 5, fl.Names[0].Available, "top --json")
+
+	_, err = g.AllowN(ctx, 5)
+	require.NoError(t, err, "the next start takes all five")
 }
