@@ -15,9 +15,10 @@ import (
 	"github.com/redsem/redsem/rate"
 )
 
-// rate set creates a gate or changes its limits for every client; a client
-// made with another rate follows; bad limits are usage errors, another
-// number of limits is the gate's state (65).
+// rate set changes a gate's limits for every client, and creates one only
+// with --create, beside another kind too; a client made with another rate
+// follows; bad limits are usage errors, another number of limits is the
+// gate's state (65).
 func TestRateSet(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -41,7 +42,14 @@ func TestRateSet(t *testing.T) {
 	assert.True(t, st.Set)
 
 	r = e.run(t, "rate", "set", "llm", "500/1m", "300000/1m")
+	assert.Equal(t, exitNoName, r.code, "a typo makes no gate: %s", r.stderr)
+	assert.Equal(t, "redsem: rate set: no rate gate \"llm\" under prefix \"redsem:\" (rate set --create llm 500/1m 300000/1m makes one)\n", r.stderr)
+	keys, err := redis.Strings(pool.Get().Do("KEYS", "*llm*"))
+	require.NoError(t, err)
+	assert.Empty(t, keys, "a refused rate set writes nothing")
+	r = e.run(t, "rate", "set", "--create", "llm", "500/1m", "300000/1m")
 	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "created rate gate \"llm\", which admits 500 per 1m and 300000 per 1m\n", r.stdout)
 	st, err = rate.ReadStatus(ctx, pool, rate.DefaultPrefix, "llm")
 	require.NoError(t, err)
 	assert.Equal(t, []rate.Limit{{N: 500, Per: time.Minute}, {N: 300000, Per: time.Minute}},
@@ -55,6 +63,23 @@ func TestRateSet(t *testing.T) {
 	r = e.run(t, "rate", "set", "llm", "500/1m")
 	assert.Equal(t, 65, r.code, "a quota of two limits set with one: %s", r.stderr)
 	assert.Contains(t, r.stderr, "500 per 1m0s and 300000 per 1m0s in Redis")
+
+	// Beside a lock: refused (65) unless --create, then both are there.
+	r = e.run(t, "resize", "--create", "jobs", "2")
+	require.Equal(t, 0, r.code, r.stderr)
+	r = e.run(t, "rate", "set", "jobs", "5/s")
+	assert.Equal(t, exitData, r.code, r.stderr)
+	assert.Equal(t, "redsem: rate set: \"jobs\" is a semaphore: it has no rate gate (rate set --create jobs 5/s makes one beside it)\n", r.stderr)
+	r = e.run(t, "status", "--json", "jobs")
+	assert.Contains(t, r.stdout, `"kinds": [
+    "semaphore"
+  ]`, "a refused rate set made no gate")
+	r = e.run(t, "rate", "set", "--create", "jobs", "5/s")
+	require.Equal(t, 0, r.code, r.stderr)
+	r = e.run(t, "status", "jobs")
+	assert.Contains(t, r.stdout, `"jobs" also names a rate gate (--kind rate)`)
+	r = e.run(t, "rate", "status", "--create", "jobs")
+	assert.Equal(t, exitUsage, r.code, "--create is for rate set")
 }
 
 // Every view of a gate says the same "available": what the next start can
