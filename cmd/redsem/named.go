@@ -211,10 +211,10 @@ func slotList(slots []int) string {
 	return "slots " + strings.Join(parts, ", ")
 }
 
-// wrongTypeHint adds to an error about a key of the wrong type how to clear
-// the name.
+// wrongTypeHint adds to an error about a key of the wrong type, or a
+// corrupt record (which repair does not mend), how to clear the name.
 func wrongTypeHint(err error, name string) error {
-	if errors.Is(err, redsem.ErrWrongType) {
+	if errors.Is(err, redsem.ErrWrongType) || errors.Is(err, redsem.ErrCorrupt) {
 		return fmt.Errorf("%w (redsem delete --force %s removes every key of the name)", err, shellQuote(name))
 	}
 	return err
