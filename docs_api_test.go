@@ -1,6 +1,10 @@
 package redsem_test
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -37,4 +41,41 @@ func TestAPITableCompiled(t *testing.T) {
 		}
 	}
 	assert.Greater(t, n, 40, "calls found in the tables")
+}
+
+// TestAPITableListsEveryAdminCall: every exported function of package
+// admin and every method of its Handle is named in a table of docs/api.md
+// (the reverse of TestAPITableCompiled), so the page's "every call" holds.
+func TestAPITableListsEveryAdminCall(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("docs", "api.md"))
+	require.NoError(t, err)
+	var cells strings.Builder
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "| `") {
+			cells.WriteString(strings.SplitN(line, "|", 3)[1])
+		}
+	}
+	pkgs, err := parser.ParseDir(token.NewFileSet(), "admin", func(fi fs.FileInfo) bool {
+		return !strings.HasSuffix(fi.Name(), "_test.go")
+	}, 0)
+	require.NoError(t, err)
+	n := 0
+	for _, f := range pkgs["admin"].Files {
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || !fn.Name.IsExported() {
+				continue
+			}
+			if fn.Recv != nil {
+				star, ok := fn.Recv.List[0].Type.(*ast.StarExpr)
+				if !ok || star.X.(*ast.Ident).Name != "Handle" {
+					continue // a method of a value type (Status.Expired...)
+				}
+			}
+			n++
+			named := regexp.MustCompile(`(\.|\b)` + fn.Name.Name + `\(`).MatchString(cells.String())
+			assert.True(t, named, "admin.%s is missing from docs/api.md's tables", fn.Name.Name)
+		}
+	}
+	assert.Greater(t, n, 10, "admin calls found")
 }

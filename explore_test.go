@@ -67,7 +67,7 @@ func newExploreEnv(t testing.TB) *exploreEnv {
 	require.NoError(t, err)
 	t.Cleanup(func() { exec.Close() })
 	for _, s := range []*redis.Script{engine.Acquire, engine.Release, engine.Refresh, engine.Abort, engine.Reclaim,
-		engine.Delete, engine.Status, engine.AcquireN, engine.AbortN, engine.Resize, engine.Repair, engine.Check,
+		engine.Status, engine.AcquireN, engine.AbortN, engine.Resize, engine.Repair, engine.Check,
 		engine.RWAcquire, engine.RWAbort, engine.RWRelease, engine.RWRefresh,
 		engine.RateTake, engine.RateAbort, engine.RateSet, engine.RateStatus} {
 		require.NoError(t, s.Load(exec))

@@ -1144,7 +1144,7 @@ func scriptNames() map[string]string {
 	out := map[string]string{}
 	for name, s := range map[string]*redis.Script{
 		"acquire.lua": engine.Acquire, "release.lua": engine.Release, "refresh.lua": engine.Refresh,
-		"abort.lua": engine.Abort, "reclaim.lua": engine.Reclaim, "delete.lua": engine.Delete,
+		"abort.lua": engine.Abort, "reclaim.lua": engine.Reclaim,
 		"status.lua": engine.Status, "acquire_n.lua": engine.AcquireN, "abort_n.lua": engine.AbortN,
 		"resize.lua": engine.Resize, "repair.lua": engine.Repair, "check.lua": engine.Check,
 		"rw_acquire.lua": engine.RWAcquire, "rw_abort.lua": engine.RWAbort, "rw_release.lua": engine.RWRelease,

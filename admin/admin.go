@@ -90,11 +90,17 @@ func (h *Handle) Reclaim(ctx context.Context) (int, error) {
 	return redis.Int(h.call(ctx, "reclaim", engine.Reclaim, engine.Args(engine.Reclaim, h.keys(), engine.A("limit", 1000))...))
 }
 
-// Delete removes every key of the semaphore. Holders find out on their next
-// Refresh or Release (ErrLeaseLost); the next Acquire creates the semaphore
-// afresh, with a new epoch, so no token of the old one is ever accepted.
-// Blocked waiters keep waiting and are served by the new semaphore.
+// Delete removes every kind that lives under the name, in one atomic
+// script: the semaphore (or mutex), the read-write lock and the rate gate,
+// with the keys of their acquisitions in flight. Holders find out on their
+// next Refresh or Release (ErrLeaseLost); the next acquisition or start
+// creates the name afresh (a semaphore with a new epoch, so no token of the
+// old one is ever accepted; a gate with an empty window). Blocked waiters
+// keep waiting and are served by what the next acquisition creates. A key
+// of another type than its layout's (written by someone else) makes it fail
+// with ErrWrongType and delete nothing: Purge removes such a name. Calling
+// it again after a connection error is safe.
 func (h *Handle) Delete(ctx context.Context) error {
-	_, err := h.call(ctx, "delete", engine.Delete, h.keys()...)
+	_, err := h.runKeys(ctx, "delete", "delete")
 	return err
 }

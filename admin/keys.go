@@ -18,32 +18,35 @@ type Key struct {
 	Kind Kind   // the layout the key belongs to
 }
 
-// keysScript lists (ARGV[1] "list") or deletes (ARGV[1] "delete") every key
-// of one name under the three layouts (semaphore, read-write lock, rate
-// gate), whatever their type, or reports the TYPE of the three meta keys
-// (ARGV[1] "kinds"). KEYS are the fixed keys, the three meta keys first;
-// ARGV[2..4] are the three layouts' bases. The keys named after an
+// keysScript lists (ARGV[1] "list") or deletes every key of one name under
+// the three layouts (semaphore, read-write lock, rate gate): whatever their
+// type (ARGV[1] "purge"), or only when each has its layout's type (ARGV[1]
+// "delete": else REDSEM_WRONGTYPE, and nothing written); or it reports the
+// TYPE of the three meta keys (ARGV[1] "kinds"). KEYS are the fixed keys,
+// the three meta keys first; ARGV[2..4] are the three layouts' bases, and
+// ARGV[5..] the types of KEYS, in order. The keys named after an
 // acquisition in flight (a semaphore's pend:, bell: and part: keys, a lock's
-// bell:, a gate's in:) are found through the ids the fixed keys of the
-// right type hold: members of the sorted sets and lists, fields of the
-// hashes, each taken as is, without its "w:"-style tag, and up to a "|".
+// bell:, a gate's in:), all lists, are found through the ids the fixed keys
+// of the right type hold: members of the sorted sets and lists, fields of
+// the hashes, each taken as is, without its "w:"-style tag, and up to a "|".
 // Every key shares the name's hash tag, as every script's do.
 var keysScript = redis.NewScript(-1, `
 local mode = ARGV[1]
 if mode == 'kinds' then
   return {redis.call('TYPE', KEYS[1])['ok'], redis.call('TYPE', KEYS[2])['ok'], redis.call('TYPE', KEYS[3])['ok']}
 end
-local out, seen = {}, {}
-local function add(k)
+local out, seen, wrong = {}, {}, nil
+local function add(k, want)
   if seen[k] then return end
   seen[k] = true
   local t = redis.call('TYPE', k)['ok']
   if t ~= 'none' then
     out[#out + 1] = k
     out[#out + 1] = t
+    if t ~= want and not wrong then wrong = k .. ' holds a ' .. t .. ', want a ' .. want end
   end
 end
-for _, k in ipairs(KEYS) do add(k) end
+for i, k in ipairs(KEYS) do add(k, ARGV[4 + i]) end
 local function ids_of(k)
   local t, items = redis.call('TYPE', k)['ok'], {}
   if t == 'zset' then items = redis.call('ZRANGE', k, 0, -1)
@@ -71,11 +74,14 @@ local layouts = {
 for _, l in ipairs(layouts) do
   for _, src in ipairs(l[2]) do
     for id in pairs(ids_of(l[1] .. src)) do
-      for _, sfx in ipairs(l[3]) do add(l[1] .. sfx .. id) end
+      for _, sfx in ipairs(l[3]) do add(l[1] .. sfx .. id, 'list') end
     end
   end
 end
-if mode == 'delete' then
+if mode == 'delete' and wrong then
+  return redis.error_reply('REDSEM_WRONGTYPE ' .. wrong)
+end
+if mode == 'delete' or mode == 'purge' then
   local ks = {}
   for i = 1, #out, 2 do ks[#ks + 1] = out[i] end
   for i = 1, #ks, 1000 do redis.call('DEL', unpack(ks, i, math.min(i + 999, #ks))) end
@@ -84,29 +90,33 @@ return out
 `)
 
 // layoutKeys returns the fixed keys of the Handle's name under the three
-// layouts, the three meta keys first, and the three bases.
-func (h *Handle) layoutKeys() (keys []interface{}, bases [3]string) {
+// layouts, the three meta keys first, their types, and the three bases.
+func (h *Handle) layoutKeys() (keys []interface{}, types []interface{}, bases [3]string) {
 	b := h.base
 	bases = [3]string{b, b + "rw:", b + "rate:"}
-	keys = []interface{}{b + "meta", bases[1] + "meta", bases[2] + "meta"}
-	for _, s := range []string{"tokens", "leases", "holders", "waits", "wqueue"} {
-		keys = append(keys, b+s)
+	add := func(k, typ string) {
+		keys = append(keys, k)
+		types = append(types, typ)
 	}
-	for _, s := range []string{"queue", "leases", "holders", "waits"} {
-		keys = append(keys, bases[1]+s)
+	for _, base := range bases {
+		add(base+"meta", "hash")
 	}
-	for _, s := range []string{"holders", "queue", "waits"} {
-		keys = append(keys, bases[2]+s)
+	for _, kt := range [][3]string{
+		{b, "tokens", "list"}, {b, "leases", "zset"}, {b, "holders", "hash"}, {b, "waits", "zset"}, {b, "wqueue", "list"},
+		{bases[1], "queue", "list"}, {bases[1], "leases", "zset"}, {bases[1], "holders", "hash"}, {bases[1], "waits", "zset"},
+		{bases[2], "holders", "hash"}, {bases[2], "queue", "list"}, {bases[2], "waits", "zset"},
+	} {
+		add(kt[0]+kt[1], kt[2])
 	}
 	for i := 1; i <= engine.MaxLimits; i++ {
-		keys = append(keys, bases[2]+"log:"+strconv.Itoa(i))
+		add(bases[2]+"log:"+strconv.Itoa(i), "zset")
 	}
-	return keys, bases
+	return keys, types, bases
 }
 
 func (h *Handle) runKeys(ctx context.Context, op, mode string) ([]string, error) {
-	keys, bases := h.layoutKeys()
-	args := append(keys, mode, bases[0], bases[1], bases[2])
+	keys, types, bases := h.layoutKeys()
+	args := append(append(keys, mode, bases[0], bases[1], bases[2]), types...)
 	// The script takes a variable number of keys: tell EVAL how many.
 	v, _, err := engine.Call(ctx, h.pool, keysScript, append([]interface{}{len(keys)}, args...)...)
 	out, err := redis.Strings(v, err)
@@ -158,7 +168,7 @@ func (h *Handle) Keys(ctx context.Context) ([]Key, error) {
 // (ErrLeaseLost); the next acquisition creates the name afresh, with a new
 // epoch. Calling it again after a connection error is safe.
 func (h *Handle) Purge(ctx context.Context) ([]Key, error) {
-	flat, err := h.runKeys(ctx, "delete", "delete")
+	flat, err := h.runKeys(ctx, "delete", "purge")
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -60,33 +61,72 @@ type Holder struct {
 // Status reads a snapshot of the semaphore in one script that writes
 // nothing. It reports the size stored in Redis. While a weighted request
 // collects, the tokens it has so far are holders with Fence 0. Errors:
-// ErrWrongType, ErrCorrupt, or a connection error.
+// ErrWrongType, ErrCorrupt (a meta record of the wrong shape, or tokens or
+// leases without one: what an Acquire refuses, in its words), or a
+// connection error.
 func (h *Handle) Status(ctx context.Context) (Status, error) {
 	vals, err := redis.Values(h.call(ctx, "status", engine.Status, h.keys()...))
 	if err != nil {
 		return Status{}, err
 	}
-	st, err := parseStatus(vals)
+	r, err := engine.ParseStatus(vals)
 	if err != nil {
 		return Status{}, fmt.Errorf("redsem: status %q: %w", engine.Printable(h.name), err)
 	}
+	if why := corruption(h.base+"meta", r); why != "" {
+		return Status{}, engine.ScriptError("status", "semaphore", h.name, redis.Error("REDSEM_CORRUPT "+why))
+	}
+	st := parseStatus(r)
 	st.Name = h.name
 	return st, nil
 }
 
-func parseStatus(vals []interface{}) (Status, error) {
-	var st Status
-	r, err := engine.ParseStatus(vals)
-	if err != nil {
-		return st, err
+// corruption is why the scripts that acquire would refuse the semaphore
+// status.lua read (REDSEM_CORRUPT from meta.lua's read_meta or create, in
+// their words), or "" when they would take it. TestHandle_Status_corrupt
+// holds the two together.
+func corruption(metaKey string, r engine.StatusReply) string {
+	m := r.Meta
+	size, epoch, fence := m["size"], m["epoch"], m["fence"]
+	if size == "" && epoch == "" {
+		if len(r.Tokens) > 0 || len(r.Leases) > 0 {
+			return metaKey + " is missing but tokens or leases exist"
+		}
+		return ""
 	}
+	// read_meta's bounds: a size up to 100000, a fence below FENCE_MAX.
+	n, nOK := luaNumber(size)
+	f, fOK := luaNumber(fence)
+	switch {
+	case !nOK || n < 1 || n > 100000 || n != math.Trunc(n) || epoch == "" || !fOK:
+		return metaKey + " is not a redsem meta record"
+	case f >= 9e15:
+		return metaKey + " holds fence " + fence + ", too large to grow"
+	}
+	return ""
+}
+
+// luaNumber is Lua's tonumber for the numbers redsem and strangers write.
+func luaNumber(s string) (float64, bool) {
+	s = strings.TrimSpace(s)
+	if i, err := strconv.ParseInt(s, 0, 64); err == nil {
+		return float64(i), true
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	return f, err == nil && !math.IsInf(f, 0) && !math.IsNaN(f)
+}
+
+// parseStatus reads the snapshot of a semaphore corruption accepts.
+func parseStatus(r engine.StatusReply) Status {
+	var st Status
 	nowUs, toks, leases := r.NowUs, r.Tokens, r.Leases
 	st.ServerTime = time.UnixMicro(nowUs)
 	st.Waiting = r.Waiting
 	m := r.Meta
-	if len(m) > 0 {
+	if m["size"] != "" || m["epoch"] != "" {
 		st.Exists = true
-		st.Size, _ = strconv.Atoi(m["size"])
+		n, _ := luaNumber(m["size"])
+		st.Size = int(n)
 		st.Epoch = m["epoch"]
 		st.Rejected, _ = strconv.ParseInt(m["rejected"], 10, 64)
 		st.Withheld, _ = strconv.Atoi(m["held"])
@@ -127,7 +167,7 @@ func parseStatus(vals []interface{}) (Status, error) {
 		}
 		st.Stray++
 	}
-	return st, nil
+	return st
 }
 
 // Expired counts the holders whose lease deadline has passed and whose

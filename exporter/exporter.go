@@ -220,7 +220,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(startsDesc, float64(st.Started), rate, st.Name)
 		// Tokens whose return time has passed are free to the next start,
 		// which puts them back first.
-		gauge(availableDesc, float64(st.Available+st.Due), rate, st.Name)
+		gauge(availableDesc, float64(st.Available), rate, st.Name)
 		gauge(waitingDesc, float64(st.Waiting), rate, st.Name)
 		gauge(strayDesc, float64(st.Stray), rate, st.Name)
 		ch <- prometheus.MustNewConstMetric(rejectedDesc, prometheus.CounterValue, float64(st.Rejected), rate, st.Name)

@@ -46,10 +46,10 @@ type Status struct {
 type LimitStatus struct {
 	Limit
 	// Started counts the units granted in the last Per. Due counts units
-	// whose window has passed but that no script has let go yet (the next
-	// start does). Available is what a start may take now: N less Started
-	// and Due, or 0 when a lowered N is below them. Started + Due +
-	// Available == N unless SetRate lowered N below what the window holds.
+	// whose window has passed but that no script has let go yet: they are
+	// not in Started, and the next start lets them go. Available is what a
+	// start may take now, while nobody waits: N less Started, or 0 when a
+	// lowered N is below it.
 	Started   int
 	Due       int
 	Available int
@@ -132,7 +132,7 @@ func parseStatus(vals []interface{}) (Status, error) {
 		used, due := c[0], c[1]
 		ls.Due = due
 		ls.Started = used - due
-		ls.Available = max(ls.N-used, 0)
+		ls.Available = max(ls.N-ls.Started, 0)
 		st.Stray += c[2]
 		st.Limits = append(st.Limits, ls)
 	}

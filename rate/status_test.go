@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -50,7 +52,7 @@ func TestStatusCountsWaiters(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, 0, st.Started)
 		assert.Equal(t, 2, st.Due)
-		assert.Equal(t, 0, st.Available)
+		assert.Equal(t, 2, st.Available, "due units are the next start's")
 
 		none := newGate(t, b, "never", 1, time.Second)
 		st, err = none.Status(ctx)
@@ -58,4 +60,32 @@ func TestStatusCountsWaiters(t *testing.T) {
 		assert.False(t, st.Exists)
 		assert.Zero(t, st.Limit)
 	})
+}
+
+// Units whose window has passed but that no script has let go yet are
+// available: Status says what the next AllowN can take, no more, no less.
+func TestStatusAvailableCountsDueUnits(t *testing.T) {
+	m := miniredis.RunT(t)
+	b := &backend{name: "miniredis", addr: m.Addr(), mini: m}
+	b.pool = &redis.Pool{Dial: func() (redis.Conn, error) { return redis.Dial("tcp", m.Addr()) }}
+	t.Cleanup(func() { b.pool.Close() })
+	ctx := ctxT(t, 10*time.Second)
+	m.SetTime(time.UnixMicro(1_700_000_000_000_000))
+	g := newGate(t, b, "api", 5, time.Second)
+	_, err := g.AllowN(ctx, 2)
+	require.NoError(t, err)
+	m.SetTime(time.UnixMicro(1_700_000_000_500_000))
+	_, err = g.Allow(ctx)
+	require.NoError(t, err)
+
+	m.SetTime(time.UnixMicro(1_700_000_001_200_000)) // the first two are due
+	st, err := g.Status(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, [3]int{1, 2, 4}, [3]int{st.Started, st.Due, st.Available}, "started, due, available")
+	require.Len(t, st.Limits, 1)
+	assert.Equal(t, st.Available, st.Limits[0].Available)
+	_, err = g.AllowN(ctx, st.Available+1)
+	require.ErrorIs(t, err, ErrRateLimited, "no more than Available")
+	_, err = g.AllowN(ctx, st.Available)
+	require.NoError(t, err, "all of Available")
 }

@@ -58,7 +58,7 @@ func TestCommandsAsACLUser(t *testing.T) {
 		{[]string{"reclaim", "acl"}, "reclaimed 0"},
 		{[]string{"delete", "--force", "acl"}, "deleted"},
 		{[]string{"delete", "--force", "one"}, "deleted"},
-		{[]string{"rate", "set", "acl-rate", "5/1s"}, "admits 5 per 1s"},
+		{[]string{"rate", "set", "--create", "acl-rate", "5/1s"}, "admits 5 per 1s"},
 		{[]string{"run", "--rate", "5/s", "acl-rate", "--", "true"}, ""},
 		{[]string{"rate", "status", "acl-rate"}, "limit      5 per 1s"},
 		{[]string{"check", "acl-rate"}, "rate, 5 per 1s"},

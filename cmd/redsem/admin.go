@@ -129,7 +129,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 				return exitf(exitNoName, "check: no %s %q under prefix %q (%s)", kindWords(kind.k), n.name, n.prefix,
 					alsoLine(n.name, n.kinds))
 			}
-			return n.noSuchName("check")
+			return n.noSuchName(ctx, "check")
 		}
 		c, err := checkKind(ctx, n, k)
 		if err != nil {
@@ -156,7 +156,7 @@ func cmdRepair(args []string, stdout, _ io.Writer) error {
 	return adminCommand("repair", repairHelp, args, 1, nil, func(ctx context.Context, n *named, _ []string) error {
 		if !n.has(admin.KindSemaphore) {
 			if len(n.kinds) == 0 {
-				return n.noSuchName("repair")
+				return n.noSuchName(ctx, "repair")
 			}
 			return notFor("repair", n.name, n.kinds[0], "repair applies to a semaphore or mutex, whose tokens can go missing; "+
 				"redsem check "+shellQuote(n.name)+" shows its state, redsem delete --force removes it")

@@ -265,12 +265,11 @@ func writeJSON(w io.Writer, v any) error {
 
 // fleetJSON is top --json: one document per refresh.
 type fleetJSON struct {
-	Prefix     string       `json:"prefix"`
-	ServerTime time.Time    `json:"server_time"` // the latest of the names' reads
-	Truncated  bool         `json:"truncated"`
-	Names      []any        `json:"names"`
-	Failed     []failedJSON `json:"failed"`
-	Error      string       `json:"error,omitempty"` // this refresh's read failed: the last fleet read
+	Prefix    string       `json:"prefix"`
+	Truncated bool         `json:"truncated"`
+	Names     []any        `json:"names"` // each with its own server_time
+	Failed    []failedJSON `json:"failed"`
+	Error     string       `json:"error,omitempty"` // this refresh's read failed: the last fleet read
 }
 
 type failedJSON struct {

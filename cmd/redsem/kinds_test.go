@@ -29,7 +29,7 @@ import (
 func kindsFleet(t *testing.T, e *env) int {
 	t.Helper()
 	for _, args := range [][]string{
-		{"resize", "--create", "enc", "3"}, {"resize", "--create", "job", "1"}, {"rate", "set", "api", "5/s"},
+		{"resize", "--create", "enc", "3"}, {"resize", "--create", "job", "1"}, {"rate", "set", "--create", "api", "5/s"},
 	} {
 		r := e.run(t, args...)
 		require.Equal(t, 0, r.code, "%v: %s", args, r.stderr)
@@ -176,9 +176,9 @@ func TestRateFromShell(t *testing.T) {
 		"5/s": "5 per 1s", "5/1s": "5 per 1s", "100/1m": "100 per 1m", "20/250ms": "20 per 250ms", "3/h": "3 per 1h", "7/1m30s": "7 per 1m30s",
 	} {
 		name := "g" + strings.NewReplacer("/", "-").Replace(in)
-		r := e.run(t, "rate", "set", name, in)
+		r := e.run(t, "rate", "set", "--create", name, in)
 		assert.Equal(t, 0, r.code, "%s: %s", in, r.stderr)
-		assert.Equal(t, "\""+name+"\" now admits "+out+"\n", r.stdout, in)
+		assert.Equal(t, "created rate gate \""+name+"\", which admits "+out+"\n", r.stdout, in)
 		r = e.run(t, "rate", "status", name)
 		assert.Contains(t, r.stdout, "limit      "+out+"\n", in)
 	}
@@ -225,7 +225,7 @@ func TestRateFromShell(t *testing.T) {
 	assert.Contains(t, r.stdout, "rate       cron\n")
 
 	// -n: no start now is busy (exit 1, or -E); -v says when the next is.
-	r = e.run(t, "rate", "set", "slow", "1/1h")
+	r = e.run(t, "rate", "set", "--create", "slow", "1/1h")
 	require.Equal(t, 0, r.code, r.stderr)
 	r = e.run(t, "run", "--rate", "1/h", "-n", "slow", "--", "true")
 	require.Equal(t, 0, r.code, r.stderr)

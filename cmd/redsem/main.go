@@ -12,7 +12,7 @@
 //	redsem check [--json] NAME
 //	redsem repair NAME
 //	redsem delete --force NAME
-//	redsem rate set NAME N/PER [N/PER...]
+//	redsem rate set [--create] NAME N/PER...
 //	redsem rate status [--json] NAME
 //	redsem top [--json] [-n N]
 //	redsem check --all [--json]
@@ -42,7 +42,7 @@ Usage:
   redsem check [--json] NAME                     is NAME healthy; exit 65 if not
   redsem repair NAME                             drop stray tokens, mint missing ones safely
   redsem delete --force NAME                     remove every key of NAME
-  redsem rate set NAME N/PER [N/PER...]          change a rate gate's limits for everyone
+  redsem rate set [--create] NAME N/PER...       change a rate gate's limits for everyone
   redsem rate status [--json] NAME               show a rate gate
   redsem demo [--workers W] [--size K]           watch W workers share K slots (no Redis needed)
   redsem top [--prefix P] [--json]               live view of every semaphore, lock and rate gate

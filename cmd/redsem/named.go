@@ -98,8 +98,12 @@ func (n *named) has(k admin.Kind) bool {
 }
 
 // noSuchName is the error of every command but status for a NAME that does
-// not exist: exit 66.
-func (n *named) noSuchName(cmd string) error {
+// not exist: exit 66; or, when its keys are what an acquisition refuses,
+// why (readLeftovers).
+func (n *named) noSuchName(ctx context.Context, cmd string) error {
+	if err := readLeftovers(ctx, n); err != nil {
+		return err
+	}
 	return exitf(exitNoName, "%s: no semaphore, mutex, read-write lock or rate gate %q under prefix %q",
 		cmd, n.name, n.prefix)
 }
@@ -211,10 +215,10 @@ func slotList(slots []int) string {
 	return "slots " + strings.Join(parts, ", ")
 }
 
-// wrongTypeHint adds to an error about a key of the wrong type how to clear
-// the name.
+// wrongTypeHint adds to an error about a key of the wrong type, or a
+// corrupt record (which repair does not mend), how to clear the name.
 func wrongTypeHint(err error, name string) error {
-	if errors.Is(err, redsem.ErrWrongType) {
+	if errors.Is(err, redsem.ErrWrongType) || errors.Is(err, redsem.ErrCorrupt) {
 		return fmt.Errorf("%w (redsem delete --force %s removes every key of the name)", err, shellQuote(name))
 	}
 	return err

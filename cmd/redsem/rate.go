@@ -11,14 +11,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redsem/redsem/admin"
 	"github.com/redsem/redsem/rate"
 )
 
-const rateHelp = `Usage: redsem rate set [connection flags] NAME LIMIT [LIMIT...]
+const rateHelp = `Usage: redsem rate set [--create] [connection flags] NAME LIMIT [LIMIT...]
        redsem rate status [--json] [connection flags] NAME
 
-rate set sets the limits of rate gate NAME for every client at once (and
-creates it if it does not exist). LIMIT is N/PER: at most N units in any
+rate set sets the limits of rate gate NAME for every client at once. A NAME
+with no rate gate is an error, so that a typo does not make one: exit 66, or
+65 when NAME is another kind (a semaphore, a lock); --create makes the gate,
+beside another kind too. LIMIT is N/PER: at most N units in any
 window of length PER. PER is a duration (1s, 1m, 250ms, 1m30s) or a bare
 unit meaning one of it (s, m, h, ms): 5/s, 100/1m, 20/250ms. A quota of
 several limits takes one LIMIT per limit, in its order. From then on every
@@ -30,13 +33,14 @@ rate status shows the gate: its limits, the starts in the current window,
 the starts possible now and the waiters (as redsem status NAME does for a
 gate). A gate that does not exist is not an error: it says so, exit 0.
 
+  --create         (set) make rate gate NAME if it has none
   --json           (status) print JSON, in the style of redsem status --json
 
 To rate-gate a command, see redsem run --rate.
 
 ` + connHelp + `
 Examples:
-  redsem rate set partner-api 50/s
+  redsem rate set --create partner-api 50/s
   redsem rate set llm-api 500/1m 300000/1m
   redsem rate status --json partner-api | jq .available
 `
@@ -46,6 +50,7 @@ func cmdRate(args []string, stdout, _ io.Writer) error {
 	var c connFlags
 	c.register(fs)
 	asJSON := fs.Bool("json", false, "")
+	create := fs.Bool("create", false, "")
 	pos, err := parseArgs(fs, args, rateHelp)
 	if err != nil {
 		return err
@@ -54,6 +59,9 @@ func cmdRate(args []string, stdout, _ io.Writer) error {
 	case len(pos) >= 1 && pos[0] == "status":
 		if len(pos) != 2 {
 			return usagef("rate: expected status NAME (see redsem rate --help)")
+		}
+		if *create {
+			return usagef("rate: --create is for rate set")
 		}
 		return rateStatus(c, pos[1], *asJSON, stdout)
 	case len(pos) < 3 || pos[0] != "set":
@@ -70,7 +78,7 @@ func cmdRate(args []string, stdout, _ io.Writer) error {
 		}
 		limits = append(limits, l)
 	}
-	p, err := connect(c)
+	adm, p, err := openAdmin(c, name)
 	if err != nil {
 		return err
 	}
@@ -81,8 +89,25 @@ func cmdRate(args []string, stdout, _ io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
+	n := &named{adm: adm, pool: p.main, prefix: c.prefix, name: name}
+	if n.kinds, err = adm.Kinds(ctx); err != nil {
+		return err
+	}
+	if !n.has(admin.KindRate) && !*create {
+		again := fmt.Sprintf("rate set --create %s %s", shellQuote(name), strings.Join(pos[2:], " "))
+		if len(n.kinds) > 0 {
+			return notFor("rate set", name, n.kinds[0], fmt.Sprintf("it has no rate gate (%s makes one beside it)", again))
+		}
+		return exitf(exitNoName, "rate set: no rate gate %q under prefix %q (%s makes one)", name, c.prefix, again)
+	}
+	// Between the look-up and the change the gate could be deleted, and
+	// the change would then create it: a window of one round trip.
 	if err := q.SetLimits(ctx, limits...); err != nil {
 		return err
+	}
+	if !n.has(admin.KindRate) {
+		fmt.Fprintf(stdout, "created rate gate %q, which admits %s\n", name, limitList(limits))
+		return nil
 	}
 	fmt.Fprintf(stdout, "%q now admits %s\n", name, limitList(limits))
 	return nil
@@ -135,10 +160,10 @@ func printRateStatus(w io.Writer, st rate.Status) {
 	fmt.Fprintf(w, "limit      %s\n", limitsText(st))
 	if len(st.Limits) <= 1 {
 		fmt.Fprintf(w, "started    %d in the last %s\n", st.Started, perText(st.Per))
-		fmt.Fprintf(w, "available  %d now\n", st.Available+st.Due)
+		fmt.Fprintf(w, "available  %d now\n", st.Available)
 	} else {
 		for i, l := range st.Limits {
-			fmt.Fprintf(w, "limit #%d   %d/%s: started %d, available %d now\n", i+1, l.N, perText(l.Per), l.Started, l.Available+l.Due)
+			fmt.Fprintf(w, "limit #%d   %d/%s: started %d, available %d now\n", i+1, l.N, perText(l.Per), l.Started, l.Available)
 		}
 	}
 	fmt.Fprintf(w, "waiting    %d\n", st.Waiting)

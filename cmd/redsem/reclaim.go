@@ -33,7 +33,7 @@ func cmdReclaim(args []string, stdout, _ io.Writer) error {
 		case n.has(admin.KindRate):
 			return notFor("reclaim", n.name, admin.KindRate, "its starts leave the window by themselves; reclaim applies to a semaphore or mutex")
 		default:
-			return n.noSuchName("reclaim")
+			return n.noSuchName(ctx, "reclaim")
 		}
 		got, err := n.adm.Reclaim(ctx)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/redsem/redsem"
 	"github.com/redsem/redsem/admin"
 	"github.com/redsem/redsem/rate"
 )
@@ -26,6 +27,8 @@ Shows a snapshot of NAME, whatever its kind, and says which kind it is:
                     waiters (the same as redsem rate status)
 The holder label is "host:pid command" for holders started by redsem run.
 A NAME that does not exist is not an error: status says so and exits 0.
+A corrupt NAME is (exit 65, as for run): a record of the wrong shape, a key
+of another type than redsem writes, tokens without their record.
 
   --json           print JSON instead of a table ("kind" says which, "none"
                    when NAME does not exist; "exists" false then). Keys are
@@ -69,6 +72,11 @@ func cmdStatus(args []string, stdout, _ io.Writer) error {
 	}
 	return adminCommand("status", statusHelp, args, 1, flags, func(ctx context.Context, n *named, _ []string) error {
 		k, ok := n.pick(kind.k)
+		if !ok && len(n.kinds) == 0 {
+			if err := readLeftovers(ctx, n); err != nil {
+				return err
+			}
+		}
 		if !ok {
 			if *asJSON {
 				return writeJSON(stdout, noneJSON{Kind: kindNone, Name: n.name, Kinds: kindNames(n.kinds)})
@@ -97,6 +105,32 @@ func cmdStatus(args []string, stdout, _ io.Writer) error {
 		}
 		return nil
 	})
+}
+
+// readLeftovers fails, as an acquisition would, on the keys of a NAME that
+// has no record of any kind: a key of another type than its layout's, or
+// keys the kind's record should come with (a semaphore's tokens without
+// its meta). Keys an acquisition takes in its stride (a tombstone) pass.
+func readLeftovers(ctx context.Context, n *named) error {
+	keys, err := n.adm.Keys(ctx)
+	if err != nil {
+		return err
+	}
+	seen := map[admin.Kind]bool{}
+	for _, k := range keys {
+		if want := expectedType(k.Key); k.Type != want {
+			return fmt.Errorf("%w: %s holds a %s, want a %s", redsem.ErrWrongType, k.Key, k.Type, want)
+		}
+		seen[k.Kind] = true
+	}
+	for _, k := range []admin.Kind{admin.KindSemaphore, admin.KindRWMutex, admin.KindRate} {
+		if seen[k] {
+			if _, _, err := readStatus(ctx, n, k); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // readStatus reads NAME as kind k and returns its status --json document
@@ -149,8 +183,12 @@ func printStatus(w io.Writer, st admin.Status) {
 	fmt.Fprintf(w, "available  %d\n", st.Available)
 	fmt.Fprintf(w, "held       %d\n", len(st.Holders))
 	fmt.Fprintf(w, "waiting    %d\n", st.Waiting)
-	if st.Stray > 0 || st.Rejected > 0 {
-		fmt.Fprintf(w, "stray      %d (rejected so far: %d)\n", st.Stray, st.Rejected)
+	switch {
+	case st.Stray > 0:
+		fmt.Fprintf(w, "stray      %d (rejected so far: %d): unhealthy, redsem repair %s drops them\n",
+			st.Stray, st.Rejected, shellQuote(st.Name))
+	case st.Rejected > 0:
+		fmt.Fprintf(w, "stray      0 (rejected so far: %d)\n", st.Rejected)
 	}
 	if st.IdleExpiresIn > 0 {
 		fmt.Fprintf(w, "expires    in %v (idle; the next use keeps it)\n", st.IdleExpiresIn.Round(time.Millisecond))

@@ -137,3 +137,57 @@ func TestCheckJSONCoversInventory(t *testing.T) {
 		assert.True(t, keys[snake], "Inventory.%s has no %q in check --json", name, snake)
 	}
 }
+
+// A corrupt semaphore is corrupt in every view: status and repair fail as
+// run does and point at delete --force, top lists it as unreadable, and a
+// name whose only keys an acquisition would refuse is no "does not exist".
+// Stray tokens, which check calls unhealthy, are named with what drops them.
+func TestStatusNamesCorruption(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := fleetPool(t, e).Get()
+	defer c.Close()
+	do := func(args ...any) {
+		t.Helper()
+		_, err := c.Do(args[0].(string), args[1:]...)
+		require.NoError(t, err)
+	}
+	for _, name := range []string{"shape", "foreign"} {
+		r := e.run(t, "resize", "--create", name, "3")
+		require.Equal(t, 0, r.code, r.stderr)
+	}
+	do("HSET", "redsem:{shape}:meta", "size", "abc")
+	do("SET", "redsem:{typed}:tokens", "a stranger's")
+	do("RPUSH", "redsem:{residue}:tokens", "3f2a9c0d41be:1")
+	do("HSET", "redsem:{tomb}:holders", "x:0123456789abcdef", "1")
+	do("LPUSH", "redsem:{foreign}:tokens", "not-a-token")
+
+	for _, tc := range []struct{ name, msg string }{
+		{"shape", `redsem: semaphore state is corrupt: redsem:{shape}:meta is not a redsem meta record (redsem delete --force shape removes every key of the name)`},
+		{"typed", `redsem: key holds the wrong type: redsem:{typed}:tokens holds a string, want a list (redsem delete --force typed removes every key of the name)`},
+		{"residue", `redsem: semaphore state is corrupt: redsem:{residue}:meta is missing but tokens or leases exist (redsem delete --force residue removes every key of the name)`},
+	} {
+		for _, args := range [][]string{{"status", tc.name}, {"status", "--json", tc.name}, {"check", tc.name},
+			{"repair", tc.name}, {"run", "--size", "3", tc.name, "--", "true"}} {
+			r := e.run(t, args...)
+			assert.Equal(t, exitData, r.code, "%v: %s", args, r.stderr)
+			assert.Empty(t, r.stdout, "%v", args)
+			if args[0] != "run" {
+				assert.Equal(t, tc.msg+"\n", r.stderr, "%v", args)
+			}
+		}
+	}
+	r := e.run(t, "top", "-n", "1", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var fl fleetJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &fl), r.stdout)
+	require.Len(t, fl.Failed, 1, r.stdout)
+	assert.Equal(t, failedJSON{Kind: "semaphore", Name: "shape", Error: "redsem: semaphore state is corrupt: redsem:{shape}:meta is not a redsem meta record"}, fl.Failed[0])
+
+	r = e.run(t, "status", "tomb")
+	assert.Equal(t, 0, r.code, "a tombstone alone is no semaphore yet: %s", r.stderr)
+	assert.Contains(t, r.stdout, `"tomb" does not exist`)
+	r = e.run(t, "status", "foreign")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "stray      1 (rejected so far: 0): unhealthy, redsem repair foreign drops them\n")
+}

@@ -254,7 +254,7 @@ func topRows(fl admin.Fleet) []topRow {
 	}
 	for _, st := range fl.RateGates {
 		rows = append(rows, topRow{name: st.Name, kind: "rate", held: st.Started, size: st.Limit,
-			wait: st.Waiting, free: st.Available + st.Due, stray: st.Stray, oldest: st.Per, oldestIsPeriod: true})
+			wait: st.Waiting, free: st.Available, stray: st.Stray, oldest: st.Per, oldestIsPeriod: true})
 	}
 	for _, st := range fl.RWMutexes {
 		r := topRow{name: st.Name, kind: "rw", held: len(rwHolders(st)), wait: len(st.Queue), showExpired: true, lock: true}

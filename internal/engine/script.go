@@ -39,7 +39,6 @@ var (
 	Refresh  = NewScript(4, "refresh.lua", semaphore...)
 	Abort    = NewScript(6, "abort.lua", semaphore...)
 	Reclaim  = NewScript(5, "reclaim.lua", semaphore...)
-	Delete   = NewScript(5, "delete.lua", semaphore...)
 	Status   = NewScript(5, "status.lua")
 	Resize   = NewScript(5, "resize.lua", semaphore...)
 	Check    = NewScript(5, "check.lua", with(semaphore, []string{"inventory.lua"})...)
