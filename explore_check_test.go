@@ -53,6 +53,10 @@ package redsem
 //     the leases on retired tokens still out, held (at most over) the
 //     tokens withheld, each in h:1..h:held; once the drain ends, none of
 //     these fields is left.
+// 12. A cancelled or timed-out acquisition leaves nothing behind by the next
+//     quiet point when no other fault struck: no lease of an acquisition no
+//     client got, no token in a pending list (not one TTL, or a sweep,
+//     later).
 // Data loss suspends 1 and 2 for the leases granted before it (Redis
 // cannot promise them; the README says so), and, once the server's clock
 // stood still or stepped back, 4 across a loss or an idle expiry (a
@@ -563,6 +567,33 @@ func (c *checker) revived(r *run, label string, at float64, before, after srvVie
 	}
 }
 
+// cancelledLeftNothing checks invariant 12 at a quiet point: when every
+// fault of the run was a context's end, no token is kept by an acquisition
+// that never reached its client (a cancelled or timed-out one, settled by
+// now), nor lies in a pending list. With any other fault the token may
+// come back later, by the bounds the README gives.
+func cancelledLeftNothing(r *run, v srvView) string {
+	if r.faults > r.cancels || r.killed || r.strangerI > 0 || r.loss || r.chk.skewed {
+		return ""
+	}
+	// A weighted collector's tokens, sealed or not, are its own until its
+	// client reads the grant: invariant 10 holds it to waking.
+	if r.m.HGet(r.k.meta, "coll") != "" || r.m.HGet(r.k.meta, "seal") != "" {
+		return ""
+	}
+	for tok, owner := range v.holders {
+		if _, leased := v.leases[tok]; leased && v.fences[owner] > 0 && !r.granted[owner] {
+			return fmt.Sprintf("token %s is leased at a quiet point to acquisition %s, which no client got: free only after its TTL", tok, owner[:8])
+		}
+	}
+	for key, toks := range v.pends {
+		if len(toks) > 0 {
+			return fmt.Sprintf("%s holds %v at a quiet point: free only after a sweep", strings.TrimPrefix(key, r.k.base), toks)
+		}
+	}
+	return ""
+}
+
 // nobodyWaits checks invariant 10 at a quiet point (nowMs: the server's
 // clock in ms).
 func (c *checker) nobodyWaits(r *run, v srvView, nowMs float64) string {
@@ -571,6 +602,9 @@ func (c *checker) nobodyWaits(r *run, v srvView, nowMs float64) string {
 	r.w.mu.Unlock()
 	if !quiet || !v.exists || v.over > 0 || len(v.held) > 0 || len(r.saved) > 0 || r.corrupted {
 		return ""
+	}
+	if msg := cancelledLeftNothing(r, v); msg != "" {
+		return msg
 	}
 	free := map[string]bool{}
 	for _, tok := range v.list {

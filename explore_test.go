@@ -653,6 +653,26 @@ func TestExplorer_catchesReintroducedBugs(t *testing.T) {
 		t.Logf("found after %d schedules", n)
 		require.Contains(t, cx, "the drain ended, and meta still holds")
 	})
+	// abort.lua that answers "released" for a cancelled acquisition's
+	// grant and keeps its lease: the token is free only after its TTL
+	// (invariant 12). Replies read lazily, so a context can end while the
+	// grant is on its way; no drops, so the context's end is the only fault.
+	t.Run("a cancelled grant kept until its TTL", func(t *testing.T) {
+		sc := seamScenario(t, "a waiter's context ends or its connection drops at the handoff")
+		sc.lazyDeliver, sc.drops = true, false
+		env := newExploreEnv(t)
+		cx, _ := exploreScenario(t, env, sc, exploreDepth, time.Now().Add(2*time.Second))
+		require.Empty(t, cx, "the scenario passes before the plant")
+		src := engine.Source("abort.lua")
+		const giveBack = "  redis.call('ZREM', KEYS[3], tok)\n  redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. acq)\n  give_back(tok, epoch, size, true)\n"
+		require.Contains(t, src, giveBack)
+		saved := engine.Abort
+		engine.Abort = redis.NewScript(6, strings.Replace(src, giveBack, "", 1))
+		defer func() { engine.Abort = saved }()
+		cx, n := exploreScenario(t, env, sc, exploreDepth, time.Now().Add(time.Minute))
+		t.Logf("found after %d schedules", n)
+		require.Contains(t, cx, "which no client got: free only after its TTL")
+	})
 	// refresh.lua extending a lease that expired but was not swept yet.
 	t.Run("refresh revives an expired lease", func(t *testing.T) {
 		src := engine.Source("refresh.lua")

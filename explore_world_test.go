@@ -210,6 +210,11 @@ type run struct {
 	// settle) is its process's, whose bg client runs no operation.
 	by map[*simConn]*vclient
 	bg map[int]*vclient
+	// granted: the acquisitions whose lease reached a client; cancels:
+	// the faults that were a context's end; killed: a process died.
+	granted map[string]bool
+	cancels int
+	killed  bool
 }
 
 const exploreName = "ex"
@@ -221,7 +226,7 @@ func newRun(env *exploreEnv, sc scenario) (*run, error) {
 	nclients := len(sc.progs)
 	w := newSimWorld(m, exec, nclients, scriptNames())
 	r := &run{sc: sc, w: w, m: m, saved: map[string]string{}, savedTTL: map[string]bool{}, forged: map[string]int{},
-		by: map[*simConn]*vclient{}, bg: map[int]*vclient{}}
+		by: map[*simConn]*vclient{}, bg: map[int]*vclient{}, granted: map[string]bool{}}
 	engine.Clk = w
 	failpoint.Set(func(p string) bool {
 		// With the defaults, a grant read and not yet taken is a point
@@ -365,6 +370,9 @@ func (r *run) startOp(cl *vclient, o op) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		cl.busy--
+		if l != nil {
+			r.granted[l.acqID] = true
+		}
 		if keep {
 			cl.lease, cl.preLoss, cl.newBelief = l, l != nil && r.lostAcqs[l.acqID], l != nil
 			if l != nil {
@@ -611,6 +619,7 @@ func (r *run) firstDelivery() *simConn {
 // refuses, its clients start nothing more, and what they held is forgotten
 // by them.
 func (r *run) killLocked(cl *vclient) {
+	r.killed = true
 	for _, x := range r.clients {
 		if x.proc == cl.proc {
 			x.dead = true
@@ -785,6 +794,7 @@ func (r *run) drop(c *simConn) {
 // connection closes, as redigo's DoContext does.
 func (r *run) cancel(cl *vclient) {
 	r.faults++
+	r.cancels++
 	cl.canceled = true
 	cl.cancel()
 	w := r.w
