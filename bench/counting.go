@@ -10,6 +10,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 )
 
 // counters counts what clients send: round trips (one write of one or more
@@ -180,4 +181,26 @@ func (h countingHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) gore
 		}
 		return next(ctx, cmds)
 	}
+}
+
+// countingRueidis counts round trips and commands of a rueidis client: one
+// round trip per Do (rueidis may write concurrent Dos of several goroutines
+// at once; the bench's lock calls are one goroutine's) and per DoMulti.
+type countingRueidis struct {
+	rueidis.Client
+	c *counters
+}
+
+func (r countingRueidis) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	r.c.trip()
+	r.c.sent(cmd.Commands()[0])
+	return r.Client.Do(ctx, cmd)
+}
+
+func (r countingRueidis) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+	r.c.trip()
+	for _, cmd := range cmds {
+		r.c.sent(cmd.Commands()[0])
+	}
+	return r.Client.DoMulti(ctx, cmds...)
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/redsem/redsem/bench/leasefloor"
 )
 
 // env is the harness's view of the server: an uncounted admin connection for
@@ -88,7 +90,7 @@ func serverUsec(s0, s1 stats, sent map[string]int64) float64 {
 		if calls <= 0 || name == "info" {
 			continue
 		}
-		if name == "eval" || name == "evalsha" {
+		if isScript(name) {
 			t += float64(usec)
 			continue
 		}
@@ -96,6 +98,10 @@ func serverUsec(s0, s1 stats, sent map[string]int64) float64 {
 	}
 	return t
 }
+
+// isScript reports whether the command named name (lower case, as in
+// commandstats) runs Lua: its usec includes the commands the Lua ran.
+func isScript(name string) bool { return name == "eval" || name == "evalsha" || name == "fcall" }
 
 // sentSince returns what c counted as sent since before (a sentByName), by
 // name.
@@ -123,6 +129,24 @@ func (e *env) waitBlocked(n int, timeout time.Duration) bool {
 		time.Sleep(100 * time.Microsecond)
 	}
 	return false
+}
+
+// loadFunctions loads the floors' Function libraries on the harness's
+// connection and returns what that cost Redis (commandstats): the calls
+// and µs of FUNCTION LOAD.
+func (e *env) loadFunctions() (fnLoad, error) {
+	s0 := e.stats()
+	e.mu.Lock()
+	_, err := leasefloor.LoadFunctions(e.admin)
+	e.mu.Unlock()
+	v0, v1 := s0.byName["function|load"], e.stats().byName["function|load"]
+	return fnLoad{Calls: v1[0] - v0[0], Usec: v1[1] - v0[1]}, err
+}
+
+// fnLoad is what loading the Function libraries cost at the run's start.
+type fnLoad struct {
+	Calls int64 `json:"calls"`
+	Usec  int64 `json:"redis_us"`
 }
 
 func (e *env) prepare(l *lib, key string, size int) error {

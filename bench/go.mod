@@ -7,13 +7,14 @@ require (
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/gomodule/redigo v1.9.3
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/redis/rueidis v1.0.80
 	github.com/redsem/redsem v0.0.0-00010101000000-000000000000
 )
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
 )
 
 replace github.com/redsem/redsem => ../

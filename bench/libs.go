@@ -13,6 +13,8 @@ import (
 	rsredigo "github.com/go-redsync/redsync/v4/redis/redigo"
 	"github.com/gomodule/redigo/redis"
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"github.com/redis/rueidis/rueidislock"
 
 	"github.com/redsem/redsem"
 	"github.com/redsem/redsem/bench/leasefloor"
@@ -39,7 +41,10 @@ type lib struct {
 	// scenario uses it (conn is the harness's own, uncounted).
 	prepare func(conn redis.Conn, key string, size int) error
 	// in, when set, lists the prefixes of the only scenarios it takes part in.
-	in        []string
+	in []string
+	// functions: it calls the Function libraries that the run loads at its
+	// start (leasefloor.LoadFunctions, Redis 7.0+).
+	functions bool
 	newClient func(addr string, c *counters, shared bool) (client, error)
 }
 
@@ -74,6 +79,10 @@ func libs() []*lib {
 			prepare: leasefloor.Lease.Prepare, newClient: newLeaseFloor(leasefloor.Lease)},
 		{name: "floor:onerecord", kind: "floor", sem: true, blocking: true, jitter: time.Millisecond, parallel: 1, in: chain,
 			prepare: leasefloor.OneRecord.Prepare, newClient: newLeaseFloor(leasefloor.OneRecord)},
+		{name: "floor:onerecord-fcall", kind: "floor", sem: true, blocking: true, jitter: time.Millisecond, parallel: 1, in: chain, functions: true,
+			prepare: leasefloor.OneRecordFCall.Prepare, newClient: newLeaseFloor(leasefloor.OneRecordFCall)},
+		{name: "floor:pipeline", kind: "floor", sem: true, blocking: true, jitter: time.Millisecond, parallel: 1, in: chain, functions: true,
+			prepare: leasefloor.Pipeline.Prepare, newClient: newLeaseFloor(leasefloor.Pipeline)},
 		{name: "floor:register", kind: "floor", sem: true, blocking: true, jitter: time.Millisecond, parallel: 1, in: chain,
 			prepare: leasefloor.Register.Prepare, newClient: newLeaseFloor(leasefloor.Register)},
 		{name: "floor:queued", kind: "floor", sem: true, blocking: true, jitter: time.Millisecond, parallel: 1, in: chain,
@@ -88,6 +97,10 @@ func libs() []*lib {
 			newClient: redislockClient(100 * time.Millisecond)},
 		{name: "redislock:1ms", kind: "peer", settle: 5 * time.Millisecond, jitter: time.Millisecond, parallel: 1,
 			newClient: redislockClient(time.Millisecond)},
+		// rueidislock waits for Redis's invalidation of the key it tracks
+		// (client-side caching), not on a timer: 5 ms settles its failed try.
+		{name: "rueidislock", kind: "peer", settle: 5 * time.Millisecond, jitter: time.Millisecond, parallel: 1,
+			newClient: rueidislockClient},
 	}
 }
 
@@ -251,9 +264,8 @@ func (l rawLocker) lock(ctx context.Context) (func(context.Context) error, error
 	}, nil
 }
 
-// floor:lease, floor:register, floor:onerecord and floor:noscript — floor:blpop plus one of
-// redsem's promises (package leasefloor), each lock call on a connection of
-// the pool's.
+// The lease floors — floor:blpop plus one of redsem's promises (package
+// leasefloor), each lock call on a connection of the pool's.
 
 type leaseClient struct {
 	pool *countingPool
@@ -270,12 +282,12 @@ func (l *leaseClient) warm(ctx context.Context) error { return warmRedigo(ctx, l
 func (l *leaseClient) close()                         { l.pool.Close() }
 
 func (l *leaseClient) locker(key string, size int) (locker, error) {
-	return leaseLocker{l, key}, nil
+	return leaseLocker{l, l.f.Lock(key)}, nil
 }
 
 type leaseLocker struct {
-	l   *leaseClient
-	key string
+	l  *leaseClient
+	lk *leasefloor.Lock
 }
 
 func (k leaseLocker) lock(ctx context.Context) (func(context.Context) error, error) {
@@ -283,7 +295,7 @@ func (k leaseLocker) lock(ctx context.Context) (func(context.Context) error, err
 	if err != nil {
 		return nil, err
 	}
-	rel, err := k.l.f.Acquire(ctx, conn, k.key)
+	rel, err := k.lk.Acquire(ctx, conn)
 	conn.Close()
 	if err != nil {
 		return nil, err
@@ -397,4 +409,59 @@ func (l redislockLocker) lock(ctx context.Context) (func(context.Context) error,
 			return nil, fmt.Errorf("redislock: %w", err)
 		}
 	}
+}
+
+// rueidislock on its own rueidis client, as its README has it for one
+// Redis: KeyMajority 1, NoLoopTracking (Redis 7.0.5+).
+
+type rueidislockCl struct {
+	raw rueidis.Client // uncounted, to warm up
+	lk  rueidislock.Locker
+}
+
+func rueidislockClient(addr string, c *counters, shared bool) (client, error) {
+	cl := &rueidislockCl{}
+	lk, err := rueidislock.NewLocker(rueidislock.LockerOption{
+		ClientOption:   rueidis.ClientOption{InitAddress: []string{addr}, ConnWriteTimeout: 30 * time.Second},
+		KeyValidity:    peerTTL,
+		KeyMajority:    1,
+		NoLoopTracking: true,
+		ClientBuilder: func(o rueidis.ClientOption) (rueidis.Client, error) {
+			raw, err := rueidis.NewClient(o)
+			cl.raw = raw
+			return countingRueidis{raw, c}, err
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	cl.lk = lk
+	return cl, nil
+}
+
+func (r *rueidislockCl) warm(ctx context.Context) error {
+	return r.raw.Do(ctx, r.raw.B().Ping().Build()).Error()
+}
+func (r *rueidislockCl) close() { r.lk.Close() }
+
+func (r *rueidislockCl) locker(key string, size int) (locker, error) {
+	if size != 1 {
+		return nil, errors.New("rueidislock has no semaphores")
+	}
+	return rueidislockLocker{r.lk, key}, nil
+}
+
+type rueidislockLocker struct {
+	lk  rueidislock.Locker
+	key string
+}
+
+// lock holds the lock until the release cancels its context; the cancel
+// returns once the key is deleted.
+func (l rueidislockLocker) lock(ctx context.Context) (func(context.Context) error, error) {
+	_, cancel, err := l.lk.WithContext(ctx, l.key)
+	if err != nil {
+		return nil, fmt.Errorf("rueidislock: %w", err)
+	}
+	return func(context.Context) error { cancel(); return nil }, nil
 }

@@ -206,8 +206,17 @@ func run(cfg config, bin, out string, only, libNames []string) error {
 	}
 	defer e.close()
 
+	// The floors that call FCALL need their libraries: loaded once, here,
+	// before anything is measured (a Redis before 7.0 runs without them).
+	load, lerr := e.loadFunctions()
+	if lerr != nil {
+		fmt.Fprintf(os.Stderr, "FUNCTION LOAD: %v; the floors that call functions do not run\n", lerr)
+	}
 	var ls []*lib
 	for _, l := range libs() {
+		if l.functions && lerr != nil {
+			continue
+		}
 		if len(libNames) == 0 || l.name == "redsem" || slices.Contains(libNames, l.name) {
 			ls = append(ls, l)
 		}
@@ -227,6 +236,9 @@ func run(cfg config, bin, out string, only, libNames []string) error {
 		samples:  map[string][]float64{},
 		perRep:   map[string]map[string][]metrics{},
 		libOrder: ls,
+	}
+	if lerr == nil {
+		rep.FunctionLoad = &load
 	}
 	rep.Machine.Load = append(rep.Machine.Load, loadavg())
 	rep.Machine.Redsem, rep.Machine.Dirty = libraryVersion()

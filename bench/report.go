@@ -40,6 +40,8 @@ type target struct {
 	Absolute bool    `json:"absolute,omitempty"`
 	Op       string  `json:"op"` // ">=" or "<="
 	Limit    float64 `json:"limit"`
+	// Unit of an absolute limit (" µs", or none for a count).
+	Unit string `json:"unit,omitempty"`
 	// Verdict is PASS, MISS, or n/a when the run did not measure both.
 	Verdict string `json:"verdict"`
 	// Floors: each lease floor's figure over FloorLib's (its own figure
@@ -50,7 +52,7 @@ type target struct {
 
 // leaseFloors are the floors that keep one promise more than floor:blpop
 // (libs.go), shown beside every target.
-var leaseFloors = []string{"floor:lease", "floor:register", "floor:queued", "floor:onerecord", "floor:noscript"}
+var leaseFloors = []string{"floor:lease", "floor:register", "floor:queued", "floor:onerecord", "floor:onerecord-fcall", "floor:noscript", "floor:pipeline"}
 
 // report gathers every run's metrics and turns them into medians, ratios
 // and target verdicts.
@@ -65,6 +67,10 @@ type report struct {
 	samples  map[string][]float64
 	perRep   map[string]map[string][]metrics
 	libOrder []*lib
+
+	// FunctionLoad: the FUNCTION LOAD REPLACE of the floors' libraries at
+	// the start (nil: not loaded).
+	FunctionLoad *fnLoad `json:"function_load,omitempty"`
 }
 
 type scenOut struct {
@@ -155,17 +161,20 @@ func (r *report) finish(scs []scenario) {
 // targets checks the issue's targets, each against a floor measured in the
 // same run (medians), but the Redis time of a pair, whose limit is in µs.
 func (r *report) targets() {
-	check := func(sc, metric, unit, floor, op string, limit float64) {
+	// check holds redsem's figure of metric in sc (label) against limit
+	// times floor's, or, with no floor, against limit itself in unit.
+	check := func(sc, metric, label, floor, op string, limit float64, unit string) {
 		t := target{Scenario: sc, Metric: metric, FloorLib: floor, Op: op, Limit: limit, Absolute: floor == "",
 			Redsem: jfloat(r.med(sc, "redsem", metric)), Floors: map[string]jfloat{}}
-		t.Target = fmt.Sprintf("%s: %s %s %gx %s", sc, unit, op, limit, floor)
+		t.Target = fmt.Sprintf("%s: %s %s %gx %s", sc, label, op, limit, floor)
 		base := 1.0
 		if t.Absolute {
-			t.Target = fmt.Sprintf("%s: %s %s %g µs (absolute)", sc, unit, op, limit)
+			t.Target = fmt.Sprintf("%s: %s %s %g%s (absolute)", sc, label, op, limit, unit)
 			t.FloorLib = "floor:blpop"
 		} else {
 			base = r.med(sc, floor, metric)
 		}
+		t.Unit = unit
 		t.Floor = jfloat(r.med(sc, t.FloorLib, metric))
 		t.Ratio = t.Redsem / t.Floor
 		t.Verdict = verdict(float64(t.Redsem)/base, op, limit)
@@ -179,16 +188,21 @@ func (r *report) targets() {
 	sem := fmt.Sprintf("semaphore/K%d/%dw", semK, semW)
 	// The handoff chain: one pass, and the rates where it is the work
 	// beside a hold of 1 ms or alone.
-	check("handoff", "p50_us", "p50", "floor:blpop", "<=", 1.5)
-	check("contended/8/hold1ms", "acq_per_s", "acq/s", "floor:blpop", ">=", 0.95)
-	check("contended/64/hold1ms", "acq_per_s", "acq/s", "floor:blpop", ">=", 0.95)
-	check(sem+"/hold1ms", "acq_per_s", "acq/s", "floor:blpop", ">=", 0.95)
-	check("contended/8/hold0", "acq_per_s", "acq/s", "floor:blpop", ">=", 0.6)
-	check("contended/64/hold0", "acq_per_s", "acq/s", "floor:blpop", ">=", 0.6)
-	check(sem+"/hold0", "acq_per_s", "acq/s", "floor:blpop", ">=", 0.4)
+	check("handoff", "p50_us", "p50", "floor:blpop", "<=", 1.5, "")
+	check("contended/8/hold1ms", "acq_per_s", "acq/s", "floor:blpop", ">=", 0.95, "")
+	check("contended/64/hold1ms", "acq_per_s", "acq/s", "floor:blpop", ">=", 0.95, "")
+	check(sem+"/hold1ms", "acq_per_s", "acq/s", "floor:blpop", ">=", 0.95, "")
+	check("contended/8/hold0", "acq_per_s", "acq/s", "floor:blpop", ">=", 0.6, "")
+	check("contended/64/hold0", "acq_per_s", "acq/s", "floor:blpop", ">=", 0.6, "")
+	check(sem+"/hold0", "acq_per_s", "acq/s", "floor:blpop", ">=", 0.4, "")
 	// An uncontended pair: its latency, and its Redis time (commandstats).
-	check("uncontended", "p50_us", "p50", "floor:ping", "<=", 1.25)
-	check("uncontended", "server_us", "Redis µs/pair", "", "<=", 15)
+	check("uncontended", "p50_us", "p50", "floor:ping", "<=", 1.25, "")
+	check("uncontended", "server_us", "Redis µs/pair", "", "<=", 15, " µs")
+	// Protocol v2's: a contended acquisition in one round trip and few
+	// commands, a handoff nearer the raw pass.
+	check("contended/8/hold1ms", "roundtrips_acq_rel", "RTs acq+rel/pair (v2)", "", "<=", 2, "")
+	check("contended/8/hold1ms", "redis_cmds", "Redis cmds/pair (v2)", "", "<=", 10, "")
+	check("handoff", "p50_us", "p50 (v2)", "floor:blpop", "<=", 1.4, "")
 }
 
 // verdict is PASS or MISS for v against op limit, n/a when v is not a number.
@@ -279,6 +293,9 @@ func (r *report) print(w io.Writer) {
 		dirty = fmt.Sprintf(" plus uncommitted changes to %s", strings.Join(r.Machine.Dirty, ", "))
 	}
 	fmt.Fprintf(w, "redsem at %s%s\n", r.Machine.Redsem, dirty)
+	if f := r.FunctionLoad; f != nil {
+		fmt.Fprintf(w, "Function libraries of the floors: %d FUNCTION LOAD REPLACE at the start, %d µs of Redis time\n", f.Calls, f.Usec)
+	}
 	for _, sc := range r.Results {
 		cols, ratio := columnsFor(sc.Name)
 		fmt.Fprintf(w, "\n### %s\n\n| library |", sc.Name)
@@ -314,7 +331,7 @@ func (r *report) print(w io.Writer) {
 			}
 		}
 		if strings.HasPrefix(sc.Name, "semaphore/") {
-			fmt.Fprintln(w, "\nredsync and redislock have no semaphores: n/a.")
+			fmt.Fprintln(w, "\nredsync, redislock and rueidislock have no semaphores: n/a.")
 		}
 		if sc.Name == "uncontended" {
 			r.printCommands(w, sc.Name, "redsem")
@@ -327,7 +344,7 @@ func (r *report) print(w io.Writer) {
 	for _, t := range r.Targets {
 		ratio, limit := fmtNum(float64(t.Ratio), 3), fmt.Sprintf("%s %.2f", t.Op, t.Limit)
 		if t.Absolute {
-			ratio, limit = "—", fmt.Sprintf("%s %g µs", t.Op, t.Limit)
+			ratio, limit = "—", fmt.Sprintf("%s %g%s", t.Op, t.Limit, t.Unit)
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |", t.Target, fmtNum(float64(t.Redsem), 1), fmtNum(float64(t.Floor), 1),
 			ratio, limit, t.Verdict)
@@ -364,7 +381,6 @@ func (r *report) printCommands(w io.Writer, sc, lib string) {
 	slices.SortFunc(names, func(a, b string) int {
 		return cmp.Compare(r.med(sc, lib, cmdUs+b), r.med(sc, lib, cmdUs+a))
 	})
-	isScript := func(n string) bool { return n == "eval" || n == "evalsha" }
 	var scriptUs, innerUs, innerCalls float64
 	for _, n := range names {
 		if isScript(n) {

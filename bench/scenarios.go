@@ -304,8 +304,10 @@ func (e *env) contended(l *lib, size, workers int, hold, dur time.Duration) (met
 		// counted: those of one acquisition, whoever made them.
 		"roundtrips_acq": float64(rtAcq) / ft,
 		"roundtrips_rel": float64(rtRel) / ft,
-		"max_holders":    float64(maxHolders.Load()),
-		"utilisation":    busy.Seconds() / (float64(size) * dur.Seconds()),
+		// Both, per acquisition and its release (the window's edges aside).
+		"roundtrips_acq_rel": float64(rtAcq+rtRel) / ft,
+		"max_holders":        float64(maxHolders.Load()),
+		"utilisation":        busy.Seconds() / (float64(size) * dur.Seconds()),
 	}
 	if hold > 0 {
 		// The holder's sleep as it ran: Go wakes a sleeper at 1 ms after

@@ -142,14 +142,14 @@ func commandCalls(info string) int64 {
 	return n
 }
 
-// scriptCalls sums the calls of EVAL and EVALSHA (the commands clients sent
-// that run a script) and the server time they took in µs, the commands the
+// scriptCalls sums the calls of EVAL, EVALSHA and FCALL (the commands
+// clients sent that run Lua) and the server time they took in µs, the commands the
 // scripts ran included.
 func scriptCalls(info string) (calls, usec int64) {
 	sc := bufio.NewScanner(strings.NewReader(info))
 	for sc.Scan() {
 		name, st, _ := strings.Cut(sc.Text(), ":")
-		if name == "cmdstat_eval" || name == "cmdstat_evalsha" {
+		if n, ok := strings.CutPrefix(name, "cmdstat_"); ok && isScript(n) {
 			calls += statField(st, "calls")
 			usec += statField(st, "usec")
 		}

@@ -199,7 +199,11 @@ func run(n int) error {
 	// record and the owner-checked release, in redsem's key layout, in one
 	// record, and with no script; a pair, and a handoff like redsem's (each
 	// lock call on a connection of its own).
-	for i, f := range []leasefloor.Floor{leasefloor.Lease, leasefloor.OneRecord, leasefloor.NoScript} {
+	// The Function floors' libraries first (FUNCTION LOAD REPLACE).
+	if _, err := leasefloor.LoadFunctions(fconn); err != nil {
+		return err
+	}
+	for i, f := range []leasefloor.Floor{leasefloor.Lease, leasefloor.OneRecord, leasefloor.OneRecordFCall, leasefloor.NoScript, leasefloor.Pipeline} {
 		key := fmt.Sprintf("instructions-lease-%d", i)
 		if err := f.Prepare(fconn, key, 4); err != nil {
 			return err
@@ -208,15 +212,20 @@ func run(n int) error {
 		if err := f.Prepare(fconn, hkey, 1); err != nil {
 			return err
 		}
+		// The holder and the waiter of a handoff each keep a Lock of their
+		// own (floor:pipeline's waiter writes its registration with the
+		// wait once it has waited); handoffOf calls the holder's first.
+		lk, lks, calls := f.Lock(key), [2]*leasefloor.Lock{f.Lock(hkey), f.Lock(hkey)}, 0
 		cases = append(cases, opCase{name: f.Name, op: func() error {
-			rel, err := f.Acquire(ctx, fconn, key)
+			rel, err := lk.Acquire(ctx, fconn)
 			if err != nil {
 				return err
 			}
 			return rel(ctx, fconn)
 		}}, opCase{name: f.Name + ", a handoff", slow: true, less: waitAlone, op: handoffOf(func() (func() error, error) {
 			conn := pool.Get()
-			rel, err := f.Acquire(ctx, conn, hkey)
+			calls++
+			rel, err := lks[calls%2].Acquire(ctx, conn)
 			if err != nil {
 				conn.Close()
 				return nil, err

@@ -13,54 +13,95 @@
 // trip to acquire, free or not, and one to release. Nothing else of
 // redsem's: a crashed holder's token is never reclaimed, a blocked waiter
 // never wakes to sweep, no argument, type or memory checks.
+//
+// The scripts are the files of lua/, each with its KEYS and ARGV named at
+// the top. OneRecordFCall and Pipeline call functions instead (FCALL, Redis
+// 7.0+) of libraries that LoadFunctions loads: OneRecord's own bodies, and
+// lua/pipeline.lua, a candidate for protocol v2 that also sweeps what
+// crashed holders and dead waiters left.
 package leasefloor
 
 import (
 	"context"
+	"embed"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
 )
 
+//go:embed lua/*.lua
+var luaFiles embed.FS
+
+// lua returns the text of lua/<name>.lua.
+func lua(name string) string {
+	b, err := luaFiles.ReadFile("lua/" + name + ".lua")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// A call is one script of a floor: a script called by EVALSHA, or a
+// function of a library that LoadFunctions loaded, called by FCALL.
+type call struct {
+	sc    *redis.Script // nil: FCALL fn
+	fn    string
+	nkeys int
+}
+
+func evalsha(nkeys int, file string) *call {
+	return &call{sc: redis.NewScript(nkeys, lua(file)), nkeys: nkeys}
+}
+
+func fcall(nkeys int, fn string) *call { return &call{fn: fn, nkeys: nkeys} }
+
+// cmd is the call of c with keys and arguments, as a command to send.
+func (c *call) cmd(keysAndArgs ...interface{}) []interface{} {
+	if c.sc != nil {
+		return append([]interface{}{"EVALSHA", c.sc.Hash(), c.nkeys}, keysAndArgs...)
+	}
+	return append([]interface{}{"FCALL", c.fn, c.nkeys}, keysAndArgs...)
+}
+
+// do calls c on conn (EVALSHA falls back to EVAL on NOSCRIPT).
+func (c *call) do(ctx context.Context, conn redis.Conn, keysAndArgs ...interface{}) (interface{}, error) {
+	if c.sc != nil {
+		return c.sc.DoContext(ctx, conn, keysAndArgs...)
+	}
+	cmd := c.cmd(keysAndArgs...)
+	return redis.DoContext(conn, ctx, cmd[0].(string), cmd[1:]...)
+}
+
 // A Floor is one way to record a lease.
 type Floor struct {
 	Name             string
-	acquire, release *redis.Script
+	acquire, release *call
 	holders          bool // the scripts take the holders hash as their last key
 	// first, if set, runs before any wait (Register): it grants a free
 	// token, or registers the waiter and the wait follows.
-	first *redis.Script
+	first *call
 	// queued: first only registers, written in one write with the wait.
 	queued bool
+	// register, if set (Pipeline), is first's registration alone, written
+	// in one write with the wait by a Lock whose last acquisition waited.
+	register *call
+	// Functions: the floor calls functions that LoadFunctions loads.
+	Functions bool
 }
+
+// ttlMs is every floor's lease time; floor:pipeline's waits block as long.
+const ttlMs = 30000
 
 // Lease records a lease the way redsem does: a leases zset member scored by
 // its deadline and a holder record (owner|fence) in a hash, which the
 // release reads (HGET) and deletes (HDEL).
-var Lease = Floor{Name: "floor:lease", holders: true, acquire: redis.NewScript(3, `
--- KEYS: pend, leases, holders; ARGV: acqID, ttlMs. Returns {token, fence}.
-local pend, leases, holders = KEYS[1], KEYS[2], KEYS[3]
-local acq, ttl = ARGV[1], ARGV[2]
-local tok = redis.call('LPOP', pend)
-local t = redis.call('TIME')
-local fence = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
-redis.call('ZADD', leases, t[1] * 1000 + math.floor(t[2] / 1000) + ttl, tok)
-redis.call('HSET', holders, tok, acq .. '|' .. fence)
-return {tok, fence}`), release: redis.NewScript(3, `
--- KEYS: tokens, leases, holders; ARGV: token, acqID. Returns 1 if acqID
--- held the token (it went back), else 0.
-local tokens, leases, holders = KEYS[1], KEYS[2], KEYS[3]
-local tok, acq = ARGV[1], ARGV[2]
-local rec = redis.call('HGET', holders, tok)
-if not rec or string.sub(rec, 1, #acq + 1) ~= acq .. '|' then return 0 end
-redis.call('HDEL', holders, tok)
-redis.call('LPUSH', tokens, tok)
-redis.call('ZREM', leases, tok)
-return 1`)}
+var Lease = Floor{Name: "floor:lease", holders: true, acquire: evalsha(3, "lease_acquire"), release: evalsha(3, "lease_release")}
 
 // Register is Lease with redsem's first round trip: a script that takes a
 // free token and records its lease, or, with none free, registers the
@@ -69,70 +110,64 @@ return 1`)}
 // lease. It measures what the registration costs, which buys redsem a
 // waiter's pending list found and swept back if its script never runs, and
 // a block that Redis chooses from the earliest lease deadline.
-var Register = Floor{Name: "floor:register", holders: true, release: Lease.release, first: redis.NewScript(4, `
--- KEYS: tokens, leases, holders, waits; ARGV: acqID, ttlMs. Returns
--- {token, fence}, or 0 (registered: wait).
-local tokens, leases, holders, waits = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local acq, ttl = ARGV[1], ARGV[2]
-local t = redis.call('TIME')
-local tok = redis.call('LPOP', tokens)
-if not tok then
-  redis.call('ZADD', waits, t[1] * 1000 + 35000, 'w:' .. acq)
-  return 0
-end
-local fence = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
-redis.call('ZADD', leases, t[1] * 1000 + math.floor(t[2] / 1000) + ttl, tok)
-redis.call('HSET', holders, tok, acq .. '|' .. fence)
-return {tok, fence}`), acquire: redis.NewScript(4, `
--- KEYS: pend, leases, holders, waits; ARGV: acqID, ttlMs. Returns {token, fence}.
-local pend, leases, holders, waits = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local acq, ttl = ARGV[1], ARGV[2]
-local tok = redis.call('LPOP', pend)
-local t = redis.call('TIME')
-local fence = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
-redis.call('ZADD', leases, t[1] * 1000 + math.floor(t[2] / 1000) + ttl, tok)
-redis.call('HSET', holders, tok, acq .. '|' .. fence)
-redis.call('ZREM', waits, 'w:' .. acq)
-return {tok, fence}`)}
+var Register = Floor{Name: "floor:register", holders: true, release: Lease.release,
+	first: evalsha(4, "register_first"), acquire: evalsha(4, "register_wait")}
 
 // Queued is Register with the registration written in the same write as
 // the wait: a first script that registers and never grants, BLMOVE (which
 // takes a free token at once) and the lease script. One round trip, free or
 // not: what writing redsem's first script with its wait would save.
 var Queued = Floor{Name: "floor:queued", holders: true, release: Lease.release, acquire: Register.acquire, queued: true,
-	first: redis.NewScript(4, `
--- KEYS: tokens, leases, holders, waits; ARGV: acqID, ttlMs. Returns 0.
-local waits, acq = KEYS[4], ARGV[1]
-local t = redis.call('TIME')
-redis.call('ZADD', waits, t[1] * 1000 + 35000, 'w:' .. acq)
-return 0`)}
+	first: evalsha(4, "queued_first")}
 
 // OneRecord keeps one record per lease: a leases member token|owner|fence,
 // which the release's ZREM both checks and removes.
-var OneRecord = Floor{Name: "floor:onerecord", acquire: redis.NewScript(2, `
--- KEYS: pend, leases; ARGV: acqID, ttlMs. Returns {token, fence}.
-local pend, leases = KEYS[1], KEYS[2]
-local acq, ttl = ARGV[1], ARGV[2]
-local tok = redis.call('LPOP', pend)
-local t = redis.call('TIME')
-local fence = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
-redis.call('ZADD', leases, t[1] * 1000 + math.floor(t[2] / 1000) + ttl, tok .. '|' .. acq .. '|' .. fence)
-return {tok, fence}`), release: redis.NewScript(2, `
--- KEYS: tokens, leases; ARGV: the lease's member, its token. Returns 1 if
--- the lease was there (the token went back), else 0.
-local tokens, leases = KEYS[1], KEYS[2]
-local lease, tok = ARGV[1], ARGV[2]
-if redis.call('ZREM', leases, lease) == 0 then return 0 end
-redis.call('LPUSH', tokens, tok)
-return 1`)}
+var OneRecord = Floor{Name: "floor:onerecord", acquire: evalsha(2, "onerecord_acquire"), release: evalsha(2, "onerecord_release")}
 
-// Prepare loads f's scripts and makes key a lock of size tokens.
+// OneRecordFCall is OneRecord with its two scripts, the same Lua bodies,
+// loaded as a Function library and called by FCALL instead of EVALSHA.
+var OneRecordFCall = Floor{Name: "floor:onerecord-fcall", Functions: true,
+	acquire: fcall(2, "onerecord_acquire"), release: fcall(2, "onerecord_release")}
+
+// Pipeline is a candidate for protocol v2 (lua/pipeline.lua): OneRecord's
+// record, an acquire of one FCALL when a token is free, and one write
+// (register, BLMOVE, record) when the client expects to wait.
+var Pipeline = Floor{Name: "floor:pipeline", Functions: true, first: fcall(2, "pipeline_acquire"),
+	register: fcall(2, "pipeline_register"), acquire: fcall(2, "pipeline_record"), release: fcall(2, "pipeline_release")}
+
+// libraries are the Function libraries of the floors: OneRecordFCall's is
+// made of OneRecord's script files, each body the function's, so that the
+// two differ only in how they are called.
+func libraries() []string {
+	var b strings.Builder
+	b.WriteString("#!lua name=floor_onerecord\n")
+	for _, fn := range []string{"onerecord_acquire", "onerecord_release"} {
+		fmt.Fprintf(&b, "redis.register_function('%s', function(KEYS, ARGV)\n%s\nend)\n", fn, lua(fn))
+	}
+	return []string{b.String(), lua("pipeline")}
+}
+
+// LoadFunctions loads the floors' Function libraries on conn (FUNCTION LOAD
+// REPLACE, Redis 7.0+), once before any floor with Functions runs. It
+// returns how many it loaded.
+func LoadFunctions(conn redis.Conn) (int, error) {
+	libs := libraries()
+	for _, lib := range libs {
+		if _, err := conn.Do("FUNCTION", "LOAD", "REPLACE", lib); err != nil {
+			return 0, err
+		}
+	}
+	return len(libs), nil
+}
+
+// Prepare loads f's scripts (not its functions: LoadFunctions) and makes
+// key a lock of size tokens.
 func (f Floor) Prepare(conn redis.Conn, key string, size int) error {
-	for _, sc := range []*redis.Script{f.first, f.acquire, f.release} {
-		if sc == nil {
+	for _, c := range []*call{f.first, f.acquire, f.release} {
+		if c == nil || c.sc == nil {
 			continue
 		}
-		if err := sc.Load(conn); err != nil {
+		if err := c.sc.Load(conn); err != nil {
 			return err
 		}
 	}
@@ -149,18 +184,36 @@ func (f Floor) Prepare(conn redis.Conn, key string, size int) error {
 
 // keys returns the scripts' keys: first (pend or tokens), then the rest.
 func (f Floor) keys(key, first string) []interface{} {
-	if f.first != nil {
+	switch {
+	case f.register != nil, !f.holders:
+		return []interface{}{first, key + ":leases"}
+	case f.first != nil:
 		return []interface{}{first, key + ":leases", key + ":holders", key + ":waits"}
 	}
-	if f.holders {
-		return []interface{}{first, key + ":leases", key + ":holders"}
-	}
-	return []interface{}{first, key + ":leases"}
+	return []interface{}{first, key + ":leases", key + ":holders"}
 }
 
-// Acquire waits on conn until it holds a token of key, or ctx ends (which
-// leaves conn unusable). It returns the lease's release.
+// A Lock is one client's handle on the lock key of floor f. Only
+// floor:pipeline keeps anything in it: whether its last acquisition waited,
+// which chooses its next acquire.
+type Lock struct {
+	f      Floor
+	key    string
+	waited atomic.Bool
+}
+
+// Lock returns a handle on the lock key.
+func (f Floor) Lock(key string) *Lock { return &Lock{f: f, key: key} }
+
+// Acquire is f.Lock(key).Acquire(ctx, conn).
 func (f Floor) Acquire(ctx context.Context, conn redis.Conn, key string) (func(context.Context, redis.Conn) error, error) {
+	return f.Lock(key).Acquire(ctx, conn)
+}
+
+// Acquire waits on conn until it holds a token, or ctx ends (which leaves
+// conn unusable). It returns the lease's release.
+func (l *Lock) Acquire(ctx context.Context, conn redis.Conn) (func(context.Context, redis.Conn) error, error) {
+	f, key := l.f, l.key
 	acq := fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())
 	if f.acquire == nil {
 		return noScriptAcquire(ctx, conn, key, acq)
@@ -173,40 +226,71 @@ func (f Floor) Acquire(ctx context.Context, conn redis.Conn, key string) (func(c
 			args = append(keys, key+":holders", tok, acq)
 		}
 		return func(ctx context.Context, conn redis.Conn) error {
-			ok, err := redis.Int(f.release.DoContext(ctx, conn, args...))
+			ok, err := redis.Int(f.release.do(ctx, conn, args...))
 			if err == nil && ok != 1 {
 				err = errors.New(key + ": released a lease it did not hold")
 			}
 			return err
 		}
 	}
-	// evalsha is the call of sc with its keys (first: tokens or pend).
-	evalsha := func(sc *redis.Script, first string) []interface{} {
-		ks := f.keys(key, first)
-		return append([]interface{}{"EVALSHA", sc.Hash(), len(ks)}, append(ks, acq, 30000)...)
+	// with is the call of c with its keys (first: tokens or pend).
+	with := func(c *call, first string) []interface{} {
+		return c.cmd(append(f.keys(key, first), acq, ttlMs)...)
 	}
-	if f.first != nil && !f.queued {
-		v, err := f.first.DoContext(ctx, conn, append(f.keys(key, key), acq, 30000)...)
+	wait := []interface{}{"BLMOVE", key, pend, "LEFT", "RIGHT", 0}
+	if f.register != nil {
+		wait[len(wait)-1] = ttlMs / 1000
+	}
+	if f.first != nil && !f.queued && !l.waited.Load() {
+		v, err := f.first.do(ctx, conn, append(f.keys(key, key), acq, ttlMs)...)
 		if err != nil {
 			return nil, err
 		}
 		if g, err := redis.Strings(v, nil); err == nil {
 			return release(g[0], g[1]), nil
 		}
+		// Registered: the wait follows. floor:pipeline's next acquisition
+		// writes its registration with the wait.
+		l.waited.Store(f.register != nil)
+		rs, err := pipeline(ctx, conn, [][]interface{}{wait, with(f.acquire, pend)})
+		if err != nil {
+			return nil, err
+		}
+		if v, err := redis.Strings(rs[1], nil); err == nil {
+			return release(v[0], v[1]), nil
+		} else if f.register == nil {
+			return nil, err
+		}
+		// floor:pipeline's wait timed out: register again, below.
 	}
-	cmds := [][]interface{}{{"BLMOVE", key, pend, "LEFT", "RIGHT", 0}, evalsha(f.acquire, pend)}
-	if f.queued {
-		cmds = append([][]interface{}{evalsha(f.first, key)}, cmds...)
+	for {
+		cmds := [][]interface{}{wait, with(f.acquire, pend)}
+		switch {
+		case f.register != nil:
+			cmds = append([][]interface{}{with(f.register, key)}, cmds...)
+		case f.queued:
+			cmds = append([][]interface{}{with(f.first, key)}, cmds...)
+		}
+		rs, err := pipeline(ctx, conn, cmds)
+		if err != nil {
+			return nil, err
+		}
+		v, err := redis.Strings(rs[len(rs)-1], nil)
+		if err != nil && f.register != nil && rs[len(rs)-1] == int64(0) {
+			continue // floor:pipeline's wait timed out
+		} else if err != nil {
+			return nil, err
+		}
+		if f.register != nil {
+			// It waited if Redis's clock moved more than 20 µs from the
+			// registration to the record, which run back to back when the
+			// BLMOVE between them does not block.
+			reg, _ := strconv.ParseInt(string(rs[0].([]byte)), 10, 64)
+			fence, _ := strconv.ParseInt(v[1], 10, 64)
+			l.waited.Store(fence-reg > 20)
+		}
+		return release(v[0], v[1]), nil
 	}
-	rs, err := pipeline(ctx, conn, cmds)
-	if err != nil {
-		return nil, err
-	}
-	v, err := redis.Strings(rs[len(rs)-1], nil)
-	if err != nil {
-		return nil, err
-	}
-	return release(v[0], v[1]), nil
 }
 
 // NoScript keeps Lease's promise with commands alone: the token moves onto
