@@ -72,9 +72,14 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 
 const connHelp = `Connection:
   --redis URL      Redis to use; default $REDIS_URL, else redis://127.0.0.1:6379
+                   host:port             the same as redis://host:port
                    redis://[[user]:password@]host[:port][/db]
                    rediss://...          TLS (see --cacert, --insecure)
                    unix:///path/redis.sock[?db=N&password=P]
+                   redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/master[/db]
+                                         the master the sentinels name (port 26379
+                                         by default; ?sentinel_password=P for theirs);
+                                         rediss+sentinel://... with TLS
   --cacert FILE    PEM file of the CA that signed the server's certificate
   --insecure       TLS without verifying the server's certificate
   --prefix P       key prefix (default "redsem:"); all users of a name must agree
