@@ -189,6 +189,9 @@ func TestCheckAll(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Empty(t, r.stdout)
 	assert.Empty(t, r.stderr)
+	r = e.run(t, "check", "--all", "-v")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "5 names under \"redsem:\" checked, all healthy\n", r.stdout, "-v says what was checked")
 
 	c := pool.Get()
 	defer c.Close()
@@ -216,6 +219,8 @@ func TestCheckAll(t *testing.T) {
 	r = e.run(t, "check", "--all", "--prefix", "other:")
 	assert.Equal(t, 0, r.code, r.stderr)
 	assert.Empty(t, r.stdout)
+	r = e.run(t, "check", "--all", "--verbose", "--prefix", "other:")
+	assert.Equal(t, "0 names under \"other:\" checked, all healthy\n", r.stdout)
 
 	// The cap on names is said on stderr.
 	r = e.run(t, "check", "--all", "--limit", "1")
