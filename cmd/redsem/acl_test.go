@@ -79,3 +79,41 @@ func TestCommandsAsACLUser(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, keys, "delete removed everything")
 }
+
+// The fleet commands need SCAN, which admin.ACLCommands() leaves out: as
+// that user, top, check --all and the exporter fail with Redis's NOPERM and
+// say to allow +scan; with +scan they see the fleet.
+func TestFleetCommandsAsACLUser(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	setUser := func(user string, extra ...string) string {
+		args := []interface{}{"SETUSER", user, "reset", "on", ">pw", "resetkeys", "~redsem:*", "resetchannels", "-@all"}
+		for _, c := range append(admin.ACLCommands(), extra...) {
+			args = append(args, "+"+c)
+		}
+		srv.Do(t, "ACL", args...)
+		return "redis://" + user + ":pw@" + srv.Addr
+	}
+	e := &env{srv: srv, url: setUser("cli"), dir: t.TempDir()}
+	require.Equal(t, 0, e.run(t, "run", "--size", "2", "fleet", "--", "true").code)
+	for _, args := range [][]string{{"top", "-n", "1"}, {"check", "--all"}} {
+		r := e.run(t, args...)
+		assert.Equal(t, exitUnavailable, r.code, "%v: %s", args, r.stderr)
+		assert.Contains(t, r.stderr, "NOPERM", "%v", args)
+		assert.Contains(t, r.stderr, "allow +scan to this user", "%v", args)
+	}
+	p := startExporter(t, e.url)
+	assert.Contains(t, p.scrape(t), "redsem_scrape_error 1")
+	assert.Equal(t, 0, p.stop(t))
+	failed := filterLines(p.lines(), "failed")
+	require.Len(t, failed, 1, "%q", p.lines())
+	assert.Contains(t, failed[0], "allow +scan to this user")
+
+	e.url = setUser("cli-scan", "scan")
+	r := e.run(t, "check", "--all", "-v")
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "1 name under \"redsem:\" checked, all healthy\n", r.stdout)
+	r = e.run(t, "top", "-n", "1")
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "fleet ")
+}
