@@ -4,6 +4,10 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -116,4 +120,50 @@ func TestFleetCommandsAsACLUser(t *testing.T) {
 	r = e.run(t, "top", "-n", "1")
 	assert.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "fleet ")
+}
+
+// The operators' ACL line of docs/production.md is admin.ACLCommands() with
+// +info and +scan, and as that user every operators' command runs: check
+// --server, the fleet view, and the commands on one name.
+func TestOperatorsACLLineOfTheDocs(t *testing.T) {
+	t.Parallel()
+	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "production.md"))
+	require.NoError(t, err)
+	line := regexp.MustCompile(`(?m)^ACL SETUSER redsem-ops .*$`).FindString(string(page))
+	require.NotEmpty(t, line, "docs/production.md has the operators' ACL line")
+	var args, cmds []interface{}
+	for _, f := range strings.Fields(line)[1:] {
+		if f == ">secret" {
+			f = ">pw"
+		}
+		args = append(args, f)
+		if strings.HasPrefix(f, "+") {
+			cmds = append(cmds, strings.TrimPrefix(f, "+"))
+		}
+	}
+	var want []interface{}
+	for _, c := range append(admin.ACLCommands(), "info", "scan") {
+		want = append(want, c)
+	}
+	assert.ElementsMatch(t, want, cmds, "the operators' line: ACLCommands, +info and +scan")
+
+	srv := redistest.Start(t)
+	srv.Do(t, "ACL", args...)
+	e := &env{srv: srv, url: "redis://redsem-ops:pw@" + srv.Addr, dir: t.TempDir()}
+	for _, tc := range []struct {
+		args []string
+		out  string
+	}{
+		{[]string{"check", "--server"}, "fit for redsem"},
+		{[]string{"resize", "--create", "ops", "2"}, "created semaphore"},
+		{[]string{"run", "--size", "2", "ops", "--", "true"}, ""},
+		{[]string{"status", "ops"}, "size       2"},
+		{[]string{"top", "-n", "1"}, "ops "},
+		{[]string{"check", "--all", "-v"}, "1 name under"},
+		{[]string{"resize", "ops", "3"}, "3 slot(s)"},
+	} {
+		r := e.run(t, tc.args...)
+		assert.Equal(t, 0, r.code, "%v: %s", tc.args, r.stderr)
+		assert.Contains(t, r.stdout, tc.out, "%v", tc.args)
+	}
 }

@@ -42,14 +42,14 @@ Example:
   */10 * * * *  redsem check --all --prefix redsem: || mail -s "redsem" ops@example.com
 `
 
-// wantsCheckAll reports whether check's arguments hold --all (before any
-// "--").
-func wantsCheckAll(args []string) bool {
+// wantsFlag reports whether check's arguments hold the boolean flag
+// --name (before any "--"): --all and --server pick another command.
+func wantsFlag(args []string, name string) bool {
 	for _, a := range args {
 		switch a {
 		case "--":
 			return false
-		case "--all", "-all", "--all=true", "-all=true":
+		case "--" + name, "-" + name, "--" + name + "=true", "-" + name + "=true":
 			return true
 		}
 	}

@@ -16,6 +16,7 @@
 //	redsem rate status [--json] NAME
 //	redsem top [--json] [-n N]
 //	redsem check --all [--json]
+//	redsem check --server
 //	redsem exporter [--listen :9464]
 //	redsem demo [--workers W] [--size K] [--work D]
 //
@@ -47,6 +48,7 @@ Usage:
   redsem demo [--workers W] [--size K]           watch W workers share K slots (no Redis needed)
   redsem top [--prefix P] [--json]               live view of every semaphore, lock and rate gate
   redsem check --all [--prefix P] [--json]       every unhealthy name; exit 65 if any
+  redsem check --server                          is Redis fit for redsem (version, maxmemory-policy)
   redsem exporter [--listen :9464]               Prometheus /metrics for every name under --prefix
   redsem help COMMAND                            help for one command
   redsem --version                               print the version
