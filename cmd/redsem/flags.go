@@ -16,10 +16,12 @@ import (
 
 // durationValue is a flag that takes a Go duration ("1m30s", "250ms") or a
 // plain number of seconds ("90", "0.5"), the way flock's -w does. set tells
-// whether it was given at all.
+// whether it was given at all. With max > 0, a value outside min..max is
+// refused as the flag's own error.
 type durationValue struct {
-	d   time.Duration
-	set bool
+	d        time.Duration
+	set      bool
+	min, max time.Duration
 }
 
 func (v *durationValue) String() string {
@@ -33,6 +35,9 @@ func (v *durationValue) Set(s string) error {
 	d, err := parseDuration(s)
 	if err != nil {
 		return err
+	}
+	if v.max > 0 && (d < v.min || d > v.max) {
+		return fmt.Errorf("not between %s and %s", perText(v.min), perText(v.max))
 	}
 	v.d, v.set = d, true
 	return nil

@@ -142,7 +142,8 @@ func (o *runOptions) locked() bool { return !o.sem() && len(o.rates.ls) == 0 }
 func (o *runOptions) sem() bool { return o.sizeSet || o.adoptSize }
 
 func parseRunArgs(args []string) (*runOptions, error) {
-	o := &runOptions{busyCode: exitBusy, lostCode: exitLost, size: 1}
+	o := &runOptions{busyCode: exitBusy, lostCode: exitLost, size: 1,
+		ttl: durationValue{min: redsem.MinTTL, max: redsem.MaxTTL}}
 	fs := newFlagSet("run")
 	o.conn.register(fs)
 	for _, n := range []string{"n", "nonblock"} {
@@ -372,6 +373,9 @@ func (v *sizeValue) Set(s string) error {
 	n, err := strconv.Atoi(s)
 	if err != nil {
 		return errors.New("not a whole number")
+	}
+	if n < 1 || n > redsem.MaxSize {
+		return fmt.Errorf("not between 1 and %d", redsem.MaxSize)
 	}
 	*v.n, *v.set = n, true
 	return nil
