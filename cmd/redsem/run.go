@@ -89,8 +89,10 @@ The command runs in its own process group with these variables set:
   acquisition, a writer's above every earlier reader's: pass it with your
   writes so the resource can refuse a stale holder).
 INT, TERM, HUP, QUIT, USR1 and USR2 sent to redsem are forwarded to the whole
-group; Ctrl-Z (TSTP) is ignored. The command cannot read from the terminal
-(it is not in the terminal's foreground group): it is meant for jobs. If the lease is lost, the group gets TERM, then KILL after
+group; Ctrl-Z (TSTP) is ignored. Run from a terminal (Linux), the group has
+the terminal's foreground while the command runs, as under flock(1): it
+reads what is typed, Ctrl-C reaches it, and Ctrl-Z does not stop it. If the
+lease is lost, the group gets TERM, then KILL after
 --kill-after, and redsem exits 75. If redsem is killed (even with kill -9),
 the command's group is killed too.
 
