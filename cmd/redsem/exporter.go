@@ -40,7 +40,7 @@ and one read-only script per name. The metrics are listed in docs/fleet.md.
 
 ` + connHelp + `
 A scrape that cannot read Redis serves redsem_scrape_error 1 and logs why on
-stderr (Redis unreachable, a refused login, NOPERM on SCAN, ...); a name
+stderr (Redis unreachable, a refused login, NOPERM on SCAN: allow +scan); a name
 whose keys cannot be read is logged too.
 
 Exit codes: 0 stopped by SIGINT/SIGTERM; 64 bad flags or Redis URL;
