@@ -81,6 +81,29 @@ func TestAdmin_CheckServer_underACL(t *testing.T) {
 	assert.ErrorIs(t, admin.CheckServer(ctx, with), admin.ErrEvictingServer, "with INFO, CheckServer sees the policy")
 }
 
+// The fleet view needs SCAN, which ACLCommands leaves out: without it,
+// ScanNames's error is Redis's NOPERM and says which permission to add; with
+// it, the names are found.
+func TestAdmin_ScanNames_underACL(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := ctxT(t, 10*time.Second)
+	without := aclSetUser(t, srv, "no-scan", "pw", DefaultPrefix, admin.ACLCommands())
+	sem, err := NewSemaphore(without, "seen", 1)
+	require.NoError(t, err)
+	_, err = sem.TryAcquire(ctx)
+	require.NoError(t, err)
+	_, err = admin.ScanNames(ctx, without, DefaultPrefix, admin.ScanLimits{})
+	var re redis.Error
+	require.ErrorAs(t, err, &re)
+	assert.True(t, strings.HasPrefix(string(re), "NOPERM"), "Redis's refusal: %v", err)
+	assert.Contains(t, err.Error(), "allow +scan to this user")
+	with := aclSetUser(t, srv, "scan", "pw", DefaultPrefix, append(admin.ACLCommands(), "scan"))
+	names, err := admin.ScanNames(ctx, with, DefaultPrefix, admin.ScanLimits{})
+	require.NoError(t, err)
+	assert.Equal(t, []admin.Found{{Name: "seen", Kind: admin.KindSemaphore}}, names.Found)
+}
+
 // runEveryOperation runs each public operation on pool under prefix and
 // fails t on any error; it deletes every semaphore it made.
 func runEveryOperation(t *testing.T, pool *redis.Pool, prefix string) {

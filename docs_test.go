@@ -11,12 +11,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -416,4 +418,27 @@ func TestDocs_readmeStaysShort(t *testing.T) {
 	require.NoError(t, err)
 	lines := strings.Count(string(b), "\n")
 	require.Less(t, lines, 300, "README.md has %d lines: move detail to docs/", lines)
+}
+
+// TestDocs_linksResolve: every relative link of the project's Markdown files
+// ([text](path) or [text](path#anchor)) names a file or directory of the
+// repository.
+func TestDocs_linksResolve(t *testing.T) {
+	root := repoRoot(t)
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	n := 0
+	for _, md := range markdownFiles(t, root) {
+		b, err := os.ReadFile(md)
+		require.NoError(t, err)
+		for _, m := range link.FindAllStringSubmatch(string(b), -1) {
+			target, _, _ := strings.Cut(m[1], "#")
+			if target == "" || strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			n++
+			_, err := os.Stat(filepath.Join(filepath.Dir(md), target))
+			assert.NoError(t, err, "%s links %s, which does not exist", strings.TrimPrefix(md, root+"/"), m[1])
+		}
+	}
+	assert.Greater(t, n, 20, "relative links found")
 }

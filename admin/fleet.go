@@ -84,7 +84,8 @@ type MultiNodePool interface {
 // within lim, so its cost on the server is bounded however large the
 // keyspace; it reads no state. On a MultiNodePool every master is scanned.
 // Errors: ErrInvalidOption (a bad prefix, a negative limit), a connection
-// error or Redis's error reply.
+// error or Redis's error reply (a NOPERM for SCAN, which ACLCommands leaves
+// out, says to allow +scan).
 func ScanNames(ctx context.Context, pool Pool, prefix string, lim ScanLimits) (Names, error) {
 	if err := engine.CheckPool(pool, "pool"); err != nil {
 		return Names{}, err
@@ -155,6 +156,9 @@ func scanNode(ctx context.Context, pool Pool, prefix string, limit int, budget *
 		*budget--
 		vals, err := redis.Values(scan(ctx, conn, cursor, match))
 		if err != nil {
+			if re, ok := err.(redis.Error); ok && strings.HasPrefix(string(re), "NOPERM") {
+				return false, fmt.Errorf("SCAN refused (%w); allow +scan to this user to find the names under a prefix", err)
+			}
 			return false, err
 		}
 		var keys []string

@@ -1,5 +1,5 @@
-// Package exporter is a Prometheus collector for every semaphore, mutex and
-// rate gate under a redsem key prefix. Each scrape is one admin.ReadFleet:
+// Package exporter is a Prometheus collector for every semaphore, mutex,
+// read-write lock and rate gate under a redsem key prefix. Each scrape is one admin.ReadFleet:
 // it finds the names by SCAN over the meta keys (never KEYS, at most Limit
 // names and MaxScan SCAN calls, admin.ScanLimits) and reads each one in one
 // script call, so a scrape costs Redis a bounded scan plus one short
@@ -16,9 +16,9 @@
 //
 // # Metrics
 //
-// Every per-name metric has the labels name (the semaphore's or gate's name
-// as given to the library) and kind ("semaphore" for semaphores, mutexes and
-// weighted semaphores; "rate" for rate gates).
+// Every per-name metric has the labels name (as given to the library) and
+// kind ("semaphore" for semaphores, mutexes and weighted semaphores;
+// "rwmutex" for read-write locks; "rate" for rate gates).
 //
 //	redsem_size                          slots (tokens) of the semaphore
 //	redsem_holders                       tokens held now (a weighted lease of k counts k)
@@ -148,7 +148,7 @@ var (
 	startsDesc    = desc("rate_window_starts", "Starts the rate gate granted in the last interval.", perName)
 
 	errorDesc    = desc("scrape_error", "1 when the last scrape could not read the fleet from Redis, else 0.", nil)
-	namesDesc    = desc("scrape_names", "Names (semaphores and rate gates) reported by the last scrape.", nil)
+	namesDesc    = desc("scrape_names", "Names (semaphores, mutexes, read-write locks and rate gates) reported by the last scrape.", nil)
 	truncDesc    = desc("scrape_truncated", "1 when more names exist under the prefix than the limit let in, or the SCAN cap stopped the scan before the keyspace was walked.", nil)
 	failedDesc   = desc("scrape_failed_names", "Names whose keys could not be read (a key of the wrong type, a corrupt record).", nil)
 	durationDesc = desc("scrape_duration_seconds", "How long the last scrape's Redis reads took.", nil)

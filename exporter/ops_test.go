@@ -98,3 +98,11 @@ func TestScrapeFailuresLogged(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, problems)
 }
+
+// TestScrapeNamesHelpNamesEveryKind: redsem_scrape_names counts every kind
+// Collect exports, and its HELP says so.
+func TestScrapeNamesHelpNamesEveryKind(t *testing.T) {
+	for _, kind := range []string{"semaphores", "mutexes", "read-write locks", "rate gates"} {
+		assert.Contains(t, namesDesc.String(), kind)
+	}
+}

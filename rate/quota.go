@@ -3,6 +3,7 @@ package rate
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -19,7 +20,18 @@ type Limit struct {
 	Per time.Duration
 }
 
-func (l Limit) String() string { return fmt.Sprintf("%d per %v", l.N, l.Per) }
+// String writes l for people: "100 per 1m", "5 per 1m30s" (Go's duration
+// without its trailing zero units).
+func (l Limit) String() string {
+	per := l.Per.String()
+	if strings.HasSuffix(per, "m0s") {
+		per = strings.TrimSuffix(per, "0s")
+	}
+	if strings.HasSuffix(per, "h0m") {
+		per = strings.TrimSuffix(per, "0m")
+	}
+	return fmt.Sprintf("%d per %s", l.N, per)
+}
 
 // Quota is several limits that every start is held to at once, across every
 // process that uses the same name, prefix and Redis: "500 requests and

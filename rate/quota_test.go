@@ -65,7 +65,7 @@ func TestQuotaTakesFromAllOrNone(t *testing.T) {
 		require.ErrorAs(t, err, &tl)
 		assert.Equal(t, 1, tl.Index)
 		assert.Equal(t, Limit{N: 100, Per: time.Hour}, tl.Limit)
-		assert.EqualError(t, err, `redsem: rate gate "llm": a start of 101 units can never pass its limit of 100 per 1h0m0s (its limit #2)`)
+		assert.EqualError(t, err, `redsem: rate gate "llm": a start of 101 units can never pass its limit of 100 per 1h (its limit #2)`)
 
 		st, err := q.Status(ctx)
 		require.NoError(t, err)
@@ -236,4 +236,15 @@ func TestUpgradeFromTokenLayout(t *testing.T) {
 		_, err = g.AllowN(ctx, 2)
 		require.NoError(t, err, "the whole rate once per has passed")
 	})
+}
+
+// A limit is written without Go's trailing zero units, as rate set takes it.
+func TestLimit_String(t *testing.T) {
+	for l, want := range map[Limit]string{
+		{10, time.Minute}: "10 per 1m", {3, time.Hour}: "3 per 1h", {7, 90 * time.Second}: "7 per 1m30s",
+		{1, 90 * time.Minute}: "1 per 1h30m", {5, time.Second}: "5 per 1s", {20, 250 * time.Millisecond}: "20 per 250ms",
+		{2, time.Hour + time.Second}: "2 per 1h0m1s",
+	} {
+		assert.Equal(t, want, l.String())
+	}
 }

@@ -64,7 +64,7 @@ func TestTooLargeFailsAtOnce(t *testing.T) {
 			require.ErrorIs(t, err, ErrTooLarge)
 			assert.Equal(t, TooLargeError{Name: "big", Index: 0, Units: 11, Limit: Limit{N: 10, Per: time.Hour}}, *tl)
 			// The message names the limit, not its index among one.
-			assert.EqualError(t, err, `redsem: rate gate "big": a start of 11 units can never pass its limit of 10 per 1h0m0s`)
+			assert.EqualError(t, err, `redsem: rate gate "big": a start of 11 units can never pass its limit of 10 per 1h`)
 		}
 		assert.Equal(t, 0, b.num(t, "DBSIZE"), "a refused start creates nothing")
 		for _, n := range []int{0, -1, MaxN + 1} {

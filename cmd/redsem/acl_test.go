@@ -4,6 +4,10 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -78,4 +82,88 @@ func TestCommandsAsACLUser(t *testing.T) {
 	keys, err := redis.Strings(c.Do("KEYS", "*"))
 	require.NoError(t, err)
 	assert.Empty(t, keys, "delete removed everything")
+}
+
+// The fleet commands need SCAN, which admin.ACLCommands() leaves out: as
+// that user, top, check --all and the exporter fail with Redis's NOPERM and
+// say to allow +scan; with +scan they see the fleet.
+func TestFleetCommandsAsACLUser(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	setUser := func(user string, extra ...string) string {
+		args := []interface{}{"SETUSER", user, "reset", "on", ">pw", "resetkeys", "~redsem:*", "resetchannels", "-@all"}
+		for _, c := range append(admin.ACLCommands(), extra...) {
+			args = append(args, "+"+c)
+		}
+		srv.Do(t, "ACL", args...)
+		return "redis://" + user + ":pw@" + srv.Addr
+	}
+	e := &env{srv: srv, url: setUser("cli"), dir: t.TempDir()}
+	require.Equal(t, 0, e.run(t, "run", "--size", "2", "fleet", "--", "true").code)
+	for _, args := range [][]string{{"top", "-n", "1"}, {"check", "--all"}} {
+		r := e.run(t, args...)
+		assert.Equal(t, exitUnavailable, r.code, "%v: %s", args, r.stderr)
+		assert.Contains(t, r.stderr, "NOPERM", "%v", args)
+		assert.Contains(t, r.stderr, "allow +scan to this user", "%v", args)
+	}
+	p := startExporter(t, e.url)
+	assert.Contains(t, p.scrape(t), "redsem_scrape_error 1")
+	assert.Equal(t, 0, p.stop(t))
+	failed := filterLines(p.lines(), "failed")
+	require.Len(t, failed, 1, "%q", p.lines())
+	assert.Contains(t, failed[0], "allow +scan to this user")
+
+	e.url = setUser("cli-scan", "scan")
+	r := e.run(t, "check", "--all", "-v")
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "1 name under \"redsem:\" checked, all healthy\n", r.stdout)
+	r = e.run(t, "top", "-n", "1")
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "fleet ")
+}
+
+// The operators' ACL line of docs/production.md is admin.ACLCommands() with
+// +info and +scan, and as that user every operators' command runs: check
+// --server, the fleet view, and the commands on one name.
+func TestOperatorsACLLineOfTheDocs(t *testing.T) {
+	t.Parallel()
+	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "production.md"))
+	require.NoError(t, err)
+	line := regexp.MustCompile(`(?m)^ACL SETUSER redsem-ops .*$`).FindString(string(page))
+	require.NotEmpty(t, line, "docs/production.md has the operators' ACL line")
+	var args, cmds []interface{}
+	for _, f := range strings.Fields(line)[1:] {
+		if f == ">secret" {
+			f = ">pw"
+		}
+		args = append(args, f)
+		if strings.HasPrefix(f, "+") {
+			cmds = append(cmds, strings.TrimPrefix(f, "+"))
+		}
+	}
+	var want []interface{}
+	for _, c := range append(admin.ACLCommands(), "info", "scan") {
+		want = append(want, c)
+	}
+	assert.ElementsMatch(t, want, cmds, "the operators' line: ACLCommands, +info and +scan")
+
+	srv := redistest.Start(t)
+	srv.Do(t, "ACL", args...)
+	e := &env{srv: srv, url: "redis://redsem-ops:pw@" + srv.Addr, dir: t.TempDir()}
+	for _, tc := range []struct {
+		args []string
+		out  string
+	}{
+		{[]string{"check", "--server"}, "fit for redsem"},
+		{[]string{"resize", "--create", "ops", "2"}, "created semaphore"},
+		{[]string{"run", "--size", "2", "ops", "--", "true"}, ""},
+		{[]string{"status", "ops"}, "size       2"},
+		{[]string{"top", "-n", "1"}, "ops "},
+		{[]string{"check", "--all", "-v"}, "1 name under"},
+		{[]string{"resize", "ops", "3"}, "3 slot(s)"},
+	} {
+		r := e.run(t, tc.args...)
+		assert.Equal(t, 0, r.code, "%v: %s", tc.args, r.stderr)
+		assert.Contains(t, r.stdout, tc.out, "%v", tc.args)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/redsem/redsem"
 	"github.com/redsem/redsem/admin"
@@ -36,6 +37,7 @@ Examples:
 `
 
 const checkHelp = `Usage: redsem check [--json] [--kind K] [connection flags] NAME
+       redsem check --server [connection flags]
 
 Checks NAME, whatever its kind, and prints one line; exits 0 when healthy, 65
 when not, 66 when NAME does not exist.
@@ -52,6 +54,10 @@ when not, 66 when NAME does not exist.
                    names several (default: the first of them in that order)
   --all            check every name under --prefix instead of NAME
                    (see redsem check --all --help)
+  --server         check the Redis server instead of NAME: version 6.2 or
+                   later, and a maxmemory-policy that never evicts keys
+                   without a TTL (noeviction or volatile-*); exit 65 naming
+                   what is wrong, 69 when the user may not send INFO
 
 ` + connHelp + `
 Example:
@@ -113,8 +119,11 @@ func cmdResize(args []string, stdout, _ io.Writer) error {
 }
 
 func cmdCheck(args []string, stdout, stderr io.Writer) error {
-	if wantsCheckAll(args) {
+	if wantsFlag(args, "all") {
 		return cmdCheckAll(args, stdout, stderr)
+	}
+	if wantsFlag(args, "server") {
+		return cmdCheckServer(args, stdout)
 	}
 	var asJSON *bool
 	var kind *kindFlag
@@ -150,6 +159,38 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	})
+}
+
+// cmdCheckServer is "redsem check --server": admin.CheckServer.
+func cmdCheckServer(args []string, stdout io.Writer) error {
+	fs := newFlagSet("check")
+	var c connFlags
+	c.register(fs)
+	fs.Bool("server", false, "")
+	pos, err := parseArgs(fs, args, checkHelp)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("check: --server takes no NAME, got %q", strings.Join(pos, " "))
+	}
+	p, err := connect(c)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	switch err := admin.CheckServer(ctx, p.main); {
+	case errors.Is(err, admin.ErrEvictingServer), errors.Is(err, admin.ErrServerTooOld):
+		return exitf(exitData, "Redis at %s: %s", p.shown, strings.TrimPrefix(err.Error(), "redsem: "))
+	case errors.Is(err, admin.ErrNotChecked):
+		return exitf(exitUnavailable, "Redis at %s: %s", p.shown, strings.TrimPrefix(err.Error(), "redsem: "))
+	case err != nil:
+		return err
+	}
+	fmt.Fprintf(stdout, "Redis at %s: version 6.2 or later, maxmemory-policy keeps keys without a TTL: fit for redsem\n", p.shown)
+	return nil
 }
 
 func cmdRepair(args []string, stdout, _ io.Writer) error {

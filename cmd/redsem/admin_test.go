@@ -9,6 +9,8 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem/admin"
 )
 
 // resize, check and repair against a real server: resize --create creates,
@@ -149,4 +151,33 @@ func TestWrongTypeExits65WithoutAReport(t *testing.T) {
 	n, err := redis.Int(c.Do("DBSIZE"))
 	require.NoError(t, err)
 	assert.Zero(t, n)
+}
+
+// check --server is admin.CheckServer: 0 on a server fit for redsem, 65
+// naming an evicting maxmemory-policy, 69 with the permission to add for a
+// user that may not send INFO.
+func TestCheckServer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.run(t, "check", "--server")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "fit for redsem")
+
+	e.srv.Do(t, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+	r = e.run(t, "check", "--server")
+	assert.Equal(t, exitData, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "maxmemory-policy is allkeys-lru; use noeviction")
+
+	args := []interface{}{"SETUSER", "no-info", "reset", "on", ">pw", "resetkeys", "~redsem:*", "resetchannels", "-@all", "+select"}
+	for _, c := range admin.ACLCommands() {
+		args = append(args, "+"+c)
+	}
+	e.srv.Do(t, "ACL", args...)
+	e.url = "redis://no-info:pw@" + e.srv.Addr + "/2"
+	r = e.run(t, "check", "--server")
+	assert.Equal(t, exitUnavailable, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "allow +info to this user")
+
+	r = e.run(t, "check", "--server", "name")
+	assert.Equal(t, exitUsage, r.code, r.stderr)
 }

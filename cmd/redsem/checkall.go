@@ -16,14 +16,15 @@ import (
 	"github.com/redsem/redsem/admin"
 )
 
-const checkAllHelp = `Usage: redsem check --all [--json] [--limit N] [--max-scan N] [--timeout D] [connection flags]
+const checkAllHelp = `Usage: redsem check --all [-v] [--json] [--limit N] [--max-scan N] [--timeout D] [connection flags]
 
 Checks every name under the prefix, found by SCAN over their meta keys, as
 "redsem check NAME" does for its kind (semaphore, mutex, read-write lock,
 rate gate), and prints one line for each one that is unhealthy: slots
 missing or duplicated, stray tokens or grant-log entries, or keys that
-cannot be read. Prints nothing when all are healthy, so it suits cron. Exits
-0 when all are healthy, 65 when any is not.
+cannot be read. Prints nothing when all are healthy, so it suits cron (-v
+says how many were checked). Exits 0 when all are healthy, 65 when any is
+not.
 
   --all            check every name under --prefix
   --json           print one JSON report: "prefix", "checked", "healthy",
@@ -34,20 +35,21 @@ cannot be read. Prints nothing when all are healthy, so it suits cron. Exits
   --max-scan N     send at most N SCAN calls (COUNT 500) to find them (default
                    100); when that cuts the scan short a line on stderr says so
   --timeout D      bound on the whole check (default 60s)
+  -v, --verbose    when all are healthy, say how many names were checked
 
 ` + connHelp + `
 Example:
   */10 * * * *  redsem check --all --prefix redsem: || mail -s "redsem" ops@example.com
 `
 
-// wantsCheckAll reports whether check's arguments hold --all (before any
-// "--").
-func wantsCheckAll(args []string) bool {
+// wantsFlag reports whether check's arguments hold the boolean flag
+// --name (before any "--"): --all and --server pick another command.
+func wantsFlag(args []string, name string) bool {
 	for _, a := range args {
 		switch a {
 		case "--":
 			return false
-		case "--all", "-all", "--all=true", "-all=true":
+		case "--" + name, "-" + name, "--" + name + "=true", "-" + name + "=true":
 			return true
 		}
 	}
@@ -79,6 +81,8 @@ func cmdCheckAll(args []string, stdout, stderr io.Writer) error {
 	c.register(fs)
 	fs.Bool("all", false, "")
 	asJSON := fs.Bool("json", false, "")
+	verbose := fs.Bool("v", false, "")
+	fs.BoolVar(verbose, "verbose", false, "")
 	limit := fs.Int("limit", admin.DefaultScanLimit, "")
 	maxScan := fs.Int("max-scan", admin.DefaultMaxScan, "")
 	timeout := durationValue{d: time.Minute}
@@ -153,6 +157,9 @@ func cmdCheckAll(args []string, stdout, stderr io.Writer) error {
 	if !report.Healthy {
 		return exitf(exitData, "check --all: %d of %d names under %q unhealthy", len(report.Unhealthy), report.Checked, c.prefix)
 	}
+	if *verbose && !*asJSON {
+		fmt.Fprintf(stdout, "%s under %q checked, all healthy\n", plural(report.Checked, "name", "names"), c.prefix)
+	}
 	return nil
 }
 
@@ -179,3 +186,11 @@ func engineRedisError(err error) bool {
 
 // oneLine flattens an error message onto one line.
 func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
+
+// plural writes n with the singular or plural noun: "1 name", "24 names".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}

@@ -74,3 +74,25 @@ func TestHelpForEveryCommand(t *testing.T) {
 		assert.Empty(t, r.stderr, "%v", args)
 	}
 }
+
+// A usage error names the flag and says what is wrong with the value, and a
+// mistyped command is answered with the closest one.
+func TestUsageErrorsSayWhatIsWrong(t *testing.T) {
+	t.Parallel()
+	e := &env{url: "redis://127.0.0.1:1", dir: t.TempDir()}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--size", "0", "x", "--", "true"}, `redsem: run: invalid value "0" for --size: not between 1 and 10000 (see redsem run --help)`},
+		{[]string{"run", "--ttl", "5ms", "x", "--", "true"}, `redsem: run: invalid value "5ms" for --ttl: not between 20ms and 168h (see redsem run --help)`},
+		{[]string{"run", "--rate", "5/-1s", "x", "--", "true"}, `redsem: run: invalid value "5/-1s" for --rate: not a limit N/PER such as 5/s, 100/1m or 20/250ms: PER must be from 1ms to`},
+		{[]string{"stauts", "x"}, `redsem: unknown command "stauts"; did you mean status? commands: `},
+		{[]string{"help", "chekc"}, `redsem: help: unknown command "chekc"; did you mean check? commands: `},
+		{[]string{"zzz"}, `redsem: unknown command "zzz"; commands: `},
+	} {
+		r := e.run(t, tc.args...)
+		assert.Equal(t, exitUsage, r.code, "%v: %s", tc.args, r.stderr)
+		assert.True(t, strings.HasPrefix(r.stderr, tc.want), "%v:\n got %q\nwant %q...", tc.args, r.stderr, tc.want)
+	}
+}

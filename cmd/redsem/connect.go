@@ -35,6 +35,7 @@ type target struct {
 	opts    []redis.DialOption
 	shown   string // the URL with its password redacted, for messages
 	db      int    // the database the URL selects (0 when it names none)
+	tls     bool   // rediss://
 }
 
 // resolveURL picks --redis, then $REDIS_URL, then the default.
@@ -133,6 +134,7 @@ func parseTarget(raw string, c connFlags) (target, error) {
 			return target{}, err
 		}
 		t.opts = append(t.opts, redis.DialUseTLS(true), redis.DialTLSConfig(cfg))
+		t.tls = true
 	} else if c.cacert != "" || c.insecure {
 		return target{}, usagef("--cacert and --insecure need a rediss:// URL, got %s", t.shown)
 	}

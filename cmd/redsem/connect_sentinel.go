@@ -163,9 +163,28 @@ func parseSentinelTarget(raw string, c connFlags) (sentinelTarget, error) {
 	return t, nil
 }
 
+// anySentinelListens returns nil once one of the sentinels accepts a TCP
+// connection, else an error naming them: sentinel.New would keep asking them
+// until sentinelWait, which is for a failover, not for a wrong address.
+func anySentinelListens(addrs []string) error {
+	var last error
+	for _, a := range addrs {
+		c, err := net.DialTimeout("tcp", a, dialTimeout)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		last = err
+	}
+	return fmt.Errorf("no sentinel listens at %s (%v)", strings.Join(addrs, ", "), last)
+}
+
 // newSentinelPools returns the two pools of a command, each following the
 // master through the sentinels.
 func newSentinelPools(t sentinelTarget) (*pools, error) {
+	if err := anySentinelListens(t.addrs); err != nil {
+		return nil, &connError{msg: fmt.Sprintf("cannot reach Redis at %s: %v", t.shown, err), err: err}
+	}
 	mk := func(read time.Duration, maxIdle int) (*sentinel.Pool, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), sentinelWait)
 		defer cancel()

@@ -113,3 +113,12 @@ func TestConnectTLS(t *testing.T) {
 	assert.Equal(t, exitUnavailable, r.code)
 	assert.Contains(t, r.stderr, "certificate")
 }
+
+// TestConnectionHelpNamesEveryURLForm: the Connection section of every
+// command's help names each form of --redis that connect takes.
+func TestConnectionHelpNamesEveryURLForm(t *testing.T) {
+	for _, form := range []string{"host:port", "redis://", "rediss://", "unix://", "redis+sentinel://", "rediss+sentinel://"} {
+		assert.True(t, strings.Contains(connHelp, form), "the Connection section of --help does not name %s", form)
+		assert.True(t, strings.Contains(runHelp, form), "run --help does not name %s", form)
+	}
+}

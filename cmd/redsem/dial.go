@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -35,6 +36,9 @@ func (e *connError) Unwrap() error { return e.err }
 func dialRedis(ctx context.Context, t target, opts []redis.DialOption) (redis.Conn, error) {
 	c, err := redis.DialContext(ctx, t.network, t.addr, opts...)
 	if err != nil {
+		if t.tls && notTLS(err) {
+			return nil, &connError{msg: fmt.Sprintf("%s: this server does not speak TLS: a plain Redis port wants redis://", t.shown), err: err}
+		}
 		return nil, dialError(err, t)
 	}
 	if _, err := redis.DoWithTimeout(c, dialTimeout, "HELLO", "2"); err != nil {
@@ -83,6 +87,23 @@ func dialError(err error, t target) error {
 		msg = fmt.Sprintf("cannot reach Redis at %s: %v", at, err)
 	}
 	return &connError{msg: msg, err: err}
+}
+
+// notTLS reports whether the TLS handshake of a dial that reached its
+// server failed the way it does against a server that does not speak TLS,
+// such as a plain Redis: no answer to the ClientHello (the handshake times
+// out), an answer that is not a TLS record (Redis's error reply to the bytes
+// it read as a command), or the connection closed.
+func notTLS(err error) bool {
+	var (
+		rh tls.RecordHeaderError
+		ne net.Error
+	)
+	if isDialStep(err) {
+		return false // the TCP connect failed: no handshake began
+	}
+	return errors.As(err, &rh) || errors.As(err, &ne) && ne.Timeout() ||
+		errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // isDialStep reports whether err comes from opening the connection (DNS,

@@ -44,7 +44,8 @@ func fakeServer(t *testing.T, handle func(net.Conn)) string {
 // A URL that leads to something other than a usable Redis gets one
 // accurate line, exit 69: not Redis at all, a wrong or missing password, a
 // password the server does not want, a database it does not have, a
-// database the ACL user may not select.
+// database the ACL user may not select, TLS toward a plain port, no
+// sentinel where the URL says.
 func TestConnectionErrors(t *testing.T) {
 	t.Parallel()
 	httpLike := fakeServer(t, func(c net.Conn) {
@@ -69,6 +70,14 @@ func TestConnectionErrors(t *testing.T) {
 		{"redis://" + plain.Addr + "/99", "redsem: Redis at redis://" + plain.Addr + "/99 has no database 99 (ERR DB index is out of range"},
 		{"redis://nosel:pw@" + plain.Addr + "/2", "redsem: Redis at redis://nosel:xxxxx@" + plain.Addr + "/2: this user may not select database 2"},
 		{"redis://127.0.0.1:1", "redsem: cannot reach Redis at redis://127.0.0.1:1: dial tcp 127.0.0.1:1: connect: connection refused"},
+		// TLS toward a plain port: Redis leaves the ClientHello unanswered
+		// (or answers it with an error reply), a fake server hangs up.
+		{"rediss://" + plain.Addr, "redsem: rediss://" + plain.Addr + ": this server does not speak TLS: a plain Redis port wants redis://"},
+		{"rediss://" + httpLike, "redsem: rediss://" + httpLike + ": this server does not speak TLS"},
+		{"rediss://" + hangUp, "redsem: rediss://" + hangUp + ": this server does not speak TLS"},
+		// No sentinel at the address: said at once, not after the wait for
+		// a failover.
+		{"redis+sentinel://127.0.0.1:1,127.0.0.1:2/mymaster", "redsem: cannot reach Redis at redis+sentinel://127.0.0.1:1,127.0.0.1:2/mymaster: no sentinel listens at 127.0.0.1:1, 127.0.0.1:2 ("},
 	} {
 		e := &env{url: tc.url, dir: t.TempDir()}
 		for _, args := range [][]string{{"status", "x"}, {"run", "x", "--", "true"}} {

@@ -26,10 +26,10 @@ import (
 
 const exporterHelp = `Usage: redsem exporter [flags]
 
-Serves /metrics in the Prometheus text format for every semaphore, mutex and
-rate gate under the key prefix (every kind the fleet view finds), read from
-Redis at each scrape: one bounded SCAN over the meta keys and one read-only
-script per name. The metrics are listed in docs/metrics.md.
+Serves /metrics in the Prometheus text format for every semaphore, mutex,
+read-write lock and rate gate under the key prefix (every kind the fleet view
+finds), read from Redis at each scrape: one bounded SCAN over the meta keys
+and one read-only script per name. The metrics are listed in docs/fleet.md.
 
   --listen ADDR     address to serve on (default ":9464")
   --limit N         report at most N names per scrape (default 1000)
@@ -40,7 +40,7 @@ script per name. The metrics are listed in docs/metrics.md.
 
 ` + connHelp + `
 A scrape that cannot read Redis serves redsem_scrape_error 1 and logs why on
-stderr (Redis unreachable, a refused login, NOPERM on SCAN, ...); a name
+stderr (Redis unreachable, a refused login, NOPERM on SCAN: allow +scan); a name
 whose keys cannot be read is logged too.
 
 Exit codes: 0 stopped by SIGINT/SIGTERM; 64 bad flags or Redis URL;

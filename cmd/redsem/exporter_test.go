@@ -136,6 +136,14 @@ func TestExporterServes(t *testing.T) {
 	assert.Contains(t, body, "redsem_scrape_error 0")
 	assert.Contains(t, body, "redsem_scrape_names 2")
 	assert.Contains(t, body, "go_goroutines")
+	// The page exporter --help points to lists every metric served.
+	doc := regexp.MustCompile(`metrics are listed in (docs/[a-z-]+\.md)`).FindStringSubmatch(exporterHelp)
+	require.NotNil(t, doc, "exporter --help names the page of its metrics")
+	page, err := os.ReadFile(filepath.Join("..", "..", doc[1]))
+	require.NoError(t, err)
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (redsem_\w+)`).FindAllStringSubmatch(body, -1) {
+		assert.True(t, strings.Contains(string(page), "`"+m[1]+"`"), "%s, the page exporter --help names, does not list %s", doc[1], m[1])
+	}
 
 	if promtool, err := exec.LookPath("promtool"); err == nil {
 		cmd := exec.Command(promtool, "check", "metrics")

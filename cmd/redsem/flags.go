@@ -16,10 +16,12 @@ import (
 
 // durationValue is a flag that takes a Go duration ("1m30s", "250ms") or a
 // plain number of seconds ("90", "0.5"), the way flock's -w does. set tells
-// whether it was given at all.
+// whether it was given at all. With max > 0, a value outside min..max is
+// refused as the flag's own error.
 type durationValue struct {
-	d   time.Duration
-	set bool
+	d        time.Duration
+	set      bool
+	min, max time.Duration
 }
 
 func (v *durationValue) String() string {
@@ -33,6 +35,9 @@ func (v *durationValue) Set(s string) error {
 	d, err := parseDuration(s)
 	if err != nil {
 		return err
+	}
+	if v.max > 0 && (d < v.min || d > v.max) {
+		return fmt.Errorf("not between %s and %s", perText(v.min), perText(v.max))
 	}
 	v.d, v.set = d, true
 	return nil
@@ -72,9 +77,14 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 
 const connHelp = `Connection:
   --redis URL      Redis to use; default $REDIS_URL, else redis://127.0.0.1:6379
+                   host:port             the same as redis://host:port
                    redis://[[user]:password@]host[:port][/db]
                    rediss://...          TLS (see --cacert, --insecure)
                    unix:///path/redis.sock[?db=N&password=P]
+                   redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/master[/db]
+                                         the master the sentinels name (port 26379
+                                         by default; ?sentinel_password=P for theirs);
+                                         rediss+sentinel://... with TLS
   --cacert FILE    PEM file of the CA that signed the server's certificate
   --insecure       TLS without verifying the server's certificate
   --prefix P       key prefix (default "redsem:"); all users of a name must agree

@@ -92,7 +92,7 @@ func TestTopPlainLines(t *testing.T) {
 	assert.Empty(t, r.stderr)
 	assert.NotContains(t, r.stdout, "\x1b[", "no terminal escapes into a pipe")
 	assert.Equal(t, 2, strings.Count(r.stdout, "redsem top "), "one block per refresh:\n%s", r.stdout)
-	assert.Contains(t, r.stdout, `prefix "redsem:"  4 semaphores, 0 locks, 1 rate gates`)
+	assert.Contains(t, r.stdout, "prefix \"redsem:\"  4 semaphores, 1 rate gate\n")
 	assert.Equal(t, []string{"lock", "full", "half", "api", "idle"}, topOrder(r.stdout), r.stdout)
 	fields := func(name string) []string {
 		m := regexp.MustCompile(`(?m)^` + name + `\s.*$`).FindString(r.stdout)
@@ -120,7 +120,7 @@ func TestTopKeepsLastFleetOnError(t *testing.T) {
 	blocks := strings.Split(strings.TrimSpace(out.String()), "\n\n")
 	require.Len(t, blocks, 2, out.String())
 	assert.Contains(t, blocks[1], "error: connection refused")
-	assert.Contains(t, blocks[1], "1 semaphores", "the last fleet stays:\n%s", blocks[1])
+	assert.Contains(t, blocks[1], "  1 semaphore\n", "the last fleet stays:\n%s", blocks[1])
 	assert.Equal(t, []string{"kept"}, topOrder(blocks[1]), blocks[1])
 }
 
@@ -133,7 +133,8 @@ func TestTopUnderPTY(t *testing.T) {
 	makeFleet(t, e)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, script, "-q", "-e", "-c", "exec "+bin+" top -n 3 --interval 50ms", "/dev/null")
+	// 60 columns: narrower than the header, which must not wrap.
+	cmd := exec.CommandContext(ctx, script, "-q", "-e", "-c", "stty cols 60 rows 40; exec "+bin+" top -n 3 --interval 50ms", "/dev/null")
 	cmd.Env = append(cleanEnv(), "REDIS_URL="+e.url, "TERM=xterm")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -146,6 +147,30 @@ func TestTopUnderPTY(t *testing.T) {
 	last := frames[len(frames)-1]
 	plain := strings.ReplaceAll(regexp.MustCompile(`\x1b\[[0-9;?]*[a-zA-Z]`).ReplaceAllString(last, ""), "\r", "")
 	assert.Equal(t, []string{"lock", "full", "half", "api", "idle"}, topOrder(plain), plain)
+	for _, l := range strings.Split(strings.TrimRight(plain, "\n"), "\n") {
+		assert.Less(t, len([]rune(l)), 60, "a line as wide as the terminal wraps: %q", l)
+	}
+	assert.True(t, strings.HasPrefix(plain, "redsem top ") && strings.Contains(plain, "…\n"), "the header is cut: %q", plain)
+}
+
+// Every column of top is as wide as its widest value: a row's HELD ends
+// where the header's does, for every kind (mutex is the longest); the header
+// counts with singulars and leaves out kinds that are not there.
+func TestTopColumns(t *testing.T) {
+	var out strings.Builder
+	view := &topView{w: &out, prefix: "redsem:", shown: "redis://x"}
+	view.show(admin.Fleet{
+		Semaphores: []admin.Status{{Name: "m", Exists: true, Size: 1}, {Name: "encoders", Exists: true, Size: 4}},
+		RWMutexes:  []admin.RWStatus{{Name: "backup", Exists: true}},
+	}, nil, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 5, out.String())
+	assert.Equal(t, `redsem top  03:04:05  redis://x  prefix "redsem:"  2 semaphores, 1 lock`, lines[0])
+	held := strings.Index(lines[1], "HELD") + len("HELD")
+	for _, row := range lines[2:] {
+		m := regexp.MustCompile(`^\S+\s+\S+\s+\S+`).FindString(row)
+		assert.Equal(t, held, len(m), "HELD ends at column %d:\n%s\n%s", held, lines[1], row)
+	}
 }
 
 func TestTopBadArguments(t *testing.T) {
@@ -189,6 +214,9 @@ func TestCheckAll(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Empty(t, r.stdout)
 	assert.Empty(t, r.stderr)
+	r = e.run(t, "check", "--all", "-v")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "5 names under \"redsem:\" checked, all healthy\n", r.stdout, "-v says what was checked")
 
 	c := pool.Get()
 	defer c.Close()
@@ -216,6 +244,8 @@ func TestCheckAll(t *testing.T) {
 	r = e.run(t, "check", "--all", "--prefix", "other:")
 	assert.Equal(t, 0, r.code, r.stderr)
 	assert.Empty(t, r.stdout)
+	r = e.run(t, "check", "--all", "--verbose", "--prefix", "other:")
+	assert.Equal(t, "0 names under \"other:\" checked, all healthy\n", r.stdout)
 
 	// The cap on names is said on stderr.
 	r = e.run(t, "check", "--all", "--limit", "1")

@@ -64,7 +64,7 @@ func TestEveryKindOneView(t *testing.T) {
 	// top shows the lock too: held by a writer, saturated.
 	r = e.run(t, "top", "-n", "1")
 	require.Equal(t, 0, r.code, r.stderr)
-	assert.Contains(t, r.stdout, `2 semaphores, 1 locks, 1 rate gates`)
+	assert.Contains(t, r.stdout, "2 semaphores, 1 lock, 1 rate gate\n")
 	assert.Equal(t, []string{"backup", "rw", "1", "-", "100%", "0", "-", "0", "0"},
 		strings.Fields(regexp.MustCompile(`(?m)^backup\s.*$`).FindString(r.stdout))[:9], r.stdout)
 

@@ -16,6 +16,7 @@
 //	redsem rate status [--json] NAME
 //	redsem top [--json] [-n N]
 //	redsem check --all [--json]
+//	redsem check --server
 //	redsem exporter [--listen :9464]
 //	redsem demo [--workers W] [--size K] [--work D]
 //
@@ -29,6 +30,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"strings"
 )
 
 const mainHelp = `redsem: a distributed flock(1) on Redis, with status and a demo.
@@ -47,6 +49,7 @@ Usage:
   redsem demo [--workers W] [--size K]           watch W workers share K slots (no Redis needed)
   redsem top [--prefix P] [--json]               live view of every semaphore, lock and rate gate
   redsem check --all [--prefix P] [--json]       every unhealthy name; exit 65 if any
+  redsem check --server                          is Redis fit for redsem (version, maxmemory-policy)
   redsem exporter [--listen :9464]               Prometheus /metrics for every name under --prefix
   redsem help COMMAND                            help for one command
   redsem --version                               print the version
@@ -123,7 +126,7 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		}
 		c, ok := commands[rest[0]]
 		if !ok {
-			return report(stderr, usagef("help: unknown command %q; commands: %s", rest[0], commandList))
+			return report(stderr, usagef("help: unknown command %q;%s commands: %s", rest[0], didYouMean(rest[0]), commandList))
 		}
 		fmt.Fprint(stdout, c.help)
 		return exitOK
@@ -135,7 +138,7 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	}
 	c, ok := commands[name]
 	if !ok {
-		return report(stderr, usagef("unknown command %q; commands: %s (see redsem help)", name, commandList))
+		return report(stderr, usagef("unknown command %q;%s commands: %s (see redsem help)", name, didYouMean(name), commandList))
 	}
 	err := c.run(rest, stdout, stderr)
 	var h *helpRequest
@@ -147,6 +150,44 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	return report(stderr, err)
+}
+
+// didYouMean suggests the command closest to a mistyped one (" did you
+// mean status?"), or nothing when none is close: at most one edit for a
+// name of up to three letters, two for a longer one (a swap of two letters
+// is two).
+func didYouMean(name string) string {
+	best, bestD := "", len(name)
+	for _, c := range strings.Split(commandList, ", ") {
+		if d := editDistance(name, c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	if best == "" || bestD > 2 || bestD > 1 && len(name) < 4 {
+		return ""
+	}
+	return " did you mean " + best + "?"
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // version is the module version redsem was built from ("v0.1.0" when

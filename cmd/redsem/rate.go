@@ -236,7 +236,7 @@ func readLimit(s string) (rate.Limit, string) {
 		return rate.Limit{}, fmt.Sprintf(": N %q is not a whole number", n)
 	}
 	unit := per
-	if per != "" && (per[0] < '0' || per[0] > '9') && per[0] != '.' {
+	if per != "" && (per[0] >= 'a' && per[0] <= 'z' || per[0] >= 'A' && per[0] <= 'Z') {
 		per = "1" + per // "s" is "1s"
 	}
 	if l.Per, err = time.ParseDuration(per); err != nil {

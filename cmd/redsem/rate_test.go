@@ -62,7 +62,7 @@ func TestRateSet(t *testing.T) {
 	}
 	r = e.run(t, "rate", "set", "llm", "500/1m")
 	assert.Equal(t, 65, r.code, "a quota of two limits set with one: %s", r.stderr)
-	assert.Contains(t, r.stderr, "500 per 1m0s and 300000 per 1m0s in Redis")
+	assert.Contains(t, r.stderr, "500 per 1m and 300000 per 1m in Redis")
 
 	// Beside a lock: refused (65) unless --create, then both are there.
 	r = e.run(t, "resize", "--create", "jobs", "2")

@@ -89,8 +89,10 @@ The command runs in its own process group with these variables set:
   acquisition, a writer's above every earlier reader's: pass it with your
   writes so the resource can refuse a stale holder).
 INT, TERM, HUP, QUIT, USR1 and USR2 sent to redsem are forwarded to the whole
-group; Ctrl-Z (TSTP) is ignored. The command cannot read from the terminal
-(it is not in the terminal's foreground group): it is meant for jobs. If the lease is lost, the group gets TERM, then KILL after
+group; Ctrl-Z (TSTP) is ignored. Run from a terminal (Linux), the group has
+the terminal's foreground while the command runs, as under flock(1): it
+reads what is typed, Ctrl-C reaches it, and Ctrl-Z does not stop it. If the
+lease is lost, the group gets TERM, then KILL after
 --kill-after, and redsem exits 75. If redsem is killed (even with kill -9),
 the command's group is killed too.
 
@@ -142,7 +144,8 @@ func (o *runOptions) locked() bool { return !o.sem() && len(o.rates.ls) == 0 }
 func (o *runOptions) sem() bool { return o.sizeSet || o.adoptSize }
 
 func parseRunArgs(args []string) (*runOptions, error) {
-	o := &runOptions{busyCode: exitBusy, lostCode: exitLost, size: 1}
+	o := &runOptions{busyCode: exitBusy, lostCode: exitLost, size: 1,
+		ttl: durationValue{min: redsem.MinTTL, max: redsem.MaxTTL}}
 	fs := newFlagSet("run")
 	o.conn.register(fs)
 	for _, n := range []string{"n", "nonblock"} {
@@ -372,6 +375,9 @@ func (v *sizeValue) Set(s string) error {
 	n, err := strconv.Atoi(s)
 	if err != nil {
 		return errors.New("not a whole number")
+	}
+	if n < 1 || n > redsem.MaxSize {
+		return fmt.Errorf("not between 1 and %d", redsem.MaxSize)
 	}
 	*v.n, *v.set = n, true
 	return nil

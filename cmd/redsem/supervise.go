@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"os/signal"
 	"runtime"
 	"strconv"
 	"strings"
@@ -49,6 +50,18 @@ func supervise(lease *redsem.Lease, env []string, o *runOptions, sigs <-chan os.
 	}
 	cmd.Env = append(cmd.Env, env...)
 	cmd.SysProcAttr = childAttr()
+	// On a terminal, the command's group takes the foreground while it
+	// runs: it reads the terminal, and Ctrl-C and Ctrl-\ reach it there.
+	// Ctrl-Z would stop it, holding its slot: a stopped command is
+	// continued at once (SIGCHLD), as redsem itself ignores Ctrl-Z.
+	var stopped chan os.Signal
+	fg := ttyForeground(os.Stdin)
+	if fg {
+		foregroundAttr(cmd.SysProcAttr, os.Stdin)
+		stopped = make(chan os.Signal, 1)
+		signal.Notify(stopped, syscall.SIGCHLD)
+		defer signal.Stop(stopped)
+	}
 	exited, err := startLocked(cmd)
 	if err != nil {
 		_ = release(opTimeout)
@@ -83,8 +96,13 @@ func supervise(lease *redsem.Lease, env []string, o *runOptions, sigs <-chan os.
 		case <-killTimer:
 			killTimer = nil
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		case <-stopped:
+			_ = syscall.Kill(-pgid, syscall.SIGCONT)
 		case state = <-exited:
 		}
+	}
+	if fg {
+		takeTerminal(os.Stdin)
 	}
 	if lost != nil {
 		// Whatever of the group outlived its leader has no slot either.

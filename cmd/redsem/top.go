@@ -197,8 +197,20 @@ func (t *topView) show(fl admin.Fleet, err error, now time.Time) {
 		return
 	}
 	rows := topRows(fl)
-	head := fmt.Sprintf("redsem top  %s  %s  prefix %q  %d semaphores, %d locks, %d rate gates",
-		now.Format("15:04:05"), t.shown, t.prefix, len(fl.Semaphores), len(fl.RWMutexes), len(fl.RateGates))
+	var counts []string
+	for _, c := range []struct {
+		n         int
+		one, many string
+	}{{len(fl.Semaphores), "semaphore", "semaphores"}, {len(fl.RWMutexes), "lock", "locks"}, {len(fl.RateGates), "rate gate", "rate gates"}} {
+		if c.n > 0 {
+			counts = append(counts, plural(c.n, c.one, c.many))
+		}
+	}
+	if len(counts) == 0 {
+		counts = []string{"no names"}
+	}
+	head := fmt.Sprintf("redsem top  %s  %s  prefix %q  %s",
+		now.Format("15:04:05"), t.shown, t.prefix, strings.Join(counts, ", "))
 	if fl.Truncated {
 		head += "  (scan incomplete: raise --limit or --max-scan)"
 	}
@@ -215,9 +227,19 @@ func (t *topView) show(fl admin.Fleet, err error, now time.Time) {
 		fmt.Fprintln(t.w)
 		return
 	}
-	if h := termRows(t.w); h > 2 && len(lines) > h-1 {
+	h, w := termSize(t.w)
+	if h > 2 && len(lines) > h-1 {
 		hidden := len(lines) - (h - 2)
 		lines = append(lines[:h-2], fmt.Sprintf("  ... %d more", hidden))
+	}
+	if w > 1 {
+		// A line that wraps would push the view down a row, and the next
+		// redraw from the top left would leave its tail behind.
+		for i, l := range lines {
+			if r := []rune(l); len(r) > w-1 {
+				lines[i] = string(r[:w-2]) + "…"
+			}
+		}
 	}
 	var b strings.Builder
 	b.WriteString("\x1b[H")
@@ -301,7 +323,7 @@ func formatRows(rows []topRow) []string {
 	}
 	line := func(name string, cols ...string) string {
 		pad := width - len([]rune(name))
-		return strings.TrimRight(fmt.Sprintf("%s%s  %-4s %5s %5s %5s %5s %5s %4s %5s  %s", name, strings.Repeat(" ", pad),
+		return strings.TrimRight(fmt.Sprintf("%s%s  %-5s %5s %5s %5s %5s %5s %4s %5s  %s", name, strings.Repeat(" ", pad),
 			cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6], cols[7], cols[8]), " ")
 	}
 	out := []string{line("NAME", "KIND", "HELD", "SIZE", "SAT", "WAIT", "FREE", "EXP", "STRAY", "OLDEST")}

@@ -4,6 +4,6 @@ package main
 
 import "io"
 
-// termRows returns the height of the terminal w is, or 0 when unknown (here
-// always: the view is then not cut to the screen).
-func termRows(io.Writer) int { return 0 }
+// termSize returns the height and width of the terminal w is, or zeros
+// when unknown (here always: the view is then not cut to the screen).
+func termSize(io.Writer) (rows, cols int) { return 0, 0 }
