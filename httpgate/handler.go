@@ -1,13 +1,10 @@
 package httpgate
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"strconv"
 	"time"
-
-	"github.com/redsem/redsem"
 )
 
 // Handler returns next behind the limiter: each request takes its key's
@@ -28,17 +25,12 @@ func (l *Limiter) Handler(key func(*http.Request) string, next http.Handler) htt
 		if key != nil {
 			k = key(r)
 		}
-		lease, err := l.Acquire(r.Context(), k)
+		ctx, release, err := l.Hold(r.Context(), k)
 		if err != nil {
 			l.refuse(w, err)
 			return
 		}
-		if lease == nil {
-			next.ServeHTTP(w, r)
-			return
-		}
-		ctx, end := holdContext(r.Context(), lease)
-		defer end()
+		defer release()
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
@@ -57,16 +49,4 @@ func (l *Limiter) refuse(w http.ResponseWriter, err error) {
 // retrySeconds is d in whole seconds, rounded up, at least 1.
 func retrySeconds(d time.Duration) int64 {
 	return max(1, int64((d+time.Second-1)/time.Second))
-}
-
-// holdContext returns a context derived from parent that is cancelled when
-// lease ends, and end, which releases the lease and cancels the context.
-func holdContext(parent context.Context, lease *redsem.Lease) (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(parent)
-	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
-	return ctx, func() {
-		stop()
-		release(parent, lease)
-		cancel(context.Canceled)
-	}
 }

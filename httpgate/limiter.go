@@ -184,6 +184,28 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (*redsem.Lease, error
 	return lease, nil
 }
 
+// Hold is Acquire for work that runs under a context: it returns a child
+// of ctx that is cancelled when the lease is lost (context.Cause says why),
+// and release, which gives the slot back and cancels that context. Call
+// release once, when the work is done; on error nothing is held and
+// release is nil.
+func (l *Limiter) Hold(ctx context.Context, key string) (context.Context, func(), error) {
+	lease, err := l.Acquire(ctx, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	hctx, cancel := context.WithCancelCause(ctx)
+	if lease == nil {
+		return hctx, func() { cancel(context.Canceled) }, nil
+	}
+	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
+	return hctx, func() {
+		stop()
+		release(ctx, lease)
+		cancel(context.Canceled)
+	}, nil
+}
+
 // refused maps a failed acquisition's err: nil when it fails open.
 func (l *Limiter) refused(ctx, wctx context.Context, key string, retry time.Duration, err error) error {
 	switch {

@@ -26,20 +26,16 @@ func (l *Limiter) Transport(key func(*http.Request) string, base http.RoundTripp
 		if key != nil {
 			k = key(r)
 		}
-		lease, err := l.Acquire(r.Context(), k)
+		ctx, release, err := l.Hold(r.Context(), k)
 		if err != nil {
 			return nil, err
 		}
-		if lease == nil {
-			return base.RoundTrip(r)
-		}
-		ctx, end := holdContext(r.Context(), lease)
 		resp, err := base.RoundTrip(r.WithContext(ctx))
 		if err != nil {
-			end()
+			release()
 			return nil, err
 		}
-		resp.Body = &heldBody{ReadCloser: resp.Body, end: end}
+		resp.Body = &heldBody{ReadCloser: resp.Body, end: release}
 		return resp, nil
 	})
 }
