@@ -1,14 +1,23 @@
 package httpgate
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gomodule/redigo/redis"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -34,44 +43,116 @@ func (g *gauge) handler(hold func(r *http.Request)) http.Handler {
 
 func tenant(r *http.Request) string { return r.Header.Get("X-Tenant") }
 
-// TestHandlerCapsAcrossReplicas: three replicas, each with its own pool and
-// Limiter, never have more than Slots requests of a key in flight between
-// them, under 40 concurrent clients; every request is served in turn
-// (Wait), and every slot is free afterwards.
-func TestHandlerCapsAcrossReplicas(t *testing.T) {
+// TestHandlerCapsAcrossProcesses: three replica processes (this test
+// binary, run again as TestReplicaProcess), each with its own Limiter and
+// HTTP server, never have more than Slots requests of a key in flight
+// between them under 40 concurrent clients: each handler counts itself in
+// a Redis counter while it runs and answers the count it saw. Every request
+// is served in turn (Wait), and every slot is free afterwards.
+func TestHandlerCapsAcrossProcesses(t *testing.T) {
 	srv := redistest.Start(t)
 	const slots, clients, each = 3, 40, 5
-	cfg := Config{Name: "api", Limit: Limit{Slots: slots}, Wait: -1}
-	var g gauge
-	h := g.handler(func(*http.Request) { time.Sleep(time.Millisecond) })
-	var replicas []*replica
+	var urls []string
 	for i := 0; i < 3; i++ {
-		replicas = append(replicas, newReplica(t, srv, cfg, nil, h))
+		urls = append(urls, startReplica(t, srv.Addr))
 	}
 	ctx := ctxT(t, 60*time.Second)
-	statuses := make(chan int, clients*each)
+	type result struct {
+		code int
+		seen string
+		err  error
+	}
+	results := make(chan result, clients*each)
 	var wg sync.WaitGroup
 	for c := 0; c < clients; c++ {
 		wg.Add(1)
 		go func(c int) {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
-				code, _, _, err := get(ctx, http.DefaultClient, replicas[(c+i)%3].srv.URL)
-				if err != nil {
-					code = -1
-				}
-				statuses <- code
+				code, _, body, err := get(ctx, http.DefaultClient, urls[(c+i)%len(urls)])
+				results <- result{code, body, err}
 			}
 		}(c)
 	}
 	wg.Wait()
-	close(statuses)
-	for code := range statuses {
-		require.Equal(t, http.StatusOK, code)
+	close(results)
+	peak := 0
+	for r := range results {
+		require.NoError(t, r.err)
+		require.Equal(t, http.StatusOK, r.code, r.seen)
+		n, err := strconv.Atoi(r.seen)
+		require.NoError(t, err, r.seen)
+		peak = max(peak, n)
 	}
-	assert.LessOrEqual(t, g.peak.Load(), int64(slots), "more requests in flight than slots")
-	assert.Equal(t, int64(clients*each), g.done.Load())
+	assert.LessOrEqual(t, peak, slots, "more requests in flight across the processes than slots")
+	assert.Equal(t, clients*each, dbInt(t, srv, "GET", "served"))
 	requireFree(t, srv.Pool(t), "api:", slots)
+}
+
+const replicaEnv = "HTTPGATE_REPLICA_REDIS"
+
+// startReplica runs TestReplicaProcess in a child process on the Redis at
+// addr and returns its server's URL; the child ends with the test.
+func startReplica(t *testing.T, addr string) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestReplicaProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), replicaEnv+"="+addr)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		stdin.Close() // the child's cue to stop
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("replica process: %v", err)
+		}
+	})
+	out := bufio.NewScanner(stdout)
+	for out.Scan() {
+		if url, ok := strings.CutPrefix(out.Text(), "URL "); ok {
+			go func() { _, _ = io.Copy(io.Discard, stdout) }()
+			return url
+		}
+	}
+	t.Fatalf("replica process printed no URL: %v", out.Err())
+	return ""
+}
+
+// TestReplicaProcess is one replica of TestHandlerCapsAcrossProcesses,
+// when run by it; otherwise it does nothing. Its handler counts itself in
+// the Redis counter "inflight" while it runs and answers what it saw.
+func TestReplicaProcess(t *testing.T) {
+	addr := os.Getenv(replicaEnv)
+	if addr == "" {
+		t.Skip("run by TestHandlerCapsAcrossProcesses")
+	}
+	pool := &redis.Pool{MaxIdle: 64, Dial: func() (redis.Conn, error) { return redis.Dial("tcp", addr) }}
+	defer pool.Close()
+	lim, err := New(pool, Config{Name: "api", Limit: Limit{Slots: 3}, Wait: -1})
+	require.NoError(t, err)
+	hs := httptest.NewServer(lim.Handler(nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := pool.Get()
+		defer c.Close()
+		n, err := redis.Int(c.Do("INCR", "inflight"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+		_, err = c.Do("DECR", "inflight")
+		if err == nil {
+			_, err = c.Do("INCR", "served")
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		_, _ = io.WriteString(w, strconv.Itoa(n))
+	})))
+	defer hs.Close()
+	fmt.Println("URL " + hs.URL)
+	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent closes it
 }
 
 // TestHandlerShedsFullKey: with a key's slot taken, its next request is

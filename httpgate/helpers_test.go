@@ -87,9 +87,10 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-// dbsize is the number of keys in srv's database.
-func dbsize(t *testing.T, srv *redistest.Server) int {
-	n, err := redis.Int(srv.Do(t, "DBSIZE"), nil)
-	require.NoError(t, err)
+// dbInt runs a command on srv whose reply is a number.
+func dbInt(t *testing.T, srv *redistest.Server, cmd string, args ...interface{}) int {
+	t.Helper()
+	n, err := redis.Int(srv.Do(t, cmd, args...), nil)
+	require.NoError(t, err, "%s %v", cmd, args)
 	return n
 }
