@@ -24,7 +24,8 @@ type tracer struct {
 	bad   []string
 }
 
-type traced struct{ id int }
+// traced is the context key of an acquisition's id.
+type traced struct{}
 
 func (tr *tracer) WaitStarted(ctx context.Context, kind, name string) context.Context {
 	tr.mu.Lock()

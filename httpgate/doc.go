@@ -11,5 +11,7 @@
 // (Config.IdleExpiry), and a Limiter keeps at most Config.MaxKeys keys in
 // memory, so a client sending random keys grows neither. While Redis
 // fails, requests are refused (503) unless Config.FailOpen lets them
-// through unlimited. docs/middleware.md tells the rest.
+// through unlimited. Limiter.Hold is the same for any other edge (the
+// grpcgate module's interceptors use it). docs/middleware.md tells the
+// rest.
 package httpgate
