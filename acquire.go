@@ -33,7 +33,7 @@ import (
 // Other errors: *SizeMismatchError, ErrWrongType, ErrCorrupt,
 // ErrOutOfMemory, ErrStaleGrant, or a connection error.
 func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
-	start := time.Now()
+	w := s.watch(ctx, s.role())
 	var l *Lease
 	var err error
 	if s.cfg.waitConns > 0 {
@@ -41,41 +41,16 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
 	} else {
 		l, _, err = s.acquire(ctx, engine.ModeWait, nil)
 	}
-	return s.observeAcquire(start, l, err)
+	return s.observeAcquire(w, l, err)
 }
 
 // TryAcquire returns a lease if a token is free now, and ErrNoToken if none
 // is. It never waits for a token: one round trip, a few at most when grants
 // arrive past their lease's local deadline (then ErrStaleGrant).
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
-	start := time.Now()
+	w := s.watch(ctx, s.role())
 	l, _, err := s.acquire(ctx, engine.ModeTry, nil)
-	return s.observeAcquire(start, l, err)
-}
-
-// observeAcquire reports the outcome of an acquisition that started at
-// start, and arranges for the lease's end to be reported.
-func (s *Semaphore) observeAcquire(start time.Time, l *Lease, err error) (*Lease, error) {
-	o := s.cfg.observer
-	if o == nil {
-		return l, err
-	}
-	wait := time.Since(start)
-	if err != nil {
-		o.AcquireFailed(s.name, wait, err)
-		return l, err
-	}
-	o.Acquired(s.name, wait)
-	granted := time.Now()
-	context.AfterFunc(l.Context(), func() {
-		held := time.Since(granted)
-		if cause := context.Cause(l.Context()); errors.Is(cause, ErrReleased) {
-			o.Released(s.name, held)
-		} else {
-			o.LeaseLost(s.name, held, cause)
-		}
-	})
-	return l, nil
+	return s.observeAcquire(w, l, err)
 }
 
 // acquire runs an acquisition of one token in mode, going on with

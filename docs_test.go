@@ -96,7 +96,7 @@ func TestDocs_compileCatchesBrokenBlocks(t *testing.T) {
 var docImports = []string{
 	"context", "database/sql", "errors", "expvar", "fmt", "log", "math", "net/http", "os", "strconv", "time",
 	"github.com/gomodule/redigo/redis", "github.com/redsem/redsem", "github.com/redsem/redsem/cluster",
-	"github.com/redsem/redsem/rate", "github.com/redsem/redsem/admin",
+	"github.com/redsem/redsem/rate", "github.com/redsem/redsem/admin", "github.com/redsem/redsem/httpgate",
 }
 
 type docBlock struct {
@@ -346,6 +346,7 @@ var (
 	_ = cluster.New
 	_ = rate.New
 	_ = admin.New
+	_ = httpgate.New
 )
 
 `)

@@ -23,6 +23,7 @@ func NewMutex(pool Pool, name string, opts ...Option) (*Mutex, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.mutex = true
 	return &Mutex{sem: s}, nil
 }
 

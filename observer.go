@@ -1,6 +1,8 @@
 package redsem
 
 import (
+	"context"
+	"errors"
 	"time"
 )
 
@@ -10,7 +12,8 @@ import (
 // once the lease has ended, maybe after Release returned. admin.Counters is a ready-made Observer; an adapter to
 // Prometheus or OpenTelemetry is a few lines (see docs/metrics.md). An Observer
 // that also implements RefreshObserver hears of failed background
-// refreshes.
+// refreshes, and one that implements ContextObserver hears each
+// acquisition with its caller's context, for tracing.
 //
 // Every acquisition of a Semaphore (Acquire, TryAcquire, AcquireN,
 // TryAcquireN, and a Mutex's Lock and TryLock) reports Acquired or
@@ -46,9 +49,96 @@ type RefreshObserver interface {
 	RefreshFailed(name string, err error)
 }
 
+// ContextObserver is an Observer that also hears each acquisition with its
+// caller's context, so that it can trace the wait and the hold under the
+// caller's trace (the otel module's observer does). Every kind reports to
+// it: "semaphore" and "mutex" (a Mutex's Lock and TryLock), "rwmutex.read"
+// and "rwmutex.write", and a rate gate's or quota's starts, "rate" (package
+// rate's WithObserver takes the same methods, HoldEnded aside). The three
+// methods of one acquisition are called in order, each given what the one
+// before returned, and must be fast and safe for concurrent use.
+type ContextObserver interface {
+	Observer
+	// WaitStarted reports that an acquisition of kind on name begins, on
+	// the acquiring goroutine, with the caller's ctx. What it returns (ctx,
+	// or a context derived from it, carrying a span) goes to WaitEnded;
+	// the acquisition itself runs under ctx.
+	WaitStarted(ctx context.Context, kind, name string) context.Context
+	// WaitEnded reports the acquisition's outcome, right after Acquired or
+	// AcquireFailed: err nil and the grant's fence (0 for a rate start,
+	// which has none), or the error the caller gets. For a lease granted,
+	// what it returns goes to HoldEnded.
+	WaitEnded(ctx context.Context, fence int64, err error) context.Context
+	// HoldEnded reports that the lease granted has ended, right after
+	// Released or LeaseLost, on their goroutine: cause is ErrReleased,
+	// ErrLeaseExpired or ErrLeaseLost.
+	HoldEnded(ctx context.Context, cause error)
+}
+
 // observeRefreshFailed reports a failed background refresh of l.
 func (l *Lease) observeRefreshFailed(err error) {
 	if ro, ok := l.sem.cfg.observer.(RefreshObserver); ok {
 		ro.RefreshFailed(l.sem.name, err)
 	}
+}
+
+// watch is an acquisition being observed: when it began and, for a
+// ContextObserver, what its WaitStarted returned.
+type watch struct {
+	start time.Time
+	ctx   context.Context
+}
+
+// watch begins observing an acquisition of kind under ctx.
+func (s *Semaphore) watch(ctx context.Context, kind string) watch {
+	w := watch{start: time.Now()}
+	if co, ok := s.cfg.observer.(ContextObserver); ok {
+		w.ctx = co.WaitStarted(ctx, kind, s.name)
+	}
+	return w
+}
+
+// role is the kind of s's own acquisitions, for a ContextObserver.
+func (s *Semaphore) role() string {
+	if s.mutex {
+		return "mutex"
+	}
+	return "semaphore"
+}
+
+// observeAcquire reports the outcome of acquisition w, and arranges for the
+// lease's end to be reported.
+func (s *Semaphore) observeAcquire(w watch, l *Lease, err error) (*Lease, error) {
+	o := s.cfg.observer
+	if o == nil {
+		return l, err
+	}
+	co, _ := o.(ContextObserver)
+	wait := time.Since(w.start)
+	if err != nil {
+		o.AcquireFailed(s.name, wait, err)
+		if co != nil {
+			co.WaitEnded(w.ctx, 0, err)
+		}
+		return l, err
+	}
+	o.Acquired(s.name, wait)
+	var hold context.Context
+	if co != nil {
+		hold = co.WaitEnded(w.ctx, l.Fence(), nil)
+	}
+	granted := time.Now()
+	context.AfterFunc(l.Context(), func() {
+		held := time.Since(granted)
+		cause := context.Cause(l.Context())
+		if errors.Is(cause, ErrReleased) {
+			o.Released(s.name, held)
+		} else {
+			o.LeaseLost(s.name, held, cause)
+		}
+		if co != nil {
+			co.HoldEnded(hold, cause)
+		}
+	})
+	return l, nil
 }

@@ -75,9 +75,9 @@ func (m *RWMutex) Lock(ctx context.Context) (*Lease, error) { return m.lock(ctx,
 func (m *RWMutex) TryLock(ctx context.Context) (*Lease, error) { return m.lock(ctx, "w", false) }
 
 func (m *RWMutex) lock(ctx context.Context, mode string, wait bool) (*Lease, error) {
-	start := time.Now()
+	w := m.s.watch(ctx, map[string]string{"r": "rwmutex.read", "w": "rwmutex.write"}[mode])
 	l, err := m.drive(ctx, mode, wait)
-	return m.s.observeAcquire(start, l, err)
+	return m.s.observeAcquire(w, l, err)
 }
 
 func (m *RWMutex) drive(ctx context.Context, mode string, wait bool) (*Lease, error) {

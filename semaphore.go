@@ -38,6 +38,9 @@ type Semaphore struct {
 	// RWMutex's, whose Semaphore only carries the pools, options and
 	// clock its leases share with a semaphore's (see rwmutex.go).
 	kind *leaseKind
+	// mutex is set on a Mutex's Semaphore: its acquisitions are of kind
+	// "mutex" to a ContextObserver.
+	mutex bool
 }
 
 // NewSemaphore returns the semaphore called name with size tokens, 1 to

@@ -51,12 +51,12 @@ func (s *Semaphore) AcquireN(ctx context.Context, k int) (*Lease, error) {
 	if k == 1 {
 		return s.Acquire(ctx)
 	}
-	start := time.Now()
+	w := s.watch(ctx, s.role())
 	if err := s.checkN(k); err != nil {
-		return s.observeAcquire(start, nil, err)
+		return s.observeAcquire(w, nil, err)
 	}
 	l, err := s.acquireN(ctx, k, true)
-	return s.observeAcquire(start, l, err)
+	return s.observeAcquire(w, l, err)
 }
 
 // TryAcquireN returns a lease on k tokens if k are free now and no
@@ -67,12 +67,12 @@ func (s *Semaphore) TryAcquireN(ctx context.Context, k int) (*Lease, error) {
 	if k == 1 {
 		return s.TryAcquire(ctx)
 	}
-	start := time.Now()
+	w := s.watch(ctx, s.role())
 	if err := s.checkN(k); err != nil {
-		return s.observeAcquire(start, nil, err)
+		return s.observeAcquire(w, nil, err)
 	}
 	l, err := s.acquireN(ctx, k, false)
-	return s.observeAcquire(start, l, err)
+	return s.observeAcquire(w, l, err)
 }
 
 func (s *Semaphore) checkN(k int) error {

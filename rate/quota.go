@@ -160,9 +160,9 @@ func (q *Quota) Limits() []Limit { return append([]Limit(nil), q.limits...) }
 // Other errors: *MismatchError, ErrWrongType, ErrCorrupt, or a connection
 // error.
 func (q *Quota) WaitN(ctx context.Context, units ...int) (Start, error) {
-	start := time.Now()
+	w := q.watch(ctx)
 	st, err := q.take(ctx, units, true)
-	return q.observeTake(start, st, err)
+	return q.observeTake(w, st, err)
 }
 
 // AllowN returns a start taking units[i] of limit i if one is possible now,
@@ -171,9 +171,9 @@ func (q *Quota) WaitN(ctx context.Context, units ...int) (Start, error) {
 // It never waits, never jumps ahead of waiting callers, and is one round
 // trip. The units and the other errors are WaitN's.
 func (q *Quota) AllowN(ctx context.Context, units ...int) (Start, error) {
-	start := time.Now()
+	w := q.watch(ctx)
 	st, err := q.take(ctx, units, false)
-	return q.observeTake(start, st, err)
+	return q.observeTake(w, st, err)
 }
 
 // checkUnits validates the units of one start, before any I/O.
