@@ -609,11 +609,16 @@ func (r *run) firstDelivery() *simConn {
 
 // killLocked makes cl's process dead: its connections break, its pool
 // refuses, its clients start nothing more, and what they held is forgotten
-// by them.
+// by them. Their operations' contexts end, and their waits return: a
+// process's goroutines die with it, where here they would go on (a wait
+// waits out an unreachable Redis while its context lasts).
 func (r *run) killLocked(cl *vclient) {
 	for _, x := range r.clients {
 		if x.proc == cl.proc {
 			x.dead = true
+			if x.cancel != nil {
+				x.cancel()
+			}
 		}
 	}
 	r.w.dead[cl.proc] = true
@@ -623,6 +628,13 @@ func (r *run) killLocked(cl *vclient) {
 		}
 	}
 	r.w.pools[cl.proc].idle = nil
+	for _, sw := range r.w.waits {
+		if !sw.woken && sw.ctx.Err() != nil {
+			sw.woken = true
+			r.w.running++
+			close(sw.wake)
+		}
+	}
 }
 
 // activeLocked reports whether a client of cl's process runs an operation

@@ -31,7 +31,9 @@ import (
 //  4. A reply that was not read (a broken connection, a lost reply) is
 //     settled by the acquisition's id: with the context live, a grant found
 //     that way is kept, and without one the wait starts over on a fresh
-//     connection (at most MaxBrokenWaits times in a row). With the context
+//     connection (at most MaxBrokenWaits times in a row). While Redis is
+//     unreachable (restarting, say), settling and the fresh connection's
+//     dial are tried again with Backoff as long as the context lasts. With the context
 //     ended, whatever the acquisition holds goes back, in the background
 //     within SettleTimeout, and the caller returns after SettleWait at most.
 //  5. A reply that says the acquisition was settled behind its back
@@ -239,10 +241,23 @@ func Drive(ctx context.Context, d *Driver, p Protocol, mode Mode, start *Pending
 	if mode == ModeWait {
 		pool = d.Block
 	}
-	broken := 0
+	broken, down := 0, 0
+	// waitOn reports whether a wait whose connection broke waits on after
+	// err: a dial that failed (Redis restarting, say) while ctx lasts.
+	waitOn := func(err error) bool {
+		if broken == 0 || !NotSent(err) || CtxErr(ctx) != nil {
+			return false
+		}
+		Backoff(ctx, down)
+		down++
+		return true
+	}
 	for {
 		conn, err := pool.GetContext(ctx)
 		if err != nil {
+			if waitOn(err) {
+				continue
+			}
 			if start != nil {
 				Settle(ctx, d, p, start.Acq)
 			}
@@ -255,11 +270,15 @@ func Drive(ctx context.Context, d *Driver, p Protocol, mode Mode, start *Pending
 		start = nil
 		conn.Close()
 		var be *brokenWait
-		if !errors.As(err, &be) {
-			return res, err
+		if errors.As(err, &be) {
+			if broken++; broken >= MaxBrokenWaits {
+				return Result{}, d.Fail(be.err)
+			}
+			down = 0
+			continue
 		}
-		if broken++; broken >= MaxBrokenWaits {
-			return Result{}, d.Fail(be.err)
+		if err == nil || !waitOn(err) {
+			return res, err
 		}
 	}
 }
@@ -395,7 +414,9 @@ func NewAcqID() string {
 // have run and granted, or a blocking command may still be registered. With
 // the context ended everything goes back and the context's error is
 // returned. Otherwise a grant is kept (returned), and without one a
-// *brokenWait tells Drive to start over on a fresh connection.
+// *brokenWait tells Drive to start over on a fresh connection; settling
+// that fails on the connection (or with a Transient reply) is tried again
+// with Backoff until it answers or the context ends.
 //
 // After an error reply nothing read is in doubt. A first script refuses
 // before it writes anything, so there is nothing to settle (and bad input
@@ -420,7 +441,9 @@ func failed(ctx context.Context, d *Driver, p Protocol, acq string, err error, b
 		Settle(ctx, d, p, acq)
 		return zero, d.Fail(we.err)
 	}
-	if CtxErr(ctx) == nil {
+	for n := 0; CtxErr(ctx) == nil; n++ {
+		// Resolve it, as long as the context lasts: Redis may be
+		// restarting, or the network down; a waiter waits that out.
 		rctx, cancel := context.WithTimeout(ctx, SettleTimeout)
 		r, aerr := p.Abort(rctx, acq, "resolve")
 		cancel()
@@ -430,12 +453,37 @@ func failed(ctx context.Context, d *Driver, p Protocol, acq string, err error, b
 		case aerr == nil:
 			d.fitBlock(err, blockLeft)
 			return zero, &brokenWait{err}
-		case CtxErr(ctx) == nil:
-			return zero, d.Fail(fmt.Errorf("%w (settling it failed too: %v)", err, aerr))
+		case IsRedisError(aerr) && !Transient(aerr):
+			// Redis answers, and refuses: its answer is the error.
+			Settle(ctx, d, p, acq)
+			return zero, d.Fail(aerr)
 		}
+		Backoff(ctx, n)
 	}
 	Settle(ctx, d, p, acq)
 	return zero, d.Fail(CtxErr(ctx))
+}
+
+// Backoff waits before retry n (0-based) of a call that found Redis
+// unreachable or not ready: 10ms doubling to 500ms, or until ctx ends.
+func Backoff(ctx context.Context, n int) {
+	Clk.WaitOrDone(ctx, nil, min(10*time.Millisecond<<min(n, 6), 500*time.Millisecond))
+}
+
+// Transient reports whether err is an error reply Redis sends while it
+// cannot serve yet (loading its data, a script running too long, a
+// failover or resharding under way): the same call may work soon.
+func Transient(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	code, _, _ := strings.Cut(string(re), " ")
+	switch code {
+	case "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY":
+		return true
+	}
+	return false
 }
 
 // Settle gives back whatever acquisition acq may hold or be registered for.
