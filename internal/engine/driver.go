@@ -33,9 +33,10 @@ import (
 //     that way is kept, and without one the wait starts over on a fresh
 //     connection (at most MaxBrokenWaits times in a row). While Redis is
 //     unreachable (restarting, say), settling and the fresh connection's
-//     dial are tried again with Backoff as long as the context lasts. With the context
-//     ended, whatever the acquisition holds goes back, in the background
-//     within SettleTimeout, and the caller returns after SettleWait at most.
+//     dial are tried again with backoff as long as the context lasts.
+//     With the context ended, whatever the acquisition holds goes back, in
+//     the background within SettleTimeout, and the caller returns after
+//     SettleWait at most.
 //  5. A reply that says the acquisition was settled behind its back
 //     (aborted, dropped as dead, given back) starts a new one.
 //
@@ -248,7 +249,7 @@ func Drive(ctx context.Context, d *Driver, p Protocol, mode Mode, start *Pending
 		if broken == 0 || !NotSent(err) || CtxErr(ctx) != nil {
 			return false
 		}
-		Backoff(ctx, down)
+		backoff(ctx, down)
 		down++
 		return true
 	}
@@ -415,8 +416,8 @@ func NewAcqID() string {
 // the context ended everything goes back and the context's error is
 // returned. Otherwise a grant is kept (returned), and without one a
 // *brokenWait tells Drive to start over on a fresh connection; settling
-// that fails on the connection (or with a Transient reply) is tried again
-// with Backoff until it answers or the context ends.
+// that fails because Redis is unreachable is tried again with backoff
+// until Redis answers or the context ends.
 //
 // After an error reply nothing read is in doubt. A first script refuses
 // before it writes anything, so there is nothing to settle (and bad input
@@ -453,27 +454,37 @@ func failed(ctx context.Context, d *Driver, p Protocol, acq string, err error, b
 		case aerr == nil:
 			d.fitBlock(err, blockLeft)
 			return zero, &brokenWait{err}
-		case IsRedisError(aerr) && !Transient(aerr):
-			// Redis answers, and refuses: its answer is the error.
+		case !unreachable(aerr) && CtxErr(ctx) == nil:
+			// Redis answers, and refuses (or a write was not
+			// replicated): that is the error.
 			Settle(ctx, d, p, acq)
 			return zero, d.Fail(aerr)
 		}
-		Backoff(ctx, n)
+		backoff(ctx, n)
 	}
 	Settle(ctx, d, p, acq)
 	return zero, d.Fail(CtxErr(ctx))
 }
 
-// Backoff waits before retry n (0-based) of a call that found Redis
+// backoff waits before retry n (0-based) of a call that found Redis
 // unreachable or not ready: 10ms doubling to 500ms, or until ctx ends.
-func Backoff(ctx context.Context, n int) {
+func backoff(ctx context.Context, n int) {
 	Clk.WaitOrDone(ctx, nil, min(10*time.Millisecond<<min(n, 6), 500*time.Millisecond))
 }
 
-// Transient reports whether err is an error reply Redis sends while it
+// unreachable reports whether err says Redis could not be reached or did
+// not answer (a failed dial, a closed or reset connection, a timeout), or
+// answered with a transient reply: the same call may work soon.
+func unreachable(err error) bool {
+	var ne net.Error
+	return NotSent(err) || DeadConn(err) || errors.As(err, &ne) ||
+		errors.Is(err, context.DeadlineExceeded) || transient(err)
+}
+
+// transient reports whether err is an error reply Redis sends while it
 // cannot serve yet (loading its data, a script running too long, a
 // failover or resharding under way): the same call may work soon.
-func Transient(err error) bool {
+func transient(err error) bool {
 	var re redis.Error
 	if !errors.As(err, &re) {
 		return false
