@@ -694,10 +694,10 @@ func TestSemaphore_AcquireN_deadCollectorHandsOn(t *testing.T) {
 
 // acquireNWith is acquire_n.lua, after its helpers, with the line from
 // replaced by to: a test's way to change one of its constants.
-func acquireNWith(t testing.TB, from, to string) *redis.Script {
+func acquireNWith(t testing.TB, from, to string) *engine.Script {
 	src := engine.Source("acquire_n.lua")
 	require.Contains(t, src, from)
-	return redis.NewScript(8, strings.Replace(src, from, to, 1))
+	return engine.Lua(8, strings.Replace(src, from, to, 1))
 }
 
 // A collection that outlasts the backstop deadline of its partial leases

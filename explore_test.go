@@ -50,7 +50,7 @@ func newExploreEnv(t testing.TB) *exploreEnv {
 	exec, err := redis.Dial("tcp", m.Addr())
 	require.NoError(t, err)
 	t.Cleanup(func() { exec.Close() })
-	for _, s := range []*redis.Script{engine.Acquire, engine.Release, engine.Refresh, engine.Abort, engine.Reclaim,
+	for _, s := range []*engine.Script{engine.Acquire, engine.Release, engine.Refresh, engine.Abort, engine.Reclaim,
 		engine.Delete, engine.Status, engine.AcquireN, engine.AbortN, engine.Resize, engine.Repair, engine.Check,
 		engine.RWAcquire, engine.RWAbort, engine.RWRelease, engine.RWRefresh,
 		engine.RateTake, engine.RateAbort, engine.RateSet, engine.RateStatus} {
@@ -574,7 +574,7 @@ func TestExplorer_catchesReintroducedBugs(t *testing.T) {
 		require.NoError(t, err)
 		saved := engine.Refresh
 		helpers := strings.TrimSuffix(engine.Source("refresh.lua"), engine.MustRead("refresh.lua"))
-		engine.Refresh = redis.NewScript(4, helpers+string(old))
+		engine.Refresh = engine.Lua(4, helpers+string(old))
 		defer func() { engine.Refresh = saved }()
 		env := newExploreEnv(t)
 		cx, n := exploreScenario(t, env, seamScenario(t, "refresh to a shorter TTL, then the holder dies"), 9, time.Now().Add(time.Minute))
@@ -592,7 +592,7 @@ func TestExplorer_catchesReintroducedBugs(t *testing.T) {
 			src = strings.Replace(src, old, planted, 1)
 		}
 		saved := engine.Acquire
-		engine.Acquire = redis.NewScript(6, src)
+		engine.Acquire = engine.Lua(6, src)
 		defer func() { engine.Acquire = saved }()
 		env := newExploreEnv(t)
 		cx, n := exploreScenario(t, env, seamScenario(t, "the server clock stands still or steps back"), exploreDepth, time.Now().Add(time.Minute))
@@ -605,7 +605,7 @@ func TestExplorer_catchesReintroducedBugs(t *testing.T) {
 		const guard = " or not score or tonumber(score) <= now_ms then"
 		require.Contains(t, src, guard)
 		saved := engine.Refresh
-		engine.Refresh = redis.NewScript(4, strings.Replace(src, guard, " or not score then", 1))
+		engine.Refresh = engine.Lua(4, strings.Replace(src, guard, " or not score then", 1))
 		defer func() { engine.Refresh = saved }()
 		env := newExploreEnv(t)
 		cx, n := exploreScenario(t, env, seamScenario(t, "refresh to a shorter TTL, then the holder dies"), exploreDepth, time.Now().Add(time.Minute))

@@ -1123,7 +1123,7 @@ func (r *run) teardown() {
 // scriptNames maps every script's SHA1 to its file, for the schedule.
 func scriptNames() map[string]string {
 	out := map[string]string{}
-	for name, s := range map[string]*redis.Script{
+	for name, s := range map[string]*engine.Script{
 		"acquire.lua": engine.Acquire, "release.lua": engine.Release, "refresh.lua": engine.Refresh,
 		"abort.lua": engine.Abort, "reclaim.lua": engine.Reclaim, "delete.lua": engine.Delete,
 		"status.lua": engine.Status, "acquire_n.lua": engine.AcquireN, "abort_n.lua": engine.AbortN,

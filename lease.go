@@ -114,7 +114,7 @@ func (l *Lease) Tokens() []string {
 // explorer's tests swap one in for an old version).
 type leaseKind struct {
 	what             string // "semaphore" or "rwmutex", for errors
-	release, refresh **redis.Script
+	release, refresh **engine.Script
 	keys             func(k keys) []interface{}
 }
 
@@ -133,7 +133,7 @@ func (s *Semaphore) leaseKind() *leaseKind {
 // more of the lease's tokens): the first token, the acquisition id, extra,
 // then the other tokens (release.lua, refresh.lua; an RWMutex lease has
 // one token).
-func (l *Lease) tokenArgs(script *redis.Script, toks []string, extra ...engine.Arg) []interface{} {
+func (l *Lease) tokenArgs(script *engine.Script, toks []string, extra ...engine.Arg) []interface{} {
 	args := append([]engine.Arg{engine.A("token", toks[0]), engine.A("acqID", l.acqID)}, extra...)
 	if len(toks) > 1 {
 		args = append(args, engine.RestStrings(toks[1:]))

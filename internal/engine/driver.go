@@ -549,14 +549,17 @@ func BLPOP(key string) Blocking { return Blocking{src: key} }
 // command is returned for Drive to settle and map. A script unknown to the server
 // (NOSCRIPT) is run again with its source.
 func BlockThenRun(ctx context.Context, conn redis.Conn, block time.Duration, wait Blocking,
-	script *redis.Script, scriptArgs []interface{}) (interface{}, error) {
+	script *Script, scriptArgs []interface{}) (interface{}, error) {
 	if err := checkArity(script, scriptArgs); err != nil {
+		return nil, err
+	}
+	hash, err := script.hashOn(ctx, conn) // sends nothing but in a process's first wait
+	if err != nil {
 		return nil, err
 	}
 	// Round up: never a wait of 0, which would block forever.
 	ms := (block + time.Millisecond - 1).Milliseconds()
 	secs := strconv.FormatFloat(float64(ms)/1000, 'f', 3, 64)
-	var err error
 	if wait.move {
 		err = conn.Send("BLMOVE", wait.src, wait.dst, "LEFT", "RIGHT", secs)
 	} else {
@@ -567,7 +570,7 @@ func BlockThenRun(ctx context.Context, conn redis.Conn, block time.Duration, wai
 	}
 	skip := failpoint.Hit("wait.script")
 	if !skip {
-		if err := script.SendHash(conn, scriptArgs...); err != nil {
+		if err := conn.Send("EVALSHA", script.args(hash, scriptArgs)...); err != nil {
 			return nil, err
 		}
 	}
@@ -587,8 +590,8 @@ func BlockThenRun(ctx context.Context, conn redis.Conn, block time.Duration, wai
 	// The script's reply follows at once (Redis ran it right behind the
 	// blocking command): read it without ReceiveContext's watcher goroutine.
 	v, err := redis.ReceiveWithTimeout(conn, BlockSlack)
-	if re, ok := err.(redis.Error); ok && strings.HasPrefix(string(re), "NOSCRIPT") {
-		v, err = script.DoContext(ctx, conn, scriptArgs...)
+	if noScript(err) {
+		v, err = redis.DoContext(conn, ctx, "EVAL", script.args(script.src, scriptArgs)...)
 	}
 	if waitErr != nil {
 		return nil, &waitReplyErr{waitErr}
