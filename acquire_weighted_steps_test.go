@@ -28,7 +28,7 @@ func tryRuns(t *testing.T, b *backend, s *Semaphore, k int) (string, func(phase 
 }
 
 // countRuns returns a pool that counts the runs of script sent through it.
-func countRuns(p Pool, script *redis.Script) (*hookPool, *atomic.Int64) {
+func countRuns(p Pool, script *engine.Script) (*hookPool, *atomic.Int64) {
 	n := &atomic.Int64{}
 	return &hookPool{Pool: p, AfterDo: func(cmd string, args []interface{}) error {
 		if isScript(script, cmd, args) {

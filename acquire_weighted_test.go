@@ -795,7 +795,8 @@ func TestSemaphore_AcquireN_collectorSealsWithoutItsClient(t *testing.T) {
 		// Its next wait, written as the driver writes it, and never read: a
 		// BLPOP that only the doorbell ends.
 		require.NoError(t, c.Send("BLPOP", s.k.bell(collector), "30"))
-		require.NoError(t, engine.AcquireN.SendHash(c, args("wait")...))
+		require.NotEmpty(t, engine.AcquireN.Hash(), "loaded by the fresh run above")
+		require.NoError(t, c.Send("EVALSHA", append([]interface{}{engine.AcquireN.Hash(), 8}, args("wait")...)...))
 		require.NoError(t, c.Flush())
 		require.Len(t, collecting(t, s), 1, "collecting, as Status shows it")
 
@@ -822,10 +823,10 @@ func TestSemaphore_AcquireN_collectorSealsWithoutItsClient(t *testing.T) {
 
 // acquireNWith is acquire_n.lua, after its helpers, with the line from
 // replaced by to: a test's way to change one of its constants.
-func acquireNWith(t testing.TB, from, to string) *redis.Script {
+func acquireNWith(t testing.TB, from, to string) *engine.Script {
 	src := engine.Source("acquire_n.lua")
 	require.Contains(t, src, from)
-	return redis.NewScript(8, strings.Replace(src, from, to, 1))
+	return engine.Lua(8, strings.Replace(src, from, to, 1))
 }
 
 // A collection that outlasts the backstop deadline of its partial leases

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redsem/redsem/admin"
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/rate"
 )
@@ -32,7 +33,9 @@ func aclSetUser(t *testing.T, srv *redistest.Server, user, pw, prefix string, cm
 // runs every public operation of the package: each code path that sends a
 // command of its own (the waits, the weighted doorbell, the rate gate's
 // queue, a shrink, a repair) is taken at least once. The server is fresh, so
-// every script's first call also goes through EVAL after NOSCRIPT. Remove a
+// every script's first call also goes through EVAL after NOSCRIPT; a script
+// new to the process is loaded first (SCRIPT LOAD), as each of redsem's is
+// on its first run. Remove a
 // command from aclCommands and this test fails with NOPERM (or, for a
 // command a script runs under pcall, with the error the script makes of it).
 func TestAdmin_ACLCommands_userRunsEveryOperation(t *testing.T) {
@@ -42,6 +45,10 @@ func TestAdmin_ACLCommands_userRunsEveryOperation(t *testing.T) {
 		t.Run(strings.TrimSuffix(prefix, ":"), func(t *testing.T) {
 			user := "app-" + strings.ReplaceAll(prefix, ":", "-")
 			pool := aclSetUser(t, srv, user, "pw", prefix, admin.ACLCommands())
+			c := pool.Get()
+			_, err := engine.Lua(0, "return 1").Do(c)
+			c.Close()
+			require.NoError(t, err, "a script's first run in a process")
 			runEveryOperation(t, pool, prefix)
 			// Delete removed every semaphore's keys; the rate gate's and the
 			// read-write lock's stay (neither has a Delete).

@@ -23,6 +23,8 @@ var (
 	// ErrLeaseExpired is the cause reported by Lease.Err once the lease's
 	// local deadline has passed without a refresh, and is returned by Refresh
 	// from then on. Release may still succeed if the token was not reclaimed.
+	// When refreshes failed before (Redis unreachable), the cause matches the
+	// last refresh's error too.
 	ErrLeaseExpired = errors.New("redsem: lease expired")
 
 	// ErrReleased is returned by Release and Refresh on a lease that was

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
 	"github.com/redsem/redsem/internal/engine"
 	"github.com/stretchr/testify/require"
 )
@@ -88,7 +87,7 @@ func TestExplorer_catchesMissingPersist(t *testing.T) {
 	src = strings.Replace(src, "  if exp then", "  if false then", 1)
 	src = strings.Replace(src, "idle_setting(idle)\nwake()\n", "idle_setting(idle)\n", 1)
 	saved := engine.Acquire
-	engine.Acquire = redis.NewScript(6, src)
+	engine.Acquire = engine.Lua(6, src)
 	defer func() { engine.Acquire = saved }()
 	env := newExploreEnv(t)
 	cx, n := exploreScenario(t, env, idleScenarios()[0], exploreDepth, time.Now().Add(time.Minute))

@@ -54,7 +54,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
 	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/rate"
 	"github.com/stretchr/testify/require"
@@ -877,10 +876,10 @@ func TestExplore_rateRegressions(t *testing.T) {
 }
 
 // rateTakeWith returns rate_take.lua with old replaced by new.
-func rateTakeWith(t testing.TB, old, new string) *redis.Script {
+func rateTakeWith(t testing.TB, old, new string) *engine.Script {
 	src := engine.Source("rate_take.lua")
 	require.Contains(t, src, old)
-	return redis.NewScript(engine.RateKeys, strings.Replace(src, old, new, 1))
+	return engine.Lua(engine.RateKeys, strings.Replace(src, old, new, 1))
 }
 
 // The rate invariants can fail: each case plants a bug in a copy of

@@ -30,7 +30,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
 	"github.com/redsem/redsem/internal/engine"
 	"github.com/stretchr/testify/require"
 )
@@ -346,7 +345,7 @@ func TestExplorer_catchesBrokenRWLock(t *testing.T) {
 	const guard = "(mode == 'r' or not any_lease())"
 	require.Contains(t, src, guard)
 	saved := engine.RWAcquire
-	engine.RWAcquire = redis.NewScript(6, strings.Replace(src, guard, "true", 1))
+	engine.RWAcquire = engine.Lua(6, strings.Replace(src, guard, "true", 1))
 	defer func() { engine.RWAcquire = saved }()
 	env := newExploreEnv(t)
 	sc := rwScenarios()[0]

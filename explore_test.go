@@ -66,7 +66,7 @@ func newExploreEnv(t testing.TB) *exploreEnv {
 	exec, err := redis.Dial("tcp", m.Addr())
 	require.NoError(t, err)
 	t.Cleanup(func() { exec.Close() })
-	for _, s := range []*redis.Script{engine.Acquire, engine.Release, engine.Refresh, engine.Abort, engine.Reclaim,
+	for _, s := range []*engine.Script{engine.Acquire, engine.Release, engine.Refresh, engine.Abort, engine.Reclaim,
 		engine.Status, engine.AcquireN, engine.AbortN, engine.Resize, engine.Repair, engine.Check,
 		engine.RWAcquire, engine.RWAbort, engine.RWRelease, engine.RWRefresh,
 		engine.RateTake, engine.RateAbort, engine.RateSet, engine.RateStatus} {
@@ -603,7 +603,7 @@ func TestExplorer_catchesReintroducedBugs(t *testing.T) {
 		require.NoError(t, err)
 		saved := engine.Refresh
 		helpers := strings.TrimSuffix(engine.Source("refresh.lua"), engine.MustRead("refresh.lua"))
-		engine.Refresh = redis.NewScript(4, helpers+string(old))
+		engine.Refresh = engine.Lua(4, helpers+string(old))
 		defer func() { engine.Refresh = saved }()
 		env := newExploreEnv(t)
 		cx, n := exploreScenario(t, env, seamScenario(t, "refresh to a shorter TTL, then the holder dies"), 9, time.Now().Add(time.Minute))
@@ -621,7 +621,7 @@ func TestExplorer_catchesReintroducedBugs(t *testing.T) {
 			src = strings.Replace(src, old, planted, 1)
 		}
 		saved := engine.Acquire
-		engine.Acquire = redis.NewScript(6, src)
+		engine.Acquire = engine.Lua(6, src)
 		defer func() { engine.Acquire = saved }()
 		env := newExploreEnv(t)
 		cx, n := exploreScenario(t, env, seamScenario(t, "the server clock stands still or steps back"), exploreDepth, time.Now().Add(time.Minute))
@@ -632,16 +632,16 @@ func TestExplorer_catchesReintroducedBugs(t *testing.T) {
 	// over kept at 0 instead of deleted, by every script that gives back.
 	t.Run("shrink bookkeeping left after the drain", func(t *testing.T) {
 		const keep = "if over == 0 then gone[#gone + 1] = 'over' else"
-		saved := map[**redis.Script]*redis.Script{}
+		saved := map[**engine.Script]*engine.Script{}
 		for _, p := range []struct {
-			s    **redis.Script
+			s    **engine.Script
 			file string
 			keys int
 		}{{&engine.Release, "release.lua", 4}, {&engine.Acquire, "acquire.lua", 6}} {
 			src := engine.Source(p.file)
 			require.Contains(t, src, keep)
 			saved[p.s] = *p.s
-			*p.s = redis.NewScript(p.keys, strings.ReplaceAll(src, keep, "if false then else"))
+			*p.s = engine.Lua(p.keys, strings.ReplaceAll(src, keep, "if false then else"))
 		}
 		defer func() {
 			for p, s := range saved {
@@ -667,7 +667,7 @@ func TestExplorer_catchesReintroducedBugs(t *testing.T) {
 		const giveBack = "  redis.call('ZREM', KEYS[3], tok)\n  redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. acq)\n  give_back(tok, epoch, size, true)\n"
 		require.Contains(t, src, giveBack)
 		saved := engine.Abort
-		engine.Abort = redis.NewScript(6, strings.Replace(src, giveBack, "", 1))
+		engine.Abort = engine.Lua(6, strings.Replace(src, giveBack, "", 1))
 		defer func() { engine.Abort = saved }()
 		cx, n := exploreScenario(t, env, sc, exploreDepth, time.Now().Add(time.Minute))
 		t.Logf("found after %d schedules", n)
@@ -679,7 +679,7 @@ func TestExplorer_catchesReintroducedBugs(t *testing.T) {
 		const guard = " or not score or tonumber(score) <= now_ms then"
 		require.Contains(t, src, guard)
 		saved := engine.Refresh
-		engine.Refresh = redis.NewScript(4, strings.Replace(src, guard, " or not score then", 1))
+		engine.Refresh = engine.Lua(4, strings.Replace(src, guard, " or not score then", 1))
 		defer func() { engine.Refresh = saved }()
 		env := newExploreEnv(t)
 		cx, n := exploreScenario(t, env, seamScenario(t, "refresh to a shorter TTL, then the holder dies"), exploreDepth, time.Now().Add(time.Minute))

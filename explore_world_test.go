@@ -617,12 +617,17 @@ func (r *run) firstDelivery() *simConn {
 
 // killLocked makes cl's process dead: its connections break, its pool
 // refuses, its clients start nothing more, and what they held is forgotten
-// by them.
+// by them. Their operations' contexts end, and their waits return: a
+// process's goroutines die with it, where here they would go on (a wait
+// waits out an unreachable Redis while its context lasts).
 func (r *run) killLocked(cl *vclient) {
 	r.killed = true
 	for _, x := range r.clients {
 		if x.proc == cl.proc {
 			x.dead = true
+			if x.cancel != nil {
+				x.cancel()
+			}
 		}
 	}
 	r.w.dead[cl.proc] = true
@@ -632,6 +637,13 @@ func (r *run) killLocked(cl *vclient) {
 		}
 	}
 	r.w.pools[cl.proc].idle = nil
+	for _, sw := range r.w.waits {
+		if !sw.woken && sw.ctx.Err() != nil {
+			sw.woken = true
+			r.w.running++
+			close(sw.wake)
+		}
+	}
 }
 
 // activeLocked reports whether a client of cl's process runs an operation
@@ -1152,7 +1164,7 @@ func (r *run) teardown() {
 // scriptNames maps every script's SHA1 to its file, for the schedule.
 func scriptNames() map[string]string {
 	out := map[string]string{}
-	for name, s := range map[string]*redis.Script{
+	for name, s := range map[string]*engine.Script{
 		"acquire.lua": engine.Acquire, "release.lua": engine.Release, "refresh.lua": engine.Refresh,
 		"abort.lua": engine.Abort, "reclaim.lua": engine.Reclaim,
 		"status.lua": engine.Status, "acquire_n.lua": engine.AcquireN, "abort_n.lua": engine.AbortN,

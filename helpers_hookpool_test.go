@@ -3,8 +3,7 @@ package redsem
 import (
 	"sync/atomic"
 
-	"github.com/gomodule/redigo/redis"
-
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/internal/redistest"
 )
 
@@ -14,13 +13,13 @@ type hookPool = redistest.HookPool
 var errLostReply = redistest.ErrLostReply
 
 // isScript reports whether a command runs the given script.
-func isScript(s *redis.Script, cmd string, args []interface{}) bool {
+func isScript(s *engine.Script, cmd string, args []interface{}) bool {
 	return redistest.IsScript(s, cmd, args)
 }
 
 // loseReply returns a pool that loses the reply of the next run of script
 // (after Redis ran it) while lose is true, and clears lose when it does.
-func loseReply(p Pool, script *redis.Script, armed bool) (*hookPool, *atomic.Bool) {
+func loseReply(p Pool, script *engine.Script, armed bool) (*hookPool, *atomic.Bool) {
 	lose := &atomic.Bool{}
 	lose.Store(armed)
 	return &hookPool{Pool: p, AfterDo: func(cmd string, args []interface{}) error {

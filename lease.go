@@ -44,6 +44,8 @@ type Lease struct {
 	deadline time.Time
 	timer    engine.Timer
 	final    error // set once Release or Refresh learnt the lease is over
+	failed   int   // refreshes that failed since the last that did not
+	lastErr  error // the last of those failures
 	flights  []*refreshFlight
 	auto     autoRefresh // with mu
 
@@ -62,7 +64,7 @@ func (s *Semaphore) newLease(acq string, r engine.Reply, sentUs int64) *Lease {
 	stopCtx, stop := context.WithCancel(context.Background())
 	l.stop, l.refreshed = stop, closedCh
 	l.deadline = s.offset.localDeadline(deadlineMs, s.cfg.ttl, sentUs)
-	l.timer = engine.Clk.AfterFunc(l.deadline.Sub(engine.Clk.Now()), func() { l.end(ErrLeaseExpired) })
+	l.timer = engine.Clk.AfterFunc(l.deadline.Sub(engine.Clk.Now()), func() { l.end(l.expired()) })
 	l.stopCtx = stopCtx
 	return l
 }
@@ -112,7 +114,7 @@ func (l *Lease) Tokens() []string {
 // explorer's tests swap one in for an old version).
 type leaseKind struct {
 	what             string // "semaphore" or "rwmutex", for errors
-	release, refresh **redis.Script
+	release, refresh **engine.Script
 	keys             func(k keys) []interface{}
 }
 
@@ -131,7 +133,7 @@ func (s *Semaphore) leaseKind() *leaseKind {
 // more of the lease's tokens): the first token, the acquisition id, extra,
 // then the other tokens (release.lua, refresh.lua; an RWMutex lease has
 // one token).
-func (l *Lease) tokenArgs(script *redis.Script, toks []string, extra ...engine.Arg) []interface{} {
+func (l *Lease) tokenArgs(script *engine.Script, toks []string, extra ...engine.Arg) []interface{} {
 	args := append([]engine.Arg{engine.A("token", toks[0]), engine.A("acqID", l.acqID)}, extra...)
 	if len(toks) > 1 {
 		args = append(args, engine.RestStrings(toks[1:]))
@@ -192,7 +194,9 @@ func (l *Lease) Done() <-chan struct{} {
 var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Err returns nil while the lease is held, and afterwards why it ended:
-// ErrReleased, ErrLeaseExpired or ErrLeaseLost.
+// ErrReleased, ErrLeaseExpired (with the error of the last refresh, if
+// refreshes failed before), ErrLeaseLost, or the error of a Release that
+// failed (the lease ends on this side then, its tokens given back or not).
 func (l *Lease) Err() error {
 	if l == nil {
 		return ErrLeaseLost
@@ -201,7 +205,8 @@ func (l *Lease) Err() error {
 		return nil
 	}
 	cause := context.Cause(l.ctx)
-	if err := l.finalErr(); err != nil && errors.Is(cause, ErrReleased) {
+	var rf *releaseFailedError
+	if err := l.finalErr(); err != nil && errors.As(cause, &rf) {
 		// Ended by a Release whose outcome was unknown; a later Release
 		// or Refresh said how it ended.
 		return err
@@ -252,7 +257,9 @@ func (l *Lease) Release(ctx context.Context) error {
 				// retry got an error reply): Redis may grant them to
 				// others, so the holder holds no more. Only an error reply
 				// to the first run's only attempt changed nothing.
-				l.end(ErrReleased)
+				err = s.scriptError("release", err)
+				l.end(&releaseFailedError{err})
+				return err
 			}
 			return s.scriptError("release", err)
 		}
@@ -264,8 +271,9 @@ func (l *Lease) Release(ctx context.Context) error {
 			// epoch.
 			same, err := l.sameEpoch(ctx)
 			if err != nil {
-				l.end(ErrReleased) // the first attempt likely released it
-				return s.scriptError("release", err)
+				err = s.scriptError("release", err)
+				l.end(&releaseFailedError{err}) // the first attempt likely released it
+				return err
 			}
 			if same {
 				m = len(chunk)
@@ -328,7 +336,8 @@ func (l *Lease) sameEpoch(ctx context.Context) (bool, error) {
 // Refresh extends the lease to ttl from now, by Redis time, or fails and
 // extends nothing: ErrLeaseLost once Redis no longer records it,
 // ErrLeaseExpired once its local deadline has passed, ErrReleased after
-// Release, ErrInvalidTTL for a ttl outside MinTTL..MaxTTL. It never revives
+// Release (after a Release that failed, Err's cause), ErrInvalidTTL for a
+// ttl outside MinTTL..MaxTTL. It never revives
 // an expired lease, and may run beside another Refresh (see
 // docs/design.md, Leases).
 func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
@@ -347,8 +356,8 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if !l.Valid() {
 		// Past its local deadline, its timer not fired yet: Redis may have
 		// expired it already.
-		l.end(ErrLeaseExpired)
-		return ErrLeaseExpired
+		l.end(l.expired())
+		return context.Cause(l.ctx)
 	}
 	s := l.sem
 	sent := monoNow()
@@ -367,7 +376,7 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 			if !l.Valid() {
 				// Past its local deadline: ended, even if its timer has
 				// not fired yet (Redis may have expired it already).
-				l.end(ErrLeaseExpired)
+				l.end(l.expired())
 			}
 			if l.ctx.Err() != nil {
 				l.endRefresh(f)
@@ -381,8 +390,12 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		if err != nil {
 			// Runs before this one may have extended part of the lease:
 			// the local deadline, lowered by startRefresh, is still safe.
+			err = s.scriptError("refresh", err)
+			l.mu.Lock()
+			l.failed, l.lastErr = l.failed+1, err
+			l.mu.Unlock()
 			l.endRefresh(f)
-			return s.scriptError("refresh", err)
+			return err
 		}
 		s.offset.observe(sent, vals[2])
 		if vals[0] != 1 {
@@ -414,7 +427,7 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		}
 		return context.Cause(l.ctx)
 	}
-	l.ttl = ttl
+	l.ttl, l.failed, l.lastErr = ttl, 0, nil
 	dl := s.offset.localDeadline(deadlineMs, ttl, sent)
 	if overlapped && dl.After(l.deadline) {
 		// Another refresh was on the wire too, and Redis may have run it
@@ -476,6 +489,41 @@ func (l *Lease) setDeadline(dl time.Time) {
 
 // releaseTimeout bounds a Release, whatever the caller's context.
 const releaseTimeout = 5 * time.Second
+
+// expired is the cause of a lease whose local deadline passed:
+// ErrLeaseExpired, with the last refresh's error if refreshes failed.
+func (l *Lease) expired() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lastErr == nil {
+		return ErrLeaseExpired
+	}
+	return &expiredError{failed: l.failed, last: l.lastErr}
+}
+
+// expiredError is ErrLeaseExpired after failed refreshes: errors.Is
+// matches ErrLeaseExpired and the last refresh's error.
+type expiredError struct {
+	failed int
+	last   error
+}
+
+func (e *expiredError) Error() string {
+	return fmt.Sprintf("%v after %d failed refreshes, the last: %s", ErrLeaseExpired, e.failed,
+		strings.TrimPrefix(e.last.Error(), "redsem: "))
+}
+
+func (e *expiredError) Unwrap() []error { return []error{ErrLeaseExpired, e.last} }
+
+// releaseFailedError is the cause of a lease that a failed Release ended
+// on this side: Redis may have given its tokens back, or not yet.
+type releaseFailedError struct{ err error }
+
+func (e *releaseFailedError) Error() string {
+	return "redsem: lease ended, Release failed: " + strings.TrimPrefix(e.err.Error(), "redsem: ")
+}
+
+func (e *releaseFailedError) Unwrap() error { return e.err }
 
 func (l *Lease) finalErr() error {
 	l.mu.Lock()

@@ -31,8 +31,9 @@ type Observer interface {
 	AcquireFailed(name string, wait time.Duration, err error)
 	// Released reports a lease released after being held for held.
 	Released(name string, held time.Duration)
-	// LeaseLost reports a lease that ended without Release after being held
-	// for held: cause is ErrLeaseExpired or ErrLeaseLost.
+	// LeaseLost reports a lease that ended without a successful Release
+	// after being held for held: cause is Lease.Err's (ErrLeaseExpired,
+	// ErrLeaseLost, or the error of a Release that failed).
 	LeaseLost(name string, held time.Duration, cause error)
 }
 

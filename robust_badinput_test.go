@@ -209,7 +209,7 @@ func TestSemaphore_Scripts_argumentBounds(t *testing.T) {
 		many := func(acq string) []interface{} { return append(k.all(5), k.pend(acq), k.bell(acq), k.wqueue()) }
 		rwk := func(acq string) []interface{} { return append(rw.s.k.rw(), rw.s.k.bell(acq)) }
 		type script struct {
-			run  *redis.Script
+			run  *engine.Script
 			keys func(acq string) []interface{}
 			args func(acq string) []interface{} // all in bounds
 		}

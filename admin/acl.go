@@ -3,7 +3,8 @@ package admin
 import "sort"
 
 // aclCommands are the Redis commands redsem needs, lower case. The client
-// sends EVALSHA (EVAL when the server answers NOSCRIPT) and waits in BLMOVE
+// sends EVALSHA (EVAL when the server answers NOSCRIPT, SCRIPT LOAD for the
+// hash of a script's first run in a process) and waits in BLMOVE
 // (Acquire, TryAcquire's fast path needs none) and BLPOP (AcquireN, an
 // RWMutex's RLock and Lock and a rate gate's Wait sleep on a doorbell); the
 // rest are what the scripts in internal/engine/lua/ call.
@@ -11,7 +12,7 @@ import "sort"
 // fails when they part.
 var aclCommands = []string{
 	// sent by the client
-	"blmove", "blpop", "eval", "evalsha",
+	"blmove", "blpop", "eval", "evalsha", "script|load",
 	// called by the scripts
 	"del", "exists",
 	"hdel", "hget", "hgetall", "hincrby", "hkeys", "hmget", "hset", "hsetnx",

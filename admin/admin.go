@@ -56,7 +56,7 @@ func (h *Handle) keys() []interface{} {
 
 // call runs script through the pool (engine.Call: once more on a fresh
 // connection when a pooled one is dead) and maps its error replies.
-func (h *Handle) call(ctx context.Context, op string, script *redis.Script, keysAndArgs ...interface{}) (interface{}, error) {
+func (h *Handle) call(ctx context.Context, op string, script *engine.Script, keysAndArgs ...interface{}) (interface{}, error) {
 	v, _, err := engine.Call(ctx, h.pool, script, keysAndArgs...)
 	if err != nil {
 		return nil, engine.ScriptError(op, "semaphore", h.name, err)

@@ -13,5 +13,5 @@ func ExampleACLCommands() {
 	fmt.Println("ACL SETUSER redsem-app on >secret resetkeys ~redsem:* resetchannels -@all +" +
 		strings.Join(admin.ACLCommands(), " +"))
 	// Output:
-	// ACL SETUSER redsem-app on >secret resetkeys ~redsem:* resetchannels -@all +blmove +blpop +del +eval +evalsha +exists +hdel +hget +hgetall +hincrby +hkeys +hmget +hset +hsetnx +lindex +llen +lpop +lpush +lrange +lrem +persist +pexpire +pexpireat +rpush +time +type +zadd +zincrby +zmscore +zrange +zrangebyscore +zrem +zscore
+	// ACL SETUSER redsem-app on >secret resetkeys ~redsem:* resetchannels -@all +blmove +blpop +del +eval +evalsha +exists +hdel +hget +hgetall +hincrby +hkeys +hmget +hset +hsetnx +lindex +llen +lpop +lpush +lrange +lrem +persist +pexpire +pexpireat +rpush +script|load +time +type +zadd +zincrby +zmscore +zrange +zrangebyscore +zrem +zscore
 }

@@ -30,7 +30,7 @@ type Key struct {
 // of the right type hold: members of the sorted sets and lists, fields of
 // the hashes, each taken as is, without its "w:"-style tag, and up to a "|".
 // Every key shares the name's hash tag, as every script's do.
-var keysScript = redis.NewScript(-1, `
+var keysScript = engine.Lua(-1, `
 local mode = ARGV[1]
 if mode == 'kinds' then
   return {redis.call('TYPE', KEYS[1])['ok'], redis.call('TYPE', KEYS[2])['ok'], redis.call('TYPE', KEYS[3])['ok']}

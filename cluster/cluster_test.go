@@ -279,8 +279,8 @@ func testSpread(t *testing.T, c *redistest.Cluster, p *cluster.Pool) {
 
 // A script of the library (after its helpers, as the library runs it), to
 // play a waiter that dies between its BLMOVE and its lease script.
-func script(t *testing.T, name string) *redis.Script {
-	return redis.NewScript(6, engine.Source(name))
+func script(t *testing.T, name string) *engine.Script {
+	return engine.Lua(6, engine.Source(name))
 }
 
 // strand leaves one token of s (size 1, not held) in the pending list of a

@@ -32,6 +32,8 @@
 // double to its text). Error replies become redigo's redis.Error, so redsem
 // reports ErrWrongType, ErrSizeMismatch, ErrOutOfMemory and ErrCorrupt as it
 // does on redigo, and scripts fall back from EVALSHA to EVAL on NOSCRIPT.
+// Script hashes come from Redis (SCRIPT LOAD), never from SHA-1 on the
+// client, so a program runs under GODEBUG=fips140=only here too.
 // Connection, timeout and context errors pass through unchanged.
 //
 // # Cancellation

@@ -14,5 +14,5 @@ func ExampleACLCommands() {
 	fmt.Println("ACL SETUSER redsem-app on >secret resetkeys ~redsem:* resetchannels -@all +" +
 		strings.Join(goredis.ACLCommands(), " +"))
 	// Output:
-	// ACL SETUSER redsem-app on >secret resetkeys ~redsem:* resetchannels -@all +blmove +blpop +client|id +client|unblock +del +eval +evalsha +exists +hdel +hget +hgetall +hincrby +hkeys +hmget +hset +hsetnx +lindex +llen +lpop +lpush +lrange +lrem +persist +pexpire +pexpireat +rpush +time +type +zadd +zincrby +zmscore +zrange +zrangebyscore +zrem +zscore
+	// ACL SETUSER redsem-app on >secret resetkeys ~redsem:* resetchannels -@all +blmove +blpop +client|id +client|unblock +del +eval +evalsha +exists +hdel +hget +hgetall +hincrby +hkeys +hmget +hset +hsetnx +lindex +llen +lpop +lpush +lrange +lrem +persist +pexpire +pexpireat +rpush +script|load +time +type +zadd +zincrby +zmscore +zrange +zrangebyscore +zrem +zscore
 }

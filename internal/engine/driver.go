@@ -31,9 +31,12 @@ import (
 //  4. A reply that was not read (a broken connection, a lost reply) is
 //     settled by the acquisition's id: with the context live, a grant found
 //     that way is kept, and without one the wait starts over on a fresh
-//     connection (at most MaxBrokenWaits times in a row). With the context
-//     ended, whatever the acquisition holds goes back, in the background
-//     within SettleTimeout, and the caller returns after SettleWait at most.
+//     connection (at most MaxBrokenWaits times in a row). While Redis is
+//     unreachable (restarting, say), settling and the fresh connection's
+//     dial are tried again with backoff as long as the context lasts.
+//     With the context ended, whatever the acquisition holds goes back, in
+//     the background within SettleTimeout, and the caller returns after
+//     SettleWait at most.
 //  5. A reply that says the acquisition was settled behind its back
 //     (aborted, dropped as dead, given back) starts a new one.
 //
@@ -239,10 +242,23 @@ func Drive(ctx context.Context, d *Driver, p Protocol, mode Mode, start *Pending
 	if mode == ModeWait {
 		pool = d.Block
 	}
-	broken := 0
+	broken, down := 0, 0
+	// waitOn reports whether a wait whose connection broke waits on after
+	// err: a dial that failed (Redis restarting, say) while ctx lasts.
+	waitOn := func(err error) bool {
+		if broken == 0 || !NotSent(err) || CtxErr(ctx) != nil {
+			return false
+		}
+		backoff(ctx, down)
+		down++
+		return true
+	}
 	for {
 		conn, err := pool.GetContext(ctx)
 		if err != nil {
+			if waitOn(err) {
+				continue
+			}
 			if start != nil {
 				Settle(ctx, d, p, start.Acq)
 			}
@@ -255,11 +271,15 @@ func Drive(ctx context.Context, d *Driver, p Protocol, mode Mode, start *Pending
 		start = nil
 		conn.Close()
 		var be *brokenWait
-		if !errors.As(err, &be) {
-			return res, err
+		if errors.As(err, &be) {
+			if broken++; broken >= MaxBrokenWaits {
+				return Result{}, d.Fail(be.err)
+			}
+			down = 0
+			continue
 		}
-		if broken++; broken >= MaxBrokenWaits {
-			return Result{}, d.Fail(be.err)
+		if err == nil || !waitOn(err) {
+			return res, err
 		}
 	}
 }
@@ -395,7 +415,9 @@ func NewAcqID() string {
 // have run and granted, or a blocking command may still be registered. With
 // the context ended everything goes back and the context's error is
 // returned. Otherwise a grant is kept (returned), and without one a
-// *brokenWait tells Drive to start over on a fresh connection.
+// *brokenWait tells Drive to start over on a fresh connection; settling
+// that fails because Redis is unreachable is tried again with backoff
+// until Redis answers or the context ends.
 //
 // After an error reply nothing read is in doubt. A first script refuses
 // before it writes anything, so there is nothing to settle (and bad input
@@ -420,7 +442,9 @@ func failed(ctx context.Context, d *Driver, p Protocol, acq string, err error, b
 		Settle(ctx, d, p, acq)
 		return zero, d.Fail(we.err)
 	}
-	if CtxErr(ctx) == nil {
+	for n := 0; CtxErr(ctx) == nil; n++ {
+		// Resolve it, as long as the context lasts: Redis may be
+		// restarting, or the network down; a waiter waits that out.
 		rctx, cancel := context.WithTimeout(ctx, SettleTimeout)
 		r, aerr := p.Abort(rctx, acq, "resolve")
 		cancel()
@@ -430,12 +454,47 @@ func failed(ctx context.Context, d *Driver, p Protocol, acq string, err error, b
 		case aerr == nil:
 			d.fitBlock(err, blockLeft)
 			return zero, &brokenWait{err}
-		case CtxErr(ctx) == nil:
-			return zero, d.Fail(fmt.Errorf("%w (settling it failed too: %v)", err, aerr))
+		case !unreachable(aerr) && CtxErr(ctx) == nil:
+			// Redis answers, and refuses (or a write was not
+			// replicated): that is the error.
+			Settle(ctx, d, p, acq)
+			return zero, d.Fail(aerr)
 		}
+		backoff(ctx, n)
 	}
 	Settle(ctx, d, p, acq)
 	return zero, d.Fail(CtxErr(ctx))
+}
+
+// backoff waits before retry n (0-based) of a call that found Redis
+// unreachable or not ready: 10ms doubling to 500ms, or until ctx ends.
+func backoff(ctx context.Context, n int) {
+	Clk.WaitOrDone(ctx, nil, min(10*time.Millisecond<<min(n, 6), 500*time.Millisecond))
+}
+
+// unreachable reports whether err says Redis could not be reached or did
+// not answer (a failed dial, a closed or reset connection, a timeout), or
+// answered with a transient reply: the same call may work soon.
+func unreachable(err error) bool {
+	var ne net.Error
+	return NotSent(err) || DeadConn(err) || errors.As(err, &ne) ||
+		errors.Is(err, context.DeadlineExceeded) || transient(err)
+}
+
+// transient reports whether err is an error reply Redis sends while it
+// cannot serve yet (loading its data, a script running too long, a
+// failover or resharding under way): the same call may work soon.
+func transient(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	code, _, _ := strings.Cut(string(re), " ")
+	switch code {
+	case "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY":
+		return true
+	}
+	return false
 }
 
 // Settle gives back whatever acquisition acq may hold or be registered for.
@@ -490,14 +549,17 @@ func BLPOP(key string) Blocking { return Blocking{src: key} }
 // command is returned for Drive to settle and map. A script unknown to the server
 // (NOSCRIPT) is run again with its source.
 func BlockThenRun(ctx context.Context, conn redis.Conn, block time.Duration, wait Blocking,
-	script *redis.Script, scriptArgs []interface{}) (interface{}, error) {
+	script *Script, scriptArgs []interface{}) (interface{}, error) {
 	if err := checkArity(script, scriptArgs); err != nil {
+		return nil, err
+	}
+	hash, err := script.hashOn(ctx, conn) // sends nothing but in a process's first wait
+	if err != nil {
 		return nil, err
 	}
 	// Round up: never a wait of 0, which would block forever.
 	ms := (block + time.Millisecond - 1).Milliseconds()
 	secs := strconv.FormatFloat(float64(ms)/1000, 'f', 3, 64)
-	var err error
 	if wait.move {
 		err = conn.Send("BLMOVE", wait.src, wait.dst, "LEFT", "RIGHT", secs)
 	} else {
@@ -508,7 +570,7 @@ func BlockThenRun(ctx context.Context, conn redis.Conn, block time.Duration, wai
 	}
 	skip := failpoint.Hit("wait.script")
 	if !skip {
-		if err := script.SendHash(conn, scriptArgs...); err != nil {
+		if err := conn.Send("EVALSHA", script.args(hash, scriptArgs)...); err != nil {
 			return nil, err
 		}
 	}
@@ -528,8 +590,8 @@ func BlockThenRun(ctx context.Context, conn redis.Conn, block time.Duration, wai
 	// The script's reply follows at once (Redis ran it right behind the
 	// blocking command): read it without ReceiveContext's watcher goroutine.
 	v, err := redis.ReceiveWithTimeout(conn, BlockSlack)
-	if re, ok := err.(redis.Error); ok && strings.HasPrefix(string(re), "NOSCRIPT") {
-		v, err = script.DoContext(ctx, conn, scriptArgs...)
+	if noScript(err) {
+		v, err = redis.DoContext(conn, ctx, "EVAL", script.args(script.src, scriptArgs)...)
 	}
 	if waitErr != nil {
 		return nil, &waitReplyErr{waitErr}

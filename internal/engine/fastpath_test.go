@@ -111,7 +111,7 @@ func diffScripts(t *testing.T, env diffEnv, file, a, b string, gen diffGen, n in
 			for _, c := range setup {
 				mustDo(t, conn, c[0].(string), c[1:]...)
 			}
-			script := redis.NewScript(len(keys), atTime+src)
+			script := Lua(len(keys), atTime+src)
 			v, err := script.Do(conn, append(strSlice(keys), args...)...)
 			got[db] = replyString(v, err)
 			mustDo(t, conn, "DEL", diffNow)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -81,9 +80,8 @@ var luaFS embed.FS
 // NewScript returns the script lua/<file> taking keys keys, run after
 // codes.lua and the helper files it names (Redis scripts cannot import one
 // another). Its "-- ARGV:" header names its arguments: a call whose
-// arguments differ is refused before anything is sent (ErrArity). redigo
-// runs it with EVALSHA, falling back to EVAL on NOSCRIPT.
-func NewScript(keys int, file string, helpers ...string) *redis.Script {
+// arguments differ is refused before anything is sent (ErrArity).
+func NewScript(keys int, file string, helpers ...string) *Script {
 	helpers = append([]string{"codes.lua"}, helpers...)
 	d := Declaration{File: file, Keys: keys, Helpers: helpers, MinArgs: -1}
 	if h, err := HeaderArgNames(file); err == nil {
@@ -93,10 +91,10 @@ func NewScript(keys int, file string, helpers ...string) *redis.Script {
 		}
 	}
 	d.src = compose(file, helpers)
-	script := redis.NewScript(keys, d.src)
+	script := Lua(keys, d.src)
+	script.decl = &d
 	declMu.Lock()
 	declared = append(declared, d)
-	arity[script] = d
 	declMu.Unlock()
 	return script
 }
@@ -132,16 +130,17 @@ var ErrArity = errors.New("redsem: internal error: script called with the wrong 
 
 // checkArity returns ErrArity, wrapped with the script and the counts, when
 // keysAndArgs does not fit script's declaration.
-func checkArity(script *redis.Script, keysAndArgs []interface{}) error {
-	declMu.Lock()
-	d, ok := arity[script]
-	declMu.Unlock()
+func checkArity(script *Script, keysAndArgs []interface{}) error {
+	var d Declaration
+	if script.decl != nil {
+		d = *script.decl
+	}
 	if n := len(keysAndArgs); n > 0 {
 		if bad, isBad := keysAndArgs[n-1].(badArgs); isBad {
 			return fmt.Errorf("%w: %s: %s", ErrArity, d.File, bad.why)
 		}
 	}
-	if !ok || d.MinArgs < 0 {
+	if script.decl == nil || d.MinArgs < 0 {
 		return nil
 	}
 	if n := len(keysAndArgs) - d.Keys; n < d.MinArgs || n > d.MaxArgs {
@@ -187,7 +186,6 @@ type Declaration struct {
 var (
 	declMu   sync.Mutex
 	declared []Declaration
-	arity    = map[*redis.Script]Declaration{}
 )
 
 // Arg is one argument of a script call, under the name the script's
@@ -228,10 +226,12 @@ type badArgs struct{ why string }
 // item. A call named otherwise is refused before anything is sent, with
 // ErrArity saying which name differs; so the Go side of every call states
 // each argument by name and cannot shift one against the script.
-func Args(script *redis.Script, keys []interface{}, args ...Arg) []interface{} {
-	declMu.Lock()
-	d, ok := arity[script]
-	declMu.Unlock()
+func Args(script *Script, keys []interface{}, args ...Arg) []interface{} {
+	var d Declaration
+	ok := script.decl != nil
+	if ok {
+		d = *script.decl
+	}
 	out := make([]interface{}, 0, len(keys)+len(args)+4)
 	out = append(out, keys...)
 	var bad string
@@ -279,25 +279,16 @@ type Pool interface {
 // RunScript runs script on conn under ctx. A context that can never end
 // needs no watcher goroutine, so the plain call is used then, and one that
 // ends only at its deadline (Within) reads with that timeout instead.
-func RunScript(ctx context.Context, conn redis.Conn, script *redis.Script, keysAndArgs ...interface{}) (interface{}, error) {
+func RunScript(ctx context.Context, conn redis.Conn, script *Script, keysAndArgs ...interface{}) (interface{}, error) {
 	if err := checkArity(script, keysAndArgs); err != nil {
 		return nil, err
 	}
 	if ctx.Done() == nil {
 		return script.Do(conn, keysAndArgs...)
 	}
-	declMu.Lock()
-	d, declared := arity[script]
-	declMu.Unlock()
-	if _, ok := ctx.(deadlineOnly); ok && declared {
+	if _, ok := ctx.(deadlineOnly); ok {
 		dl, _ := ctx.Deadline()
-		args := append([]interface{}{script.Hash(), d.Keys}, keysAndArgs...)
-		v, err := redis.DoWithTimeout(conn, max(time.Until(dl), time.Millisecond), "EVALSHA", args...)
-		if re, ok := err.(redis.Error); ok && strings.HasPrefix(string(re), "NOSCRIPT") {
-			args[0] = d.src
-			v, err = redis.DoWithTimeout(conn, max(time.Until(dl), time.Millisecond), "EVAL", args...)
-		}
-		return v, err
+		return script.DoUntil(conn, dl, keysAndArgs...)
 	}
 	return script.DoContext(ctx, conn, keysAndArgs...)
 }
@@ -327,7 +318,7 @@ type deadlineOnly struct{ context.Context }
 // (nothing sent: Redis unreachable) ends Call at once, without a retry. Only
 // idempotent scripts go through Call; whether an earlier attempt took effect
 // is for the caller to judge.
-func Call(ctx context.Context, pool Pool, script *redis.Script, keysAndArgs ...interface{}) (v interface{}, retried bool, err error) {
+func Call(ctx context.Context, pool Pool, script *Script, keysAndArgs ...interface{}) (v interface{}, retried bool, err error) {
 	for attempt := 0; ; attempt++ {
 		var conn redis.Conn
 		conn, err = pool.GetContext(ctx)

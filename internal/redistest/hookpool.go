@@ -93,7 +93,8 @@ func (c *hookConn) ReceiveWithTimeout(d time.Duration) (interface{}, error) {
 	return redis.ReceiveWithTimeout(c.Conn, d)
 }
 
-// IsScript reports whether a command runs the given script.
-func IsScript(s *redis.Script, cmd string, args []interface{}) bool {
+// IsScript reports whether a command runs the given script (an
+// *engine.Script, whose Hash is known once it has run).
+func IsScript(s interface{ Hash() string }, cmd string, args []interface{}) bool {
 	return cmd == "EVALSHA" && len(args) > 0 && args[0] == s.Hash()
 }
