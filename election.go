@@ -141,6 +141,9 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err != nil {
 		return Leader{}, e.fail("read the leader of", err)
 	}
+	if len(r.changes) == 0 {
+		return Leader{}, e.fail("read the leader of", fmt.Errorf("unexpected reply %v", v))
+	}
 	return r.changes[len(r.changes)-1], nil
 }
 
@@ -258,7 +261,7 @@ func parseObserveReply(v interface{}, err error) (observeReply, error) {
 	}
 	var r observeReply
 	var blockMs, nowUs int64
-	if len(vals) < 6 || len(vals)%2 != 0 {
+	if len(vals) < 4 || len(vals)%2 != 0 {
 		return r, fmt.Errorf("unexpected reply %v", vals)
 	}
 	if _, err := redis.Scan(vals[:4], &blockMs, &nowUs, &r.epoch, &r.seq); err != nil {
