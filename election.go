@@ -315,12 +315,25 @@ func (e *Election) valueErr(value string) error {
 // or lost (its lease expired or was found gone); context.Cause says why
 // (ErrReleased after Resign). Derive the leader's work from it. A leader
 // stalled past its lease (a GC pause, SIGSTOP) may act once more before its
-// context ends: pass Term to the resource and have it refuse older terms.
+// context ends (check Valid first): pass Term to the resource and have it
+// refuse older terms.
 func (l *Leadership) Context() context.Context {
 	if l == nil {
 		return (*Lease)(nil).Context()
 	}
 	return l.lease.Context()
+}
+
+// Valid reports whether the leadership still holds: not resigned, not
+// lost, and its lease's local deadline not passed. Like Lease.Valid it reads
+// the clock itself, so a leader resumed after a stop (SIGSTOP, a GC pause)
+// sees it lost before its Context's timer has fired: check it before each
+// act.
+func (l *Leadership) Valid() bool {
+	if l == nil {
+		return false
+	}
+	return l.lease.Valid()
 }
 
 // Term returns the leadership's term, its fence: greater than the term of

@@ -187,6 +187,7 @@ func TestElection_cutOffLeaderEndsBeforeTheNextLeads(t *testing.T) {
 	c, err := newElection(t, b.pool, "cut", WithTTL(ttl)).Campaign(ctx, "c")
 	require.NoError(t, err)
 	require.Error(t, a.Context().Err(), "the old leader's context ended before the new one led")
+	require.False(t, a.Valid())
 	require.True(t, fence.write(c.Term()))
 	assert.False(t, fence.write(a.Term()), "the resource refuses the old term")
 	cut.Store(false)

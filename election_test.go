@@ -95,6 +95,7 @@ func TestElection_campaignProclaimResign(t *testing.T) {
 			l, err := e.Campaign(ctx, v)
 			require.NoError(t, err)
 			require.Greater(t, l.Term(), last, "terms rise")
+			require.True(t, l.Valid())
 			last = l.Term()
 			got, err := e.Leader(ctx)
 			require.NoError(t, err)
@@ -107,6 +108,7 @@ func TestElection_campaignProclaimResign(t *testing.T) {
 
 			require.NoError(t, l.Resign(ctx))
 			assert.ErrorIs(t, context.Cause(l.Context()), ErrReleased)
+			assert.False(t, l.Valid())
 			got, err = e.Leader(ctx)
 			require.NoError(t, err)
 			assert.Equal(t, none(), got)
@@ -201,8 +203,8 @@ func TestElection_observeEveryChange(t *testing.T) {
 }
 
 // A Campaign whose context ends leaves nothing behind: ended before it
-// starts, while it waits, or just as it is granted (the etcd bug #21128
-// kept such a campaign's key and blocked every later campaigner).
+// starts, or while it waits (the etcd bug #21128 kept such a campaign's key
+// and blocked every later campaigner).
 func TestElection_campaignContextEnds(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
@@ -224,8 +226,19 @@ func TestElection_campaignContextEnds(t *testing.T) {
 		require.ErrorIs(t, <-errc, context.Canceled)
 		assert.Zero(t, waiting(t, b, e), "the waiter is gone from Redis")
 		require.NoError(t, holder.Resign(ctx))
+	})
+}
 
-		// Granted, and the context ends before Campaign returns.
+// A Campaign granted as its context ends gives the seat back. Not in
+// parallel: the failpoint is the process's.
+func TestElection_campaignContextEndsAtGrant(t *testing.T) {
+	for _, b := range []*backend{{name: "miniredis", mini: miniredisT(t)}, realRedis(t)} {
+		if b.mini != nil {
+			b.addr = b.mini.Addr()
+			b.pool = newPool(t, b.addr)
+		}
+		ctx := ctxT(t, 20*time.Second)
+		e := newElection(t, b.pool, "grant")
 		gctx, gcancel := context.WithCancel(ctx)
 		failpoint.Set(func(p string) bool {
 			if p == "acquire.granted" {
@@ -233,16 +246,16 @@ func TestElection_campaignContextEnds(t *testing.T) {
 			}
 			return false
 		})
-		_, err = e.Campaign(gctx, "granted")
+		_, err := e.Campaign(gctx, "granted")
 		failpoint.Set(nil)
-		require.ErrorIs(t, err, context.Canceled)
+		require.ErrorIs(t, err, context.Canceled, b.name)
 		got, err := e.Leader(ctx)
 		require.NoError(t, err)
-		assert.Equal(t, none(), got)
+		assert.Equal(t, none(), got, b.name)
 		l, err := e.s.TryAcquire(ctx)
-		require.NoError(t, err, "the seat is free")
+		require.NoError(t, err, "%s: the seat is free", b.name)
 		require.NoError(t, l.Release(ctx))
-	})
+	}
 }
 
 // The options that cannot apply are refused, and so is a value too long.
@@ -266,4 +279,5 @@ func TestElection_refusedArguments(t *testing.T) {
 	assert.ErrorIs(t, nl.Resign(context.Background()), ErrLeaseLost)
 	assert.True(t, errors.Is(context.Cause(nl.Context()), ErrLeaseLost))
 	assert.Zero(t, nl.Term())
+	assert.False(t, nl.Valid())
 }

@@ -183,7 +183,7 @@ func resign(l *redsem.Leadership) {
 // lease's, and Release resigns.
 type leading struct{ l *redsem.Leadership }
 
-func (h leading) Valid() bool                       { return h.l.Context().Err() == nil }
+func (h leading) Valid() bool                       { return h.l.Valid() }
 func (h leading) Done() <-chan struct{}             { return h.l.Context().Done() }
 func (h leading) Release(ctx context.Context) error { return h.l.Resign(ctx) }
 
