@@ -200,17 +200,36 @@ func (o *observer) session(ctx context.Context) (read bool, err error) {
 	}
 	defer conn.Close()
 	d := o.e.s.driver(nil)
-	r, err := parseObserveReply(engine.RunScript(ctx, conn, engine.ElectionObserve, o.args(d.BlockFor(ctx))...))
+	asked := d.BlockFor(ctx)
+	r, err := parseObserveReply(engine.RunScript(ctx, conn, engine.ElectionObserve, o.args(asked)...))
 	for err == nil {
 		read = true
 		o.deliver(r)
 		if err := ctx.Err(); err != nil {
 			return read, err
 		}
+		// A block cut short by the leader's lease deadline ends on a local
+		// timer that rings the doorbell: Redis times a blocking command out
+		// only on its cron tick (every 100ms at the default hz).
+		var wake engine.Timer
+		if r.block < asked {
+			wake = engine.Clk.AfterFunc(r.block, func() { engine.Clk.Go(o.wake) })
+		}
+		asked = d.BlockFor(ctx)
 		r, err = parseObserveReply(engine.BlockThenRun(ctx, conn, r.block, engine.BLPOP(o.e.bell(o.id)),
-			engine.ElectionObserve, o.args(d.BlockFor(ctx))))
+			engine.ElectionObserve, o.args(asked)))
+		if wake != nil {
+			wake.Stop()
+		}
 	}
 	return read, err
+}
+
+// wake rings the observer's own doorbell (election.lua "wake").
+func (o *observer) wake() {
+	ctx, cancel := engine.Within(context.Background(), time.Second)
+	defer cancel()
+	_, _ = o.e.change(ctx, "wake", o.id, "")
 }
 
 // deliver reports r's changes, but never the one reported last again.

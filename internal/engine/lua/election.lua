@@ -3,19 +3,26 @@
 -- KEYS: meta, leases, holders, leader, log, observers (see election_common.lua)
 -- ARGV: op ("claim": announce acqID, the mutex's holder, as the leader with
 --       value, or change its value; "resign": announce no leader if acqID
---       is the leader), acqID, value
+--       is the leader; "wake": ring the doorbell of observer acqID, if
+--       registered, once the leader's lease deadline has passed), acqID,
+--       value
 -- Returns
---   {1, term, nowUs}  done (resign: term 0)
+--   {1, term, nowUs}  done (resign, wake: term 0)
 --   {0, 0, nowUs}     claim: acqID's lease is not current; nothing announced
 -- Errors: REDSEM_ARG, REDSEM_WRONGTYPE, REDSEM_CORRUPT.
 
 local op, acq, value = ARGV[1], ARGV[2], ARGV[3]
-if (op ~= 'claim' and op ~= 'resign') or #acq < 16 or string.find(acq, '[|:]') then
+if (op ~= 'claim' and op ~= 'resign' and op ~= 'wake') or #acq < 16 or string.find(acq, '[|:]') then
   return redis.error_reply('REDSEM_ARG invalid arguments to election')
 end
 local err = check_el_types(6)
 if err then return redis.error_reply(err) end
 local now = now_us()
+if op == 'wake' then
+  local reg = tonumber(redis.call('ZSCORE', KEYS[6], acq))
+  if reg then ring_one(acq, reg, math.floor(now / 1000)) end
+  return {1, 0, now}
+end
 local st
 st, err = el_state()
 if err then return redis.error_reply(err) end

@@ -56,16 +56,20 @@ local function el_state()
   return {epoch = m[1], seq = seq, term = term, value = m[4] or '', acq = acq}, nil
 end
 
--- ring pushes onto the doorbell of every observer still registered.
+-- ring_one pushes onto the doorbell of observer id, registered until
+-- until_ms; the bell outlives the registration by a second.
+local function ring_one(id, until_ms, now_ms)
+  local bell = base() .. 'ob:' .. id
+  redis.call('LPUSH', bell, 1)
+  redis.call('PEXPIRE', bell, math.max(until_ms - now_ms, 0) + 1000)
+end
+
+-- ring rings every observer still registered (and forgets lapsed ones).
 local function ring(now_ms)
-  redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. now_ms)
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', '(' .. now_ms, 'LIMIT', 0, 1000)
+  if #dead > 0 then redis.call('ZREM', KEYS[6], unpack(dead)) end
   local obs = redis.call('ZRANGE', KEYS[6], 0, -1, 'WITHSCORES')
-  local b = base()
-  for i = 1, #obs, 2 do
-    local bell = b .. 'ob:' .. obs[i]
-    redis.call('LPUSH', bell, 1)
-    redis.call('PEXPIRE', bell, tonumber(obs[i + 1]) - now_ms + 1000)
-  end
+  for i = 1, #obs, 2 do ring_one(obs[i], tonumber(obs[i + 1]), now_ms) end
 end
 
 -- announce records the change to term and value (acq nil and term 0: no
@@ -80,7 +84,7 @@ local function announce(st, acq, term, value, now)
     redis.call('HDEL', KEYS[4], 'acq')
   end
   redis.call('RPUSH', KEYS[5], fmt_int(st.seq) .. '|' .. fmt_int(term) .. '|' .. value)
-  redis.call('LTRIM', KEYS[5], -LOG_MAX, -1)
+  if redis.call('LLEN', KEYS[5]) > LOG_MAX then redis.call('LPOP', KEYS[5]) end
   ring(math.floor(now / 1000))
   return st
 end
