@@ -3,6 +3,7 @@ package redsem
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -280,4 +281,44 @@ func TestElection_refusedArguments(t *testing.T) {
 	assert.True(t, errors.Is(context.Cause(nl.Context()), ErrLeaseLost))
 	assert.Zero(t, nl.Term())
 	assert.False(t, nl.Valid())
+}
+
+// An observer that falls more than the log's 100 changes behind is given
+// the current leader next, once, and goes on from there.
+func TestElection_observeFarBehind(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 20*time.Second)
+		e := newElection(t, b.pool, "behind")
+		busy := make(chan struct{})
+		var mu sync.Mutex
+		var got []Leader
+		octx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			done <- e.Observe(octx, func(l Leader) {
+				mu.Lock()
+				got = append(got, l)
+				n := len(got)
+				mu.Unlock()
+				if n == 1 {
+					<-busy
+				}
+			})
+		}()
+		list := func() []Leader { mu.Lock(); defer mu.Unlock(); return append([]Leader(nil), got...) }
+		require.Eventually(t, func() bool { return len(list()) == 1 }, 10*time.Second, time.Millisecond)
+		a, err := e.Campaign(ctx, "v0")
+		require.NoError(t, err)
+		for i := 1; i <= 150; i++ {
+			require.NoError(t, a.Proclaim(ctx, fmt.Sprint("v", i)))
+		}
+		close(busy)
+		require.Eventually(t, func() bool { return len(list()) == 2 }, 10*time.Second, time.Millisecond)
+		require.NoError(t, a.Resign(ctx))
+		require.Eventually(t, func() bool { return len(list()) == 3 }, 10*time.Second, time.Millisecond)
+		cancel()
+		require.ErrorIs(t, <-done, context.Canceled)
+		assert.Equal(t, []Leader{none(), leader(a, "v150"), none()}, list())
+		assert.EqualValues(t, 100, b.llen(t, e.s.k.base+"log"), "the log keeps the last 100 changes")
+	})
 }
