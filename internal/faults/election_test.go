@@ -18,6 +18,7 @@ import (
 
 	"github.com/redsem/redsem"
 	"github.com/redsem/redsem/internal/redistest"
+	"github.com/redsem/redsem/sentinel"
 )
 
 // electLine is one line of the electworker log.
@@ -259,4 +260,68 @@ func TestElectionKillAndStopLeaders(t *testing.T) {
 		assert.Contains(t, terms, term, "the observer missed a term")
 	}
 	t.Logf("%d leaderships, %d kill -9, 1 SIGSTOP; the observer saw %d changes, %d terms", len(leaderOf), kills, len(seen), len(terms))
+}
+
+// SENTINEL FAILOVER with a leader, a campaigner waiting and an observer,
+// all finding the master through the sentinels (WAIT 1 after each write, so
+// that the election's state is on the replica that takes over): the leader
+// still leads on the new master (Proclaim), the campaigner, whose wait broke
+// with the old master, leads next with a greater term, and the observer
+// reports every change once, in order.
+func TestElectionSentinelFailover(t *testing.T) {
+	t.Parallel()
+	set := redistest.StartSentinels(t, redistest.SentinelOptions{})
+	ctx := ctxT(t, 60*time.Second)
+	newPool := func() *sentinel.Pool {
+		p, err := sentinel.New(ctx, set.Addrs(), redistest.SentinelName, sentinel.WithWait(1, time.Second))
+		require.NoError(t, err)
+		t.Cleanup(func() { p.Close() })
+		return p
+	}
+	election := func() *redsem.Election {
+		e, err := redsem.NewElection(newPool(), "failover", redsem.WithTTL(10*time.Second))
+		require.NoError(t, err)
+		return e
+	}
+	require.NoError(t, set.WaitReplicas(set.Master(), 1, 20*time.Second))
+	var mu sync.Mutex
+	var seen []redsem.Leader
+	octx, stopObserving := context.WithCancel(ctx)
+	observed := make(chan error, 1)
+	go func() {
+		observed <- election().Observe(octx, func(l redsem.Leader) { mu.Lock(); seen = append(seen, l); mu.Unlock() })
+	}()
+	seenNow := func() []redsem.Leader { mu.Lock(); defer mu.Unlock(); return append([]redsem.Leader(nil), seen...) }
+	require.True(t, waitFor(20*time.Second, func() bool { return len(seenNow()) == 1 }))
+
+	a, err := election().Campaign(ctx, "a")
+	require.NoError(t, err)
+	won := make(chan *redsem.Leadership, 1)
+	go func() {
+		l, err := election().Campaign(ctx, "b")
+		if err != nil {
+			t.Log(err)
+			close(won)
+			return
+		}
+		won <- l
+	}()
+	old := set.Master()
+	require.True(t, waitFor(20*time.Second, func() bool { return blockedOn(t, set, old) == 1 }), "the campaigner never waited")
+	m, took, err := set.Failover(30 * time.Second)
+	require.NoError(t, err)
+	require.NoError(t, a.Proclaim(ctx, "a2"), "the leader leads on the new master")
+	require.NoError(t, a.Resign(ctx))
+	b := <-won
+	require.NotNil(t, b, "the campaigner led")
+	assert.Greater(t, b.Term(), a.Term())
+	want := []redsem.Leader{{}, {Term: a.Term(), Value: "a"}, {Term: a.Term(), Value: "a2"}, {}, {Term: b.Term(), Value: "b"}}
+	require.True(t, waitFor(20*time.Second, func() bool { return len(seenNow()) >= len(want) }), "observed %v", seenNow())
+	require.NoError(t, b.Resign(ctx))
+	want = append(want, redsem.Leader{})
+	require.True(t, waitFor(20*time.Second, func() bool { return len(seenNow()) >= len(want) }), "observed %v", seenNow())
+	stopObserving()
+	<-observed
+	assert.Equal(t, want, seenNow())
+	t.Logf("failover %s -> %s in %v", old.Addr, m.Addr, took.Round(time.Millisecond))
 }
