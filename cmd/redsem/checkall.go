@@ -166,6 +166,8 @@ func notThere(doc any) bool {
 		return !d.Exists
 	case rateCheckJSON:
 		return !d.Exists
+	case electionJSON:
+		return !d.Exists
 	}
 	return false
 }

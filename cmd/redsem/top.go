@@ -197,8 +197,8 @@ func (t *topView) show(fl admin.Fleet, err error, now time.Time) {
 		return
 	}
 	rows := topRows(fl)
-	head := fmt.Sprintf("redsem top  %s  %s  prefix %q  %d semaphores, %d locks, %d rate gates",
-		now.Format("15:04:05"), t.shown, t.prefix, len(fl.Semaphores), len(fl.RWMutexes), len(fl.RateGates))
+	head := fmt.Sprintf("redsem top  %s  %s  prefix %q  %d semaphores, %d locks, %d rate gates, %d elections",
+		now.Format("15:04:05"), t.shown, t.prefix, len(fl.Semaphores), len(fl.RWMutexes), len(fl.RateGates), len(fl.Elections))
 	if fl.Truncated {
 		head += "  (scan incomplete: raise --limit or --max-scan)"
 	}
@@ -268,6 +268,14 @@ func topRows(fl admin.Fleet) []topRow {
 		}
 		if st.Writer != nil {
 			r.sat = 1
+		}
+		rows = append(rows, r)
+	}
+	for _, st := range fl.Elections {
+		r := topRow{name: st.Name, kind: "elect", wait: st.Waiting, lock: true}
+		if h := st.Leader; h != nil {
+			r.held, r.sat = 1, 1
+			r.oldest = st.ServerTime.Sub(h.Acquired)
 		}
 		rows = append(rows, r)
 	}
