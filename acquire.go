@@ -200,7 +200,7 @@ func (s *Semaphore) returnGrant(ctx context.Context, l *Lease) {
 }
 
 func (s *Semaphore) ctxError(err error) error {
-	return fmt.Errorf("redsem: acquire semaphore %q: %w", engine.Printable(s.name), err)
+	return fmt.Errorf("redsem: acquire %s %q: %w", s.leaseKind().what, engine.Printable(s.name), err)
 }
 
 // Shared waiting (WithWaitConnections, on by default). Goroutines that wait

@@ -50,12 +50,12 @@ func TestAdmin_ACLCommands_userRunsEveryOperation(t *testing.T) {
 			c.Close()
 			require.NoError(t, err, "a script's first run in a process")
 			runEveryOperation(t, pool, prefix)
-			// Delete removed every semaphore's keys; the rate gate's and the
-			// read-write lock's stay (neither has a Delete).
+			// Delete removed every semaphore's keys; the rate gate's, the
+			// read-write lock's and the election's stay (none has a Delete).
 			keys, err := redis.Strings(srv.Do(t, "KEYS", prefix+"*"), nil)
 			require.NoError(t, err)
 			for _, k := range keys {
-				if !strings.Contains(k, "{rw}:rw:") {
+				if !strings.Contains(k, "{rw}:rw:") && !strings.Contains(k, "{el}:el:") {
 					assert.Contains(t, k, "{rate}:rate:", "left behind")
 				}
 			}
@@ -366,6 +366,37 @@ func runEveryOperation(t *testing.T, pool *redis.Pool, prefix string) {
 	require.NoError(t, <-locked, "the Lock behind the readers")
 
 	require.Empty(t, drain(errs))
+
+	t.Log("Election: Observe, Campaign, a second Campaign waiting, Proclaim, Leader, Resign, a crashed leader's deadline")
+	el, err := NewElection(pool, "el", WithPrefix(prefix), WithTTL(200*time.Millisecond))
+	require.NoError(t, err)
+	changes := make(chan Leader, 16)
+	octx, ocancel := context.WithCancel(ctx)
+	observed := make(chan error, 1)
+	go func() { observed <- el.Observe(octx, func(l Leader) { changes <- l }) }()
+	require.Equal(t, Leader{}, <-changes)
+	lead, err := el.Campaign(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, "a", (<-changes).Value)
+	next := make(chan *Leadership, 1)
+	go func() {
+		l, _ := el.Campaign(ctx, "b")
+		next <- l
+	}()
+	require.NoError(t, lead.Proclaim(ctx, "a2"))
+	require.Equal(t, "a2", (<-changes).Value)
+	cur, err := el.Leader(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "a2", cur.Value)
+	require.NoError(t, lead.Resign(ctx))
+	require.Equal(t, Leader{}, <-changes)
+	b := <-next
+	require.NotNil(t, b)
+	require.Equal(t, "b", (<-changes).Value)
+	require.NoError(t, b.lease.Release(ctx)) // gone without a resign: the observer's own wake finds it
+	require.Equal(t, Leader{}, <-changes)
+	ocancel()
+	require.ErrorIs(t, <-observed, context.Canceled)
 
 	t.Log("Delete every name")
 	for _, s := range []*Semaphore{sem, w, msem, gs} {

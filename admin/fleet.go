@@ -25,10 +25,13 @@ const (
 	KindRWMutex Kind = "rwmutex"
 	// KindRate is a rate gate (package rate), under <prefix>{<name>}:rate:meta.
 	KindRate Kind = "rate"
+	// KindElection is a leader election (redsem.Election), under
+	// <prefix>{<name>}:el:meta.
+	KindElection Kind = "election"
 )
 
 // kindOrder is the order ScanNames lists the kinds in.
-var kindOrder = map[Kind]int{KindSemaphore: 0, KindRWMutex: 1, KindRate: 2}
+var kindOrder = map[Kind]int{KindSemaphore: 0, KindRWMutex: 1, KindRate: 2, KindElection: 3}
 
 // Found is one name ScanNames found.
 type Found struct {
@@ -39,7 +42,7 @@ type Found struct {
 // Names is what ScanNames found.
 type Names struct {
 	// Found lists the semaphores, then the read-write locks, then the rate
-	// gates, each sorted by name.
+	// gates, then the elections, each sorted by name.
 	Found []Found
 	// Truncated is true when the scan stopped early: at the limit on names
 	// (there are more names under the prefix than Found lists), or at the
@@ -80,7 +83,7 @@ type MultiNodePool interface {
 }
 
 // ScanNames finds the semaphores (mutexes, weighted semaphores), read-write
-// locks and rate gates under prefix by SCAN over their meta keys (never KEYS; COUNT 500),
+// locks, rate gates and elections under prefix by SCAN over their meta keys (never KEYS; COUNT 500),
 // within lim, so its cost on the server is bounded however large the
 // keyspace; it reads no state. On a MultiNodePool every master is scanned.
 // Errors: ErrInvalidOption (a bad prefix, a negative limit), a connection
@@ -225,6 +228,8 @@ func parseMetaKey(prefix, key string) (Found, bool) {
 		kind = KindRWMutex
 	case ":rate:meta":
 		kind = KindRate
+	case ":el:meta":
+		kind = KindElection
 	default:
 		return Found{}, false
 	}
@@ -235,13 +240,14 @@ func parseMetaKey(prefix, key string) (Found, bool) {
 	return Found{Name: name, Kind: kind}, true
 }
 
-// Fleet is a snapshot of every semaphore, read-write lock and rate gate
-// under one prefix. Each one is read in one script call and is consistent
+// Fleet is a snapshot of every semaphore, read-write lock, rate gate and
+// election under one prefix. Each one is read in one script call and is consistent
 // on its own; the fleet as a whole is not one atomic view.
 type Fleet struct {
 	Semaphores []Status
 	RWMutexes  []RWStatus
 	RateGates  []rate.Status
+	Elections  []ElectionStatus
 	// Failed lists the names whose state could not be read: a key of the
 	// wrong type, a corrupt record.
 	Failed []FleetError
@@ -259,7 +265,8 @@ type FleetError struct {
 
 // ReadFleet finds the names under prefix with ScanNames (within lim) and
 // reads each one's state in one script call: Status for a semaphore,
-// RWStatus for a read-write lock, rate.ReadStatus for a rate gate. A name deleted meanwhile is left out; one
+// RWStatus for a read-write lock, rate.ReadStatus for a rate gate,
+// ElectionStatus (two calls) for an election. A name deleted meanwhile is left out; one
 // whose keys Redis refuses to read (ErrWrongType, ErrCorrupt, another error
 // reply) goes to Failed. Any other error (a connection error, ctx's end)
 // stops the read and is returned.
@@ -289,6 +296,15 @@ func ReadFleet(ctx context.Context, pool Pool, prefix string, lim ScanLimits) (F
 			st, err = rate.ReadStatus(ctx, pool, prefix, f.Name)
 			if err == nil && st.Exists {
 				fl.RateGates = append(fl.RateGates, st)
+			}
+		case KindElection:
+			var h *Handle
+			var st ElectionStatus
+			if h, err = New(pool, prefix, f.Name); err == nil {
+				st, err = h.ElectionStatus(ctx)
+			}
+			if err == nil && st.Exists {
+				fl.Elections = append(fl.Elections, st)
 			}
 		}
 		if err == nil {

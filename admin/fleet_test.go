@@ -22,6 +22,8 @@ func TestParseMetaKey(t *testing.T) {
 		"p:{a}:meta":         {"a", KindSemaphore},
 		"p:{a}:rate:meta":    {"a", KindRate},
 		"p:{a}:rw:meta":      {"a", KindRWMutex},
+		"p:{a}:el:meta":      {"a", KindElection},
+		"p:{a}:el:x:meta":    {},
 		"p:{a}:rw:x:meta":    {},
 		"p:{a%20b}:meta":     {"a b", KindSemaphore},
 		"p:{%7Bx%7D}:meta":   {"{x}", KindSemaphore},
@@ -42,7 +44,7 @@ func TestParseMetaKey(t *testing.T) {
 	}
 }
 
-// ScanNames finds every semaphore, mutex and rate gate under the prefix,
+// ScanNames finds every semaphore, mutex, lock, rate gate and election under the prefix,
 // names of any bytes included, and nothing else: not other prefixes (even
 // one the prefix matches as a glob), not pending lists, not keys redsem
 // would not have written.
@@ -67,6 +69,11 @@ func TestScanNamesFindsEveryKind(t *testing.T) {
 		require.NoError(t, err)
 		_, err = rw.TryLock(ctx)
 		require.NoError(t, err)
+		el, err := redsem.NewElection(b.pool, "sched", redsem.WithPrefix(prefix))
+		require.NoError(t, err)
+		lead, err := el.Campaign(ctx, "me")
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = lead.Resign(context.Background()) })
 		// Decoys: another prefix the unquoted pattern would match, the
 		// default prefix, a non-canonical encoding, a look-alike suffix.
 		for _, p := range []string{"fxlx:", "f*[l]?x:", redsem.DefaultPrefix} {
@@ -85,6 +92,7 @@ func TestScanNamesFindsEveryKind(t *testing.T) {
 			{"x{y}", KindSemaphore}, {"ü", KindSemaphore},
 			{"lock", KindRWMutex},
 			{"api", KindRate}, {"both", KindRate},
+			{"sched", KindElection},
 		}
 		assert.Equal(t, want, names.Found)
 	})

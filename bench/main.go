@@ -131,6 +131,14 @@ func scenarios(cfg config) []scenario {
 			ok: redsemOnly,
 		},
 		scenario{
+			name: "election",
+			run: func(e *env, l *lib) (metrics, []float64, error) {
+				m, err := e.election()
+				return m, nil, err
+			},
+			ok: redsemOnly,
+		},
+		scenario{
 			name: fmt.Sprintf("queue/%d/pool%d", cfg.Queue, queuePool),
 			run: func(e *env, l *lib) (metrics, []float64, error) {
 				m, err := e.queue(l, cfg.Queue, queuePool)

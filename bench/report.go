@@ -273,6 +273,10 @@ func columnsFor(sc string) (cols []column, ratio string) {
 			{"worst_window", "most starts in a window", 1, 0}, {"gap_p50_us", "gap p50 ms", 1000, 2}, {"gap_p99_us", "gap p99 ms", 1000, 1},
 			{"fw_achieved_per_s", "fixed window: achieved/s", 1, 1}, {"fw_worst_window", "fixed window: most in a window", 1, 0},
 			{"fw_gap_p99_us", "fixed window: gap p99 ms", 1000, 1}}, ""
+	case sc == "election":
+		return []column{{"resign_p50_us", "resign → observer p50 µs", 1, 0}, {"resign_p99_us", "resign → observer p99 µs", 1, 0},
+			{"resign_max_us", "resign → observer max µs", 1, 0}, {"crash_lag_p50_ms", "crash: told after the lease deadline p50 ms", 1, 0},
+			{"crash_lag_max_ms", "… max ms", 1, 0}, {"crash_notice_max_ms", "crash → observer max ms", 1, 0}, {"ttl_ms", "TTL ms", 1, 0}}, ""
 	case strings.HasPrefix(sc, "queue/"):
 		return []column{{"connections", "Redis conns", 1, 0}, {"mem_per_waiter_b", "B/waiter", 1, 0},
 			{"redis_cmds_per_s", "Redis cmds/s while waiting", 1, 0}, {"drain_s", "drain s", 1, 2}, {"acq_per_s", "acq/s draining", 1, 0},

@@ -135,9 +135,9 @@ func desc(name, help string, labels []string) *prometheus.Desc {
 
 var (
 	sizeDesc      = desc("size", "Slots (tokens) of the semaphore, as stored in Redis.", perName)
-	holdersDesc   = desc("holders", "Tokens held now; a weighted lease of k tokens counts k; a read-write lock's leases, readers and writer.", perName)
+	holdersDesc   = desc("holders", "Tokens held now; a weighted lease of k tokens counts k; a read-write lock's leases, readers and writer; an election's leader (0 or 1).", perName)
 	availableDesc = desc("available", "Valid tokens free now; for a rate gate, the starts possible now.", perName)
-	waitingDesc   = desc("waiting", "Acquisitions registered as blocked (waiters in a rate gate's or a read-write lock's queue).", perName)
+	waitingDesc   = desc("waiting", "Acquisitions registered as blocked (waiters in a rate gate's or a read-write lock's queue, an election's campaigners).", perName)
 	withheldDesc  = desc("withheld", "Valid tokens kept off the list while a shrink drains.", perName)
 	strayDesc     = desc("stray_tokens", "Token-list elements that are not valid free tokens (forged, duplicated, of an older epoch).", perName)
 	rejectedDesc  = desc("rejected_tokens_total", "Stray tokens dropped so far.", perName)
@@ -146,6 +146,8 @@ var (
 	limitDesc     = desc("rate_limit", "Starts the rate gate admits per interval.", perName)
 	intervalDesc  = desc("rate_interval_seconds", "The rate gate's interval.", perName)
 	startsDesc    = desc("rate_window_starts", "Starts the rate gate granted in the last interval.", perName)
+	termDesc      = desc("election_term", "The term of the election's leader (its fence); 0 when nobody leads.", perName)
+	observersDesc = desc("election_observers", "Observers registered on the election (Election.Observe).", perName)
 
 	errorDesc    = desc("scrape_error", "1 when the last scrape could not read the fleet from Redis, else 0.", nil)
 	namesDesc    = desc("scrape_names", "Names (semaphores, mutexes, read-write locks and rate gates) reported by the last scrape.", nil)
@@ -154,7 +156,7 @@ var (
 	durationDesc = desc("scrape_duration_seconds", "How long the last scrape's Redis reads took.", nil)
 	allDescs     = []*prometheus.Desc{sizeDesc, holdersDesc, availableDesc, waitingDesc, withheldDesc,
 		strayDesc, rejectedDesc, expiredDesc, oldestDesc, limitDesc, intervalDesc, startsDesc,
-		errorDesc, namesDesc, truncDesc, failedDesc, durationDesc}
+		termDesc, observersDesc, errorDesc, namesDesc, truncDesc, failedDesc, durationDesc}
 )
 
 // Describe sends the descriptors of every metric the Collector reports.
@@ -185,7 +187,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		c.log.printf("cannot read %s %q: %v", f.Kind, f.Name, f.Err)
 	}
 	gauge(errorDesc, 0)
-	gauge(namesDesc, float64(len(fl.Semaphores)+len(fl.RWMutexes)+len(fl.RateGates)))
+	gauge(namesDesc, float64(len(fl.Semaphores)+len(fl.RWMutexes)+len(fl.RateGates)+len(fl.Elections)))
 	gauge(failedDesc, float64(len(fl.Failed)))
 	truncated := 0.0
 	if fl.Truncated {
@@ -213,6 +215,17 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(holdersDesc, float64(held), rw, st.Name)
 		gauge(waitingDesc, float64(len(st.Queue)), rw, st.Name)
+	}
+	const el = string(admin.KindElection)
+	for _, st := range fl.Elections {
+		leading, term := 0.0, 0.0
+		if st.Leader != nil {
+			leading, term = 1, float64(st.Leader.Fence)
+		}
+		gauge(holdersDesc, leading, el, st.Name)
+		gauge(waitingDesc, float64(st.Waiting), el, st.Name)
+		gauge(termDesc, term, el, st.Name)
+		gauge(observersDesc, float64(st.Observers), el, st.Name)
 	}
 	for _, st := range fl.RateGates {
 		gauge(limitDesc, float64(st.Limit), rate, st.Name)

@@ -118,6 +118,11 @@ func TestMetricsOfAFleet(t *testing.T) {
 		_, err := burst.Allow(ctx)
 		require.NoError(t, err)
 	}
+	sched, err := redsem.NewElection(pool, "scheduler", redsem.WithPrefix(prefix))
+	require.NoError(t, err)
+	lead, err := sched.Campaign(ctx, "host-a")
+	require.NoError(t, err)
+	defer lead.Resign(ctx)
 	srv.Do(t, "SET", prefix+"{broken}:meta", "a string")
 	// Another prefix is not reported.
 	other, err := redsem.NewSemaphore(pool, "elsewhere", 1)
@@ -157,7 +162,11 @@ func TestMetricsOfAFleet(t *testing.T) {
 		{"redsem_scrape_error", "", "", 0},
 		{"redsem_rate_window_starts", rate, "burst", 0},
 		{"redsem_available", rate, "burst", 2},
-		{"redsem_scrape_names", "", "", 5},
+		{"redsem_holders", "election", "scheduler", 1},
+		{"redsem_waiting", "election", "scheduler", 0},
+		{"redsem_election_term", "election", "scheduler", float64(lead.Term())},
+		{"redsem_election_observers", "election", "scheduler", 0},
+		{"redsem_scrape_names", "", "", 6},
 		{"redsem_scrape_failed_names", "", "", 1},
 		{"redsem_scrape_truncated", "", "", 0},
 	} {

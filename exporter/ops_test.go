@@ -21,7 +21,7 @@ import (
 )
 
 // exported are the fields of admin.Fleet that Collect turns into metrics.
-var exported = map[string]bool{"Semaphores": true, "RWMutexes": true, "RateGates": true, "Failed": true, "Truncated": true}
+var exported = map[string]bool{"Semaphores": true, "RWMutexes": true, "RateGates": true, "Elections": true, "Failed": true, "Truncated": true}
 
 // TestEveryFleetKindExported: every field of admin.Fleet (every kind of
 // name ReadFleet returns, and what it says of the scan) is exported. A

@@ -173,6 +173,8 @@ func notThere(doc any) bool {
 		return !d.Exists
 	case rateCheckJSON:
 		return !d.Exists
+	case electionJSON:
+		return !d.Exists
 	}
 	return false
 }

@@ -66,6 +66,7 @@ func TestHelpForEveryCommand(t *testing.T) {
 		{"help"}, {"--help"}, {"run", "--help"}, {"run", "-h"}, {"status", "--help"},
 		{"reclaim", "--help"}, {"delete", "--help"}, {"demo", "--help"}, {"help", "run"},
 		{"resize", "--help"}, {"check", "--help"}, {"repair", "--help"}, {"rate", "--help"}, {"top", "--help"},
+		{"elect", "--help"}, {"leader", "--help"},
 	} {
 		r := e.run(t, args...)
 		assert.Equal(t, 0, r.code, "%v: %s", args, r.stderr)

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -288,4 +289,43 @@ func TestFleetMaxScan(t *testing.T) {
 	r = e.run(t, "check", "--all")
 	assert.Equal(t, 0, r.code, r.stderr)
 	assert.Empty(t, r.stderr)
+}
+
+// An election is a kind of its own in the fleet: check --all finds it
+// healthy (it has no token inventory of a semaphore), top shows its leader
+// and waiting campaigners, top --json its term and value.
+func TestFleetShowsElections(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	pool := fleetPool(t, e)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	el, err := redsem.NewElection(pool, "sched", redsem.WithLabel("host-a"))
+	require.NoError(t, err)
+	lead, err := el.Campaign(ctx, "host-a")
+	require.NoError(t, err)
+	defer lead.Resign(ctx)
+	other, err := redsem.NewElection(pool, "sched", redsem.WithWaitConnections(0))
+	require.NoError(t, err)
+	wctx, wcancel := context.WithCancel(ctx)
+	waited := make(chan struct{})
+	go func() { defer close(waited); _, _ = other.Campaign(wctx, "host-b") }()
+	defer func() { wcancel(); <-waited }()
+	h, err := admin.New(pool, redsem.DefaultPrefix, "sched")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { st, err := h.ElectionStatus(ctx); return err == nil && st.Waiting == 1 },
+		10*time.Second, 5*time.Millisecond)
+
+	r := e.run(t, "check", "--all", "--json")
+	assert.Equal(t, 0, r.code, "stdout %s stderr %s", r.stdout, r.stderr)
+	assert.Contains(t, r.stdout, `"checked": 1`, "the election was checked, as an election")
+	r = e.run(t, "top", "-n", "1")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "0 semaphores, 0 locks, 0 rate gates, 1 elections")
+	assert.Regexp(t, `(?m)^sched\s+elect\s+1\s+-\s+100%\s+1\s`, r.stdout)
+	r = e.run(t, "top", "--json", "-n", "1")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, `"kind": "election"`)
+	assert.Contains(t, r.stdout, `"value": "host-a"`)
+	assert.Contains(t, r.stdout, fmt.Sprintf(`"term": %d`, lead.Term()))
 }

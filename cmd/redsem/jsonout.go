@@ -183,6 +183,34 @@ func toRWCheckJSON(st admin.RWStatus) rwCheckJSON {
 	return out
 }
 
+// electionJSON is an election in check --all --json and top --json. Leader
+// is nil when nobody leads; its fence is the term.
+type electionJSON struct {
+	Kind       string      `json:"kind"` // "election"
+	Name       string      `json:"name"`
+	Exists     bool        `json:"exists"`
+	Healthy    bool        `json:"healthy"`
+	Leading    bool        `json:"leading"`
+	Term       int64       `json:"term"`
+	Value      string      `json:"value"`
+	Leader     *holderJSON `json:"leader"`
+	Waiting    int         `json:"waiting"`
+	Observers  int         `json:"observers"`
+	ServerTime time.Time   `json:"server_time"`
+	Kinds      []string    `json:"kinds"`
+}
+
+func toElectionJSON(st admin.ElectionStatus) electionJSON {
+	out := electionJSON{Kind: string(admin.KindElection), Name: st.Name, Exists: st.Exists, Healthy: true,
+		Value: st.Value, Waiting: st.Waiting, Observers: st.Observers, ServerTime: st.ServerTime,
+		Kinds: []string{string(admin.KindElection)}}
+	if h := st.Leader; h != nil {
+		out.Leading, out.Term = true, h.Fence
+		out.Leader = &holderJSON{Slot: 1, Token: h.Token, Fence: h.Fence, Label: h.Label, Acquired: h.Acquired, Deadline: h.Deadline}
+	}
+	return out
+}
+
 // rateStatusJSON is status --json (and rate status --json) of a rate gate.
 // limit, per_ms, started, due and available are those of its first limit.
 type rateStatusJSON struct {
@@ -291,6 +319,9 @@ func toFleetJSON(prefix string, fl admin.Fleet, err error) fleetJSON {
 	for _, st := range fl.RateGates {
 		note(st.Name, admin.KindRate)
 	}
+	for _, st := range fl.Elections {
+		note(st.Name, admin.KindElection)
+	}
 	for _, st := range fl.Semaphores {
 		d := toStatusJSON(st)
 		d.Kinds = kinds[st.Name]
@@ -303,6 +334,11 @@ func toFleetJSON(prefix string, fl admin.Fleet, err error) fleetJSON {
 	}
 	for _, st := range fl.RateGates {
 		d := toRateStatusJSON(st)
+		d.Kinds = kinds[st.Name]
+		out.Names = append(out.Names, d)
+	}
+	for _, st := range fl.Elections {
+		d := toElectionJSON(st)
 		d.Kinds = kinds[st.Name]
 		out.Names = append(out.Names, d)
 	}

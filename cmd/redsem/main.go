@@ -6,6 +6,8 @@
 // name; and demonstrates the library with an embedded Redis.
 //
 //	redsem run [flags] NAME -- COMMAND [ARGS...]
+//	redsem elect [flags] NAME -- COMMAND [ARGS...]
+//	redsem leader [--json] [--watch] NAME
 //	redsem status [--json] NAME
 //	redsem reclaim NAME
 //	redsem resize [--create] NAME N
@@ -38,6 +40,8 @@ const mainHelp = `redsem: a distributed flock(1) on Redis, with status and a dem
 Usage:
   redsem run [flags] NAME -- COMMAND [ARGS...]   run COMMAND holding the lock NAME (or a slot: --size)
   redsem run --rate N/PER NAME -- COMMAND        run COMMAND once rate gate NAME allows a start
+  redsem elect [flags] NAME -- COMMAND [ARGS...] run COMMAND only while leading election NAME
+  redsem leader [--json] [--watch] NAME          who leads election NAME; --watch: every change
   redsem status [--json] NAME                    show NAME, whatever its kind
   redsem reclaim NAME                            give back the slots of expired leases
   redsem resize [--create] NAME N                set a semaphore's number of slots for everyone
@@ -82,11 +86,13 @@ type command struct {
 var commands map[string]command
 
 // commandList names every command, as redsem help lists them.
-const commandList = "run, status, reclaim, resize, check, repair, delete, rate, top, exporter, demo, help, version"
+const commandList = "run, elect, leader, status, reclaim, resize, check, repair, delete, rate, top, exporter, demo, help, version"
 
 func init() {
 	commands = map[string]command{
 		"run":     {runHelp, cmdRun},
+		"elect":   {electHelp, cmdElect},
+		"leader":  {leaderHelp, cmdLeader},
 		"status":  {statusHelp, cmdStatus},
 		"reclaim": {reclaimHelp, cmdReclaim},
 		"resize":  {resizeHelp, cmdResize},

@@ -40,6 +40,8 @@ func kindWords(k admin.Kind) string {
 		return "read-write lock"
 	case admin.KindRate:
 		return "rate gate"
+	case admin.KindElection:
+		return "election"
 	}
 	return "semaphore"
 }
@@ -170,6 +172,17 @@ func checkKind(ctx context.Context, n *named, k admin.Kind) (checked, error) {
 		}
 		return checked{doc: doc, healthy: true, line: fmt.Sprintf("%q: rwmutex, readers %d, writer %s, waiting %d, expired %d: healthy",
 			n.name, len(st.Readers), writer, len(st.Queue), doc.Expired)}, nil
+	case admin.KindElection:
+		st, err := n.adm.ElectionStatus(ctx)
+		if err != nil {
+			return checked{}, err
+		}
+		leader := "nobody leads"
+		if st.Leader != nil {
+			leader = fmt.Sprintf("%s leads, term %d", st.Value, st.Leader.Fence)
+		}
+		return checked{doc: toElectionJSON(st), healthy: true, line: fmt.Sprintf("%q: election, %s, waiting %d, observers %d: healthy",
+			n.name, leader, st.Waiting, st.Observers)}, nil
 	case admin.KindRate:
 		st, err := rate.ReadStatus(ctx, n.pool, n.prefix, n.name)
 		if err != nil {

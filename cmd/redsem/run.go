@@ -354,7 +354,7 @@ func cmdRun(args []string, _, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "redsem: holding %s after %v, fence %d\n",
 			what, time.Since(started).Round(time.Millisecond), lease.Fence())
 	}
-	return supervise(lease, env, o, sigs, stderr)
+	return supervise(lease, append(leaseEnv(lease, o), env...), o, sigs, stderr)
 }
 
 // sizeValue is --size: an int that remembers it was given (the flags are

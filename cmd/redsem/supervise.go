@@ -20,11 +20,20 @@ import (
 	"github.com/redsem/redsem"
 )
 
+// held is what supervise runs a command under: a *redsem.Lease (run), or
+// a leadership (elect).
+type held interface {
+	Valid() bool
+	Done() <-chan struct{}
+	Err() error
+	Release(ctx context.Context) error
+}
+
 // supervise runs the command while lease is held and returns its exit
 // status as an *exitError (nil for 0). The lease is released on every path.
-// With no lease (run --rate alone) the command just runs; env is added to
-// its environment either way.
-func supervise(lease *redsem.Lease, env []string, o *runOptions, sigs <-chan os.Signal, stderr io.Writer) error {
+// With no lease (run --rate alone) the command just runs; env (with the
+// lease's variables, leaseEnv) is added to its environment.
+func supervise(lease held, env []string, o *runOptions, sigs <-chan os.Signal, stderr io.Writer) error {
 	release := func(timeout time.Duration) error {
 		if lease == nil {
 			return nil
@@ -39,16 +48,7 @@ func supervise(lease *redsem.Lease, env []string, o *runOptions, sigs <-chan os.
 	}
 	cmd := exec.Command(o.argv[0], o.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), "REDSEM_NAME="+o.name)
-	if lease != nil {
-		cmd.Env = append(cmd.Env,
-			"REDSEM_SIZE="+strconv.Itoa(o.size),
-			"REDSEM_TOKEN="+lease.Token(),
-			"REDSEM_SLOT="+slotOf(lease.Token()),
-			"REDSEM_FENCE="+strconv.FormatInt(lease.Fence(), 10),
-		)
-	}
-	cmd.Env = append(cmd.Env, env...)
+	cmd.Env = append(append(os.Environ(), "REDSEM_NAME="+o.name), env...)
 	cmd.SysProcAttr = childAttr()
 	// On a terminal, the command's group takes the foreground while it
 	// runs: it reads the terminal, and Ctrl-C and Ctrl-\ reach it there.
@@ -127,6 +127,16 @@ func supervise(lease *redsem.Lease, env []string, o *runOptions, sigs <-chan os.
 		return nil
 	}
 	return exitf(code, "")
+}
+
+// leaseEnv is the environment run gives a command holding lease.
+func leaseEnv(lease *redsem.Lease, o *runOptions) []string {
+	return []string{
+		"REDSEM_SIZE=" + strconv.Itoa(o.size),
+		"REDSEM_TOKEN=" + lease.Token(),
+		"REDSEM_SLOT=" + slotOf(lease.Token()),
+		"REDSEM_FENCE=" + strconv.FormatInt(lease.Fence(), 10),
+	}
 }
 
 // lostReleaseTimeout bounds the release attempt after the lease was lost.

@@ -201,7 +201,7 @@ func (t *topView) show(fl admin.Fleet, err error, now time.Time) {
 	for _, c := range []struct {
 		n         int
 		one, many string
-	}{{len(fl.Semaphores), "semaphore", "semaphores"}, {len(fl.RWMutexes), "lock", "locks"}, {len(fl.RateGates), "rate gate", "rate gates"}} {
+	}{{len(fl.Semaphores), "semaphore", "semaphores"}, {len(fl.RWMutexes), "lock", "locks"}, {len(fl.RateGates), "rate gate", "rate gates"}, {len(fl.Elections), "election", "elections"}} {
 		if c.n > 0 {
 			counts = append(counts, plural(c.n, c.one, c.many))
 		}
@@ -290,6 +290,14 @@ func topRows(fl admin.Fleet) []topRow {
 		}
 		if st.Writer != nil {
 			r.sat = 1
+		}
+		rows = append(rows, r)
+	}
+	for _, st := range fl.Elections {
+		r := topRow{name: st.Name, kind: "elect", wait: st.Waiting, lock: true}
+		if h := st.Leader; h != nil {
+			r.held, r.sat = 1, 1
+			r.oldest = st.ServerTime.Sub(h.Acquired)
 		}
 		rows = append(rows, r)
 	}

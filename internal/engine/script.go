@@ -51,6 +51,10 @@ var (
 	RWRelease = NewScript(5, "rw_release.lua", "base.lua", "rw_common.lua")
 	RWRefresh = NewScript(5, "rw_refresh.lua", "base.lua", "rw_common.lua")
 
+	// The election's, beside the keys of its mutex.
+	Election        = NewScript(6, "election.lua", "base.lua", "election_common.lua")
+	ElectionObserve = NewScript(7, "election_observe.lua", "base.lua", "election_common.lua")
+
 	// The rate gate's (package rate): RateKeys keys for a start, its state
 	// keys (RateStateKeys) for the others.
 	RateTake   = NewScript(RateKeys, "rate_take.lua", rate...)

@@ -23,5 +23,11 @@
 // history to the limits in force with redistest.CheckWindows, which they
 // also run against broken gates.
 //
+// Elections have a worker of their own too (./electworker): it campaigns,
+// writes to a fenced resource while it leads (checking Leadership.Valid
+// first) and logs each step; TestElectionKillAndStopLeaders kills and stops
+// its leaders and holds the log, and a slow observer's view, to the
+// election's invariants.
+//
 // Set REDSEM_SOAK=1 to run every fault for longer.
 package faults

@@ -25,9 +25,9 @@ import (
 	"github.com/redsem/redsem/internal/redistest"
 )
 
-// workerBin and rateWorkerBin are the worker programs (semaphore and rate
-// gate), built once by TestMain.
-var workerBin, rateWorkerBin string
+// workerBin, rateWorkerBin and electWorkerBin are the worker programs
+// (semaphore, rate gate, election), built once by TestMain.
+var workerBin, rateWorkerBin, electWorkerBin string
 
 func TestMain(m *testing.M) {
 	os.Unsetenv("REDIS_URL")
@@ -38,12 +38,13 @@ func TestMain(m *testing.M) {
 	}
 	workerBin = filepath.Join(dir, "worker")
 	rateWorkerBin = filepath.Join(dir, "rateworker")
+	electWorkerBin = filepath.Join(dir, "electworker")
 	// The go command that runs this test: on PATH, or under GOROOT.
 	goBin := "go"
 	if _, err := exec.LookPath(goBin); err != nil {
 		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	}
-	for bin, pkg := range map[string]string{workerBin: "worker", rateWorkerBin: "rateworker"} {
+	for bin, pkg := range map[string]string{workerBin: "worker", rateWorkerBin: "rateworker", electWorkerBin: "electworker"} {
 		cmd := exec.Command(goBin, "build", "-o", bin, "github.com/redsem/redsem/internal/faults/"+pkg)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "building the %s: %v\n%s", pkg, err, out)
