@@ -321,7 +321,7 @@ func TestFleetShowsElections(t *testing.T) {
 	assert.Contains(t, r.stdout, `"checked": 1`, "the election was checked, as an election")
 	r = e.run(t, "top", "-n", "1")
 	require.Equal(t, 0, r.code, r.stderr)
-	assert.Contains(t, r.stdout, "0 semaphores, 0 locks, 0 rate gates, 1 elections")
+	assert.Contains(t, r.stdout, "prefix \"redsem:\"  1 election\n")
 	assert.Regexp(t, `(?m)^sched\s+elect\s+1\s+-\s+100%\s+1\s`, r.stdout)
 	r = e.run(t, "top", "--json", "-n", "1")
 	require.Equal(t, 0, r.code, r.stderr)
