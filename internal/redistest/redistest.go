@@ -123,9 +123,12 @@ func (s *Server) start() error {
 		default:
 		}
 		if c, err := redis.Dial("tcp", s.Addr, append([]redis.DialOption{redis.DialConnectTimeout(200 * time.Millisecond)}, s.ping...)...); err == nil {
-			_, perr := c.Do("PING")
+			info, perr := redis.String(c.Do("INFO", "server"))
 			c.Close()
-			if perr == nil {
+			// Another test's server may hold the port (two picked it at
+			// once, and ours is about to fail to bind): only our process's
+			// answer counts.
+			if perr == nil && strings.Contains(info, "process_id:"+strconv.Itoa(cmd.Process.Pid)+"\r\n") {
 				s.pid, s.done = cmd.Process.Pid, exited
 				return nil
 			}
