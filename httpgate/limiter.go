@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
+
 	"github.com/redsem/redsem"
 	"github.com/redsem/redsem/rate"
 )
@@ -156,6 +158,13 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (*redsem.Lease, error
 	}
 	defer cancel()
 	wait := l.cfg.Wait != 0
+	if wait {
+		// The library's waits outlast an unreachable Redis; the middleware
+		// must not (docs/middleware.md), so a watch ends them.
+		var stop func()
+		wctx, stop = l.watchRedis(wctx)
+		defer stop()
+	}
 	var lease *redsem.Lease
 	if k.sem != nil {
 		if wait {
@@ -171,6 +180,12 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (*redsem.Lease, error
 		var st rate.Start
 		if wait {
 			st, err = k.gate.Wait(wctx)
+			if err != nil && ctx.Err() == nil && wctx.Err() != nil && !errors.Is(context.Cause(wctx), errRedisDown) {
+				// Wait ran out without a start, and without a figure: one
+				// Allow (which never jumps the queue) takes a start freed
+				// meanwhile, or says when one is due.
+				st, err = k.gate.Allow(ctx)
+			}
 		} else {
 			st, err = k.gate.Allow(wctx)
 		}
@@ -213,12 +228,65 @@ func (l *Limiter) refused(ctx, wctx context.Context, key string, retry time.Dura
 		return err
 	case errors.Is(err, redsem.ErrNoToken), errors.Is(err, rate.ErrRateLimited):
 		return &FullError{Key: key, RetryAfter: retry, Err: err}
+	case errors.Is(context.Cause(wctx), errRedisDown):
+		if l.cfg.FailOpen {
+			return nil
+		}
+		return fmt.Errorf("httpgate: key %q: %w", key, context.Cause(wctx))
 	case wctx.Err() != nil:
 		return &FullError{Key: key, RetryAfter: retry, Err: context.DeadlineExceeded}
 	case l.cfg.FailOpen:
 		return nil
 	}
 	return fmt.Errorf("httpgate: key %q: %w", key, err)
+}
+
+// errRedisDown ends a wait whose watch found Redis unreachable.
+var errRedisDown = errors.New("httpgate: Redis unreachable during the wait")
+
+// redisCheck is how often watchRedis pings Redis while a request waits, and
+// how long a ping may take.
+const redisCheck = time.Second
+
+// watchRedis returns a child of wctx that ends with errRedisDown when a PING
+// on the pool fails while it lives (checked every redisCheck, the first
+// after one), and stop, which ends the watch.
+func (l *Limiter) watchRedis(wctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(wctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(redisCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if err := l.ping(ctx); err != nil && ctx.Err() == nil {
+				cancel(fmt.Errorf("%w: %w", errRedisDown, err))
+				return
+			}
+		}
+	}()
+	return ctx, func() {
+		cancel(context.Canceled)
+		<-done
+	}
+}
+
+// ping sends a PING on one of the pool's connections, within redisCheck.
+func (l *Limiter) ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, redisCheck)
+	defer cancel()
+	c, err := l.pool.GetContext(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_, err = redis.DoContext(c, ctx, "PING")
+	return err
 }
 
 // release gives lease back, even once ctx has ended (Lease.Release bounds
