@@ -48,9 +48,11 @@ type Config struct {
 	// Limits, if set, gives a key's own limit; a zero Limit means Limit.
 	// It is asked once per key while the key stays in memory (MaxKeys).
 	Limits func(key string) Limit
-	// Wait is how long an acquisition waits for a slot and a start. 0 (the
-	// default) waits not at all: what is not free now is refused. Negative
-	// waits as long as the context allows.
+	// Wait is how long an acquisition waits for a slot and a start (the
+	// slot is held while it waits for the start). 0 (the default) waits not
+	// at all: what is not free now is refused. Negative waits as long as
+	// the context allows. A wait ends as Redis failing once a PING on the
+	// pool fails (checked every second while it waits).
 	Wait time.Duration
 	// FailOpen lets requests through unlimited while Redis fails (any
 	// error but a full key or the caller's context ending). Default: fail
@@ -100,8 +102,9 @@ type limited struct {
 
 // FullError is Acquire's error when the key had no free slot or start (or
 // none came within Config.Wait). Err is redsem.ErrNoToken,
-// rate.ErrRateLimited or context.DeadlineExceeded; RetryAfter is the
-// gate's figure for a refused start, and 0 for a slot.
+// rate.ErrRateLimited (a start refused, or none within Wait) or
+// context.DeadlineExceeded (no slot within Wait); RetryAfter is the gate's
+// figure for a start, and 0 for a slot.
 type FullError struct {
 	Key        string
 	RetryAfter time.Duration
@@ -290,7 +293,8 @@ func (l *Limiter) ping(ctx context.Context) error {
 }
 
 // release gives lease back, even once ctx has ended (Lease.Release bounds
-// itself); nil is nothing held.
+// itself); nil is nothing held. A Release that fails leaves the slot taken
+// in Redis until the lease's TTL passes (WithTTL, default 30s) at most.
 func release(ctx context.Context, lease *redsem.Lease) {
 	if lease != nil {
 		_ = lease.Release(context.WithoutCancel(ctx))
