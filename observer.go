@@ -72,7 +72,8 @@ type ContextObserver interface {
 	WaitEnded(ctx context.Context, fence int64, err error) context.Context
 	// HoldEnded reports that the lease granted has ended, right after
 	// Released or LeaseLost, on their goroutine: cause is ErrReleased,
-	// ErrLeaseExpired or ErrLeaseLost.
+	// ErrLeaseExpired, ErrLeaseLost, or the error of a Release that failed
+	// (the tokens may have gone back).
 	HoldEnded(ctx context.Context, cause error)
 }
 

@@ -338,6 +338,74 @@ func TestHandlerRedisDown(t *testing.T) {
 	}
 }
 
+// TestHandlerRedisDownWhileWaiting: a request already waiting for a slot
+// when Redis goes away takes the Redis-down path, whatever Wait says: 503,
+// or served with FailOpen; it neither waits out Wait nor hangs.
+func TestHandlerRedisDownWhileWaiting(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want int
+	}{
+		{"closed", Config{Limit: Limit{Slots: 1}, Wait: time.Hour}, http.StatusServiceUnavailable},
+		{"closed unbounded", Config{Limit: Limit{Slots: 1}, Wait: -1}, http.StatusServiceUnavailable},
+		{"open", Config{Limit: Limit{Slots: 1}, Wait: time.Hour, FailOpen: true}, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			var g gauge
+			entered, free := make(chan struct{}, 1), make(chan struct{})
+			tc.cfg.Name = "api"
+			r := newReplica(t, srv, tc.cfg, nil, g.handler(func(r *http.Request) {
+				if r.URL.Query().Get("hold") != "" {
+					entered <- struct{}{}
+					<-free
+				}
+			}))
+			ctx := ctxT(t, 30*time.Second)
+			held := make(chan int, 1)
+			go func() {
+				code, _, _, _ := get(ctx, http.DefaultClient, r.srv.URL+"?hold=1")
+				held <- code
+			}()
+			<-entered
+			waited := make(chan int, 1)
+			go func() {
+				code, _, _, _ := get(ctx, http.DefaultClient, r.srv.URL)
+				waited <- code // 0: the client gave up first
+			}()
+			eventually(t, func() bool {
+				info, _ := redis.String(srv.Do(t, "INFO", "clients"), nil)
+				return !strings.Contains(info, "blocked_clients:0")
+			}, "the second request waits in Redis")
+			srv.Kill()
+			assert.Equal(t, tc.want, <-waited)
+			close(free)
+			assert.Equal(t, http.StatusOK, <-held)
+		})
+	}
+}
+
+// TestHandlerRateWaitRetryAfter: a request that gets no start within Wait
+// is told the gate's figure, not a second.
+func TestHandlerRateWaitRetryAfter(t *testing.T) {
+	srv := redistest.Start(t)
+	var g gauge
+	r := newReplica(t, srv, Config{Name: "api", Limit: Limit{N: 1, Per: time.Minute}, Wait: 100 * time.Millisecond},
+		nil, g.handler(func(*http.Request) {}))
+	ctx := ctxT(t, 30*time.Second)
+	code, _, _, err := get(ctx, http.DefaultClient, r.srv.URL)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code)
+	code, retry, _, err := get(ctx, http.DefaultClient, r.srv.URL)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusTooManyRequests, code)
+	secs, err := strconv.Atoi(retry)
+	require.NoError(t, err, "Retry-After %q", retry)
+	assert.True(t, secs > 1 && secs <= 60, "Retry-After %d: the start comes back a minute after the first", secs)
+	assert.Equal(t, int64(1), g.done.Load())
+}
+
 // TestHandlerLostLease: a long request keeps its slot by auto-refresh past
 // many TTLs, and when its lease is lost (here its keys are deleted) the
 // request's context is cancelled with the cause.

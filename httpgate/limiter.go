@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
+
 	"github.com/redsem/redsem"
 	"github.com/redsem/redsem/rate"
 )
@@ -46,9 +48,11 @@ type Config struct {
 	// Limits, if set, gives a key's own limit; a zero Limit means Limit.
 	// It is asked once per key while the key stays in memory (MaxKeys).
 	Limits func(key string) Limit
-	// Wait is how long an acquisition waits for a slot and a start. 0 (the
-	// default) waits not at all: what is not free now is refused. Negative
-	// waits as long as the context allows.
+	// Wait is how long an acquisition waits for a slot and a start (the
+	// slot is held while it waits for the start). 0 (the default) waits not
+	// at all: what is not free now is refused. Negative waits as long as
+	// the context allows. A wait ends as Redis failing once a PING on the
+	// pool fails (checked every second while it waits).
 	Wait time.Duration
 	// FailOpen lets requests through unlimited while Redis fails (any
 	// error but a full key or the caller's context ending). Default: fail
@@ -98,8 +102,9 @@ type limited struct {
 
 // FullError is Acquire's error when the key had no free slot or start (or
 // none came within Config.Wait). Err is redsem.ErrNoToken,
-// rate.ErrRateLimited or context.DeadlineExceeded; RetryAfter is the
-// gate's figure for a refused start, and 0 for a slot.
+// rate.ErrRateLimited (a start refused, or none within Wait) or
+// context.DeadlineExceeded (no slot within Wait); RetryAfter is the gate's
+// figure for a start, and 0 for a slot.
 type FullError struct {
 	Key        string
 	RetryAfter time.Duration
@@ -156,6 +161,13 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (*redsem.Lease, error
 	}
 	defer cancel()
 	wait := l.cfg.Wait != 0
+	if wait {
+		// The library's waits outlast an unreachable Redis; the middleware
+		// must not (docs/middleware.md), so a watch ends them.
+		var stop func()
+		wctx, stop = l.watchRedis(wctx)
+		defer stop()
+	}
 	var lease *redsem.Lease
 	if k.sem != nil {
 		if wait {
@@ -171,6 +183,12 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (*redsem.Lease, error
 		var st rate.Start
 		if wait {
 			st, err = k.gate.Wait(wctx)
+			if err != nil && ctx.Err() == nil && wctx.Err() != nil && !errors.Is(context.Cause(wctx), errRedisDown) {
+				// Wait ran out without a start, and without a figure: one
+				// Allow (which never jumps the queue) takes a start freed
+				// meanwhile, or says when one is due.
+				st, err = k.gate.Allow(ctx)
+			}
 		} else {
 			st, err = k.gate.Allow(wctx)
 		}
@@ -213,6 +231,11 @@ func (l *Limiter) refused(ctx, wctx context.Context, key string, retry time.Dura
 		return err
 	case errors.Is(err, redsem.ErrNoToken), errors.Is(err, rate.ErrRateLimited):
 		return &FullError{Key: key, RetryAfter: retry, Err: err}
+	case errors.Is(context.Cause(wctx), errRedisDown):
+		if l.cfg.FailOpen {
+			return nil
+		}
+		return fmt.Errorf("httpgate: key %q: %w", key, context.Cause(wctx))
 	case wctx.Err() != nil:
 		return &FullError{Key: key, RetryAfter: retry, Err: context.DeadlineExceeded}
 	case l.cfg.FailOpen:
@@ -221,8 +244,57 @@ func (l *Limiter) refused(ctx, wctx context.Context, key string, retry time.Dura
 	return fmt.Errorf("httpgate: key %q: %w", key, err)
 }
 
+// errRedisDown ends a wait whose watch found Redis unreachable.
+var errRedisDown = errors.New("httpgate: Redis unreachable during the wait")
+
+// redisCheck is how often watchRedis pings Redis while a request waits, and
+// how long a ping may take.
+const redisCheck = time.Second
+
+// watchRedis returns a child of wctx that ends with errRedisDown when a PING
+// on the pool fails while it lives (checked every redisCheck, the first
+// after one), and stop, which ends the watch.
+func (l *Limiter) watchRedis(wctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(wctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(redisCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if err := l.ping(ctx); err != nil && ctx.Err() == nil {
+				cancel(fmt.Errorf("%w: %w", errRedisDown, err))
+				return
+			}
+		}
+	}()
+	return ctx, func() {
+		cancel(context.Canceled)
+		<-done
+	}
+}
+
+// ping sends a PING on one of the pool's connections, within redisCheck.
+func (l *Limiter) ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, redisCheck)
+	defer cancel()
+	c, err := l.pool.GetContext(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_, err = redis.DoContext(c, ctx, "PING")
+	return err
+}
+
 // release gives lease back, even once ctx has ended (Lease.Release bounds
-// itself); nil is nothing held.
+// itself); nil is nothing held. A Release that fails leaves the slot taken
+// in Redis until the lease's TTL passes (WithTTL, default 30s) at most.
 func release(ctx context.Context, lease *redsem.Lease) {
 	if lease != nil {
 		_ = lease.Release(context.WithoutCancel(ctx))
