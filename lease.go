@@ -53,18 +53,22 @@ type Lease struct {
 	relNext int             // with relMu: the first token a Release has not given back yet (by chunks)
 	relN    int             // with relMu: how many of those before relNext Redis gave back
 	stopCtx context.Context // ends when Release stops auto-refresh
+	// clk is engine.Clk when the lease was granted: its timers and the
+	// goroutines they start never read the package variable again (the
+	// explorer swaps it between runs).
+	clk engine.Clock
 }
 
 // newLease is the lease of acquisition acq granted by r (one token or
 // more, a fence, a server deadline) to a request sent at sentUs.
 func (s *Semaphore) newLease(acq string, r engine.Reply, sentUs int64) *Lease {
 	deadlineMs := r.DeadlineMs
-	l := &Lease{sem: s, acqID: acq, token: r.Tokens[0], tokens: r.Tokens, fence: r.Fence, ttl: s.cfg.ttl}
+	l := &Lease{sem: s, acqID: acq, token: r.Tokens[0], tokens: r.Tokens, fence: r.Fence, ttl: s.cfg.ttl, clk: engine.Clk}
 	l.ctx, l.end = context.WithCancelCause(context.Background())
 	stopCtx, stop := context.WithCancel(context.Background())
 	l.stop, l.refreshed = stop, closedCh
 	l.deadline = s.offset.localDeadline(deadlineMs, s.cfg.ttl, sentUs)
-	l.timer = engine.Clk.AfterFunc(l.deadline.Sub(engine.Clk.Now()), func() { l.end(l.expired()) })
+	l.timer = l.clk.AfterFunc(l.deadline.Sub(l.clk.Now()), func() { l.end(l.expired()) })
 	l.stopCtx = stopCtx
 	return l
 }
@@ -179,7 +183,7 @@ func (l *Lease) Valid() bool {
 	if l == nil || l.ctx.Err() != nil {
 		return false
 	}
-	return engine.Clk.Now().Before(l.Deadline())
+	return l.clk.Now().Before(l.Deadline())
 }
 
 // Done returns a channel that is closed when the lease ends: released,
@@ -263,7 +267,7 @@ func (l *Lease) Release(ctx context.Context) error {
 			}
 			return s.scriptError("release", err)
 		}
-		if m == 0 && retried && engine.Clk.Now().Before(l.Deadline()) {
+		if m == 0 && retried && l.clk.Now().Before(l.Deadline()) {
 			// After a retry on a fresh connection, a lease whose deadline
 			// has not passed can only be missing because the first attempt
 			// released it, or because Redis lost the semaphore (a restart
@@ -484,7 +488,7 @@ func (l *Lease) endRefreshLocked(f *refreshFlight) bool {
 // setDeadline moves the local deadline and its timer (l.mu held).
 func (l *Lease) setDeadline(dl time.Time) {
 	l.deadline = dl
-	l.timer.Reset(dl.Sub(engine.Clk.Now()))
+	l.timer.Reset(dl.Sub(l.clk.Now()))
 }
 
 // releaseTimeout bounds a Release, whatever the caller's context.
@@ -567,7 +571,7 @@ type autoRefresh struct {
 
 // refreshDueLocked is how long from now the next refresh is due (l.mu held).
 func (l *Lease) refreshDueLocked() time.Duration {
-	return l.deadline.Sub(engine.Clk.Now()) - 2*l.ttl/3
+	return l.deadline.Sub(l.clk.Now()) - 2*l.ttl/3
 }
 
 // armLocked schedules a refresh in d, or stops auto-refresh if Release
@@ -580,10 +584,10 @@ func (l *Lease) armLocked(d time.Duration) {
 	if d <= 0 {
 		l.auto.running = true
 		ttl := l.ttl
-		engine.Clk.Go(func() { l.refreshOnce(ttl) })
+		l.clk.Go(func() { l.refreshOnce(ttl) })
 		return
 	}
-	l.auto.timer = engine.Clk.AfterFunc(d, func() { engine.Clk.Go(l.refreshNow) })
+	l.auto.timer = l.clk.AfterFunc(d, func() { l.clk.Go(l.refreshNow) })
 }
 
 // disarmLocked stops auto-refresh if it waits on its timer; a refresh
@@ -658,7 +662,7 @@ func (l *Lease) stopAutoRefresh() {
 	l.mu.Unlock()
 	// A refresh under way ends at once (its context is stopCtx), as does
 	// one whose timer just fired, and closes refreshed.
-	engine.Clk.WaitOrDone(context.Background(), l.refreshed, engine.Forever)
+	l.clk.WaitOrDone(context.Background(), l.refreshed, engine.Forever)
 }
 
 // Local deadlines. Leases are timed by Redis TIME, never by a client's
