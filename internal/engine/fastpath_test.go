@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"math/rand"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -93,6 +94,9 @@ func diffScripts(t *testing.T, env diffEnv, file, a, b string, gen diffGen, n in
 	conn := env.pool.Get()
 	defer conn.Close()
 	seed := time.Now().UnixNano()
+	if s, err := strconv.ParseInt(os.Getenv("REDSEM_FASTPATH_SEED"), 10, 64); err == nil {
+		seed = s // replays a reported difference
+	}
 	rng := rand.New(rand.NewSource(seed))
 	for i := 0; i < n; i++ {
 		// A whole second of Redis TIME in the near future, and random µs.
