@@ -125,7 +125,7 @@ func TestElection_campaignProclaimResign(t *testing.T) {
 func TestElection_firstComeFirstServed(t *testing.T) {
 	b := realRedis(t)
 	{
-		ctx := ctxT(t, 20*time.Second)
+		ctx := ctxT(t, 60*time.Second)
 		names := []string{"second", "third", "fourth"}
 		first, err := newElection(t, b.pool, "fifo").Campaign(ctx, "first")
 		require.NoError(t, err)
@@ -137,6 +137,7 @@ func TestElection_firstComeFirstServed(t *testing.T) {
 			go func() {
 				l, err := e.Campaign(ctx, v)
 				if err != nil {
+					t.Logf("%s: %v", v, err)
 					close(ch)
 					return
 				}
