@@ -616,7 +616,9 @@ func (c *checker) nobodyWaits(r *run, v srvView, nowMs float64) string {
 	}
 	coll := strings.Split(r.m.HGet(r.k.meta, "coll"), "|") // acqID|k|have|deadlineMs|label
 	for _, cl := range r.clients {
-		if cl.dead || cl.busy == 0 || cl.canceled || (cl.cur.kind != opAcquire && cl.cur.kind != opAcquireN) {
+		// A waiter whose connection broke may back off before it retries
+		// (while Redis is unreachable: the driver's backoff, 500ms at most).
+		if cl.dead || cl.busy == 0 || cl.canceled || r.broke[cl.id] || (cl.cur.kind != opAcquire && cl.cur.kind != opAcquireN) {
 			continue
 		}
 		k := max(cl.cur.n, 1)

@@ -215,6 +215,9 @@ type run struct {
 	granted map[string]bool
 	cancels int
 	killed  bool
+	// broke: clients of a process whose connection a fault broke during
+	// their current operation (its driver may back off before it retries).
+	broke map[int]bool
 }
 
 const exploreName = "ex"
@@ -226,7 +229,7 @@ func newRun(env *exploreEnv, sc scenario) (*run, error) {
 	nclients := len(sc.progs)
 	w := newSimWorld(m, exec, nclients, scriptNames())
 	r := &run{sc: sc, w: w, m: m, saved: map[string]string{}, savedTTL: map[string]bool{}, forged: map[string]int{},
-		by: map[*simConn]*vclient{}, bg: map[int]*vclient{}, granted: map[string]bool{}}
+		by: map[*simConn]*vclient{}, bg: map[int]*vclient{}, granted: map[string]bool{}, broke: map[int]bool{}}
 	engine.Clk = w
 	failpoint.Set(func(p string) bool {
 		// With the defaults, a grant read and not yet taken is a point
@@ -364,6 +367,7 @@ func (r *run) startOp(cl *vclient, o op) {
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), opKey{}, cl))
 	w.mu.Lock()
 	cl.cur, cl.cancel, cl.canceled = o, cancel, false
+	delete(r.broke, cl.id)
 	cl.selfReleased, cl.trySnap = false, nil
 	w.mu.Unlock()
 	done := func(res string, l *Lease, keep bool) {
@@ -796,6 +800,7 @@ func (r *run) deliver(c *simConn) {
 
 func (r *run) drop(c *simConn) {
 	r.w.mu.Lock()
+	r.breakProc(c.client)
 	c.breakLocked(&simNetError{"dropped"})
 	r.faults++
 	r.w.mu.Unlock()
@@ -830,6 +835,15 @@ func (r *run) cancel(cl *vclient) {
 	r.note(fmt.Sprintf("c%d context ends", cl.id))
 }
 
+// breakProc notes that a connection of process proc broke (w.mu held).
+func (r *run) breakProc(proc int) {
+	for _, cl := range r.clients {
+		if cl.proc == proc && cl.busy > 0 {
+			r.broke[cl.id] = true
+		}
+	}
+}
+
 // flushScripts empties the server's script cache, and with restart breaks
 // every connection as a restart does; the data stays.
 func (r *run) flushScripts(restart bool) {
@@ -842,6 +856,7 @@ func (r *run) flushScripts(restart bool) {
 	if restart {
 		for _, c := range w.conns {
 			c.breakLocked(&simNetError{"server restarted"})
+			r.breakProc(c.client)
 		}
 	}
 	w.mu.Unlock()
@@ -868,6 +883,7 @@ func (r *run) restart() {
 	r.m.FlushAll()
 	for _, c := range w.conns {
 		c.breakLocked(&simNetError{"server restarted"})
+		r.breakProc(c.client)
 	}
 	for _, cl := range r.clients {
 		if cl.lease != nil {
