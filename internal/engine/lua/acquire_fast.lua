@@ -52,12 +52,14 @@ repeat
   local now_ms = #t[1] == 10 and tonumber(ms)
   -- The fence must be digits below 9e15, so that digit strings of one
   -- length compare as numbers.
-  -- An idle semaphore's keys expire (exp): acquire.lua wakes it, after
-  -- its checks, so that a call it refuses writes nothing.
   if tombstone or msize ~= size or not epoch or not fence or not due or not now_ms or now_ms >= due
-    or over or exp or (idle or '0') ~= idle_s or not string.find(fence, '^%d+$')
+    or over or (idle or '0') ~= idle_s or not string.find(fence, '^%d+$')
     or #fence > 16 or (#fence == 16 and fence >= '9000000000000000') then
     break
+  end
+  if exp then -- in use: no idle expiry (wake in idle.lua)
+    for _, i in ipairs({1, 2, 4, 5}) do redis.call('PERSIST', KEYS[i]) end
+    redis.call('HDEL', KEYS[1], 'exp')
   end
   -- The grant's fence: TIME in µs if above the last fence, else one more.
   local fs = now
