@@ -57,6 +57,9 @@ repeat
     or #fence > 16 or (#fence == 16 and fence >= '9000000000000000') then
     break
   end
+  -- Behind a BLMOVE, an idle semaphore (a registration swept) is
+  -- acquire.lua's: it checks what may refuse the call before it wakes.
+  if exp and not fresh then break end
   if exp then -- in use: no idle expiry (wake in idle.lua)
     for _, i in ipairs({1, 2, 4, 5}) do redis.call('PERSIST', KEYS[i]) end
     redis.call('HDEL', KEYS[1], 'exp')
