@@ -52,7 +52,7 @@ type target struct {
 
 // leaseFloors are the floors that keep one promise more than floor:blpop
 // (libs.go), shown beside every target.
-var leaseFloors = []string{"floor:lease", "floor:register", "floor:queued", "floor:onerecord", "floor:onerecord-fcall", "floor:noscript", "floor:pipeline"}
+var leaseFloors = []string{"floor:lease", "floor:register", "floor:queued", "floor:onerecord", "floor:onerecord-fcall", "floor:held", "floor:noscript", "floor:pipeline"}
 
 // report gathers every run's metrics and turns them into medians, ratios
 // and target verdicts.

@@ -93,6 +93,9 @@ type Floor struct {
 	register *call
 	// Functions: the floor calls functions that LoadFunctions loads.
 	Functions bool
+	// heldRelease: the wait moves the token onto held:<acq>, and the
+	// release is NoScript's (release is nil).
+	heldRelease bool
 }
 
 // ttlMs is every floor's lease time; floor:pipeline's waits block as long.
@@ -123,6 +126,15 @@ var Queued = Floor{Name: "floor:queued", holders: true, release: Lease.release, 
 // OneRecord keeps one record per lease: a leases member token|owner|fence,
 // which the release's ZREM both checks and removes.
 var OneRecord = Floor{Name: "floor:onerecord", acquire: evalsha(2, "onerecord_acquire"), release: evalsha(2, "onerecord_release")}
+
+// Held is OneRecord's acquire with NoScript's release: the BLMOVE moves
+// the token onto the holder's own list, where it stays, and the script
+// behind it records the lease (a leases member, the acquisition, scored by
+// its deadline); the release is two commands and no script, moving the
+// token back only from the holder's list. It measures what a protocol
+// whose release runs no script would cost (a shrink, a collector or an
+// idle expiry would then be the acquirers' to settle).
+var Held = Floor{Name: "floor:held", acquire: evalsha(2, "held_record"), heldRelease: true}
 
 // OneRecordFCall is OneRecord with its two scripts, the same Lua bodies,
 // loaded as a Function library and called by FCALL instead of EVALSHA.
@@ -219,7 +231,13 @@ func (l *Lock) Acquire(ctx context.Context, conn redis.Conn) (func(context.Conte
 		return noScriptAcquire(ctx, conn, key, acq)
 	}
 	pend := key + ":pend:" + acq
+	if f.heldRelease {
+		pend = key + ":held:" + acq
+	}
 	release := func(tok, fence string) func(context.Context, redis.Conn) error {
+		if f.heldRelease {
+			return heldRelease(key, acq)
+		}
 		keys := []interface{}{key, key + ":leases"}
 		args := append(keys, tok+"|"+acq+"|"+fence, tok)
 		if f.holders {
@@ -315,13 +333,21 @@ func noScriptAcquire(ctx context.Context, conn redis.Conn, key, acq string) (fun
 	if _, err := redis.Int64(rs[2], nil); err != nil { // the fence
 		return nil, err
 	}
+	return heldRelease(key, acq), nil
+}
+
+// heldRelease is the release of NoScript and Held: the token moves back
+// only from the holder's list (the owner check), with a ZREM of the lease
+// in the same write.
+func heldRelease(key, acq string) func(context.Context, redis.Conn) error {
+	held, leases := key+":held:"+acq, key+":leases"
 	return func(ctx context.Context, conn redis.Conn) error {
 		rs, err := pipeline(ctx, conn, [][]interface{}{{"LMOVE", held, key, "LEFT", "LEFT"}, {"ZREM", leases, acq}})
 		if err == nil && rs[0] == nil {
 			err = errors.New(key + ": released a lease it did not hold")
 		}
 		return err
-	}, nil
+	}
 }
 
 // pipeline writes cmds on conn at once and returns their replies, or the
