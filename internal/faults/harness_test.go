@@ -39,11 +39,7 @@ func TestMain(m *testing.M) {
 	workerBin = filepath.Join(dir, "worker")
 	rateWorkerBin = filepath.Join(dir, "rateworker")
 	electWorkerBin = filepath.Join(dir, "electworker")
-	// The go command that runs this test: on PATH, or under GOROOT.
-	goBin := "go"
-	if _, err := exec.LookPath(goBin); err != nil {
-		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-	}
+	goBin := goCommand()
 	for bin, pkg := range map[string]string{workerBin: "worker", rateWorkerBin: "rateworker", electWorkerBin: "electworker"} {
 		cmd := exec.Command(goBin, "build", "-o", bin, "github.com/redsem/redsem/internal/faults/"+pkg)
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -56,6 +52,14 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// goCommand is the go command that runs this test: on PATH, or under GOROOT.
+func goCommand() string {
+	if _, err := exec.LookPath("go"); err != nil {
+		return filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	}
+	return "go"
 }
 
 // moreParallel lets 6 of the suite's parallel tests run at once, unless
@@ -91,6 +95,7 @@ type proc struct {
 	err    error
 	killed bool // by the test
 	start  time.Time
+	bin    string // the program it runs
 }
 
 func (p *proc) pid() int { return p.cmd.Process.Pid }
@@ -161,21 +166,26 @@ func newRun(t *testing.T, srv *redistest.Server, size int, ttl, grace time.Durat
 
 // spawn starts a worker with the run's arguments plus args.
 func (r *run) spawn(args ...string) *proc {
+	bin := r.bin
+	if bin == "" {
+		bin = workerBin
+	}
+	return r.spawnWith(bin, args...)
+}
+
+// spawnWith is spawn of the worker program bin.
+func (r *run) spawnWith(bin string, args ...string) *proc {
 	r.mu.Lock()
 	r.next++
 	id := r.next
 	r.mu.Unlock()
 	all := append(append([]string{"-id", strconv.Itoa(id)}, r.base...), args...)
-	bin := r.bin
-	if bin == "" {
-		bin = workerBin
-	}
 	cmd := exec.Command(bin, all...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	require.NoError(r.t, cmd.Start())
-	p := &proc{id: id, cmd: cmd, stderr: &stderr, done: make(chan struct{}), start: time.Now()}
+	p := &proc{id: id, cmd: cmd, stderr: &stderr, done: make(chan struct{}), start: time.Now(), bin: bin}
 	go func() { p.err = cmd.Wait(); close(p.done) }()
 	r.mu.Lock()
 	r.procs = append(r.procs, p)
