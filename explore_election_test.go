@@ -81,7 +81,6 @@ type electionRun struct {
 	hist     []Leader
 	epoch    string // the leader record's epoch, and its last seq, read into hist
 	seq      int64
-	lossIdx  int              // hist's index at the data loss; -1: none
 	termAcq  map[int64]string // term -> the acquisition that holds it
 	maxTerm  int64            // the highest term announced
 	granted  map[string]bool  // acquisitions of the mutex whose fence (term) was checked
@@ -107,7 +106,7 @@ type elWatch struct {
 }
 
 func (r *run) newElection(env *exploreEnv) error {
-	e := &electionRun{leads: map[int]*Leadership{}, hist: []Leader{{}}, lossIdx: -1,
+	e := &electionRun{leads: map[int]*Leadership{}, hist: []Leader{{}},
 		termAcq: map[int64]string{}, granted: map[string]bool{}, obs: map[int]*elWatch{},
 		late: map[int]bool{}, lastNow: r.w.now}
 	for _, cl := range r.clients {
@@ -336,7 +335,6 @@ func (r *run) electionLost() {
 	if e.hist[len(e.hist)-1] != (Leader{}) {
 		e.hist = append(e.hist, Leader{})
 	}
-	e.lossIdx = len(e.hist) - 1
 	e.epoch, e.seq = "", 0
 	for _, ob := range e.obs {
 		ob.relaxed = true
