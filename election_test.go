@@ -323,3 +323,36 @@ func TestElection_observeFarBehind(t *testing.T) {
 		assert.EqualValues(t, 100, b.llen(t, e.s.k.base+"log"), "the log keeps the last 100 changes")
 	})
 }
+
+// A leader's Resign wakes a campaigner of the same process (the same
+// Election, behind its pump) at once: it leads while the resigned
+// leadership's TTL of an hour has barely begun, with a greater term.
+func TestElection_resignWakesACampaignerOfTheSameProcess(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 30*time.Second)
+		e := newElection(t, b.pool, "local", WithTTL(time.Hour))
+		first, err := e.Campaign(ctx, "a")
+		require.NoError(t, err)
+		won := make(chan *Leadership, 1)
+		go func() {
+			l, err := e.Campaign(ctx, "b")
+			assert.NoError(t, err)
+			won <- l
+		}()
+		require.Eventually(t, func() bool { return waiting(t, b, e) == 1 }, 10*time.Second, time.Millisecond,
+			"the second campaign waits in Redis")
+		require.NoError(t, first.Resign(ctx))
+		var next *Leadership
+		select {
+		case next = <-won:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the campaigner of the same process was not woken by the resign (its TTL is an hour)")
+		}
+		require.NotNil(t, next)
+		assert.Greater(t, next.Term(), first.Term())
+		got, err := e.Leader(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, leader(next, "b"), got)
+		require.NoError(t, next.Resign(ctx))
+	})
+}

@@ -243,7 +243,7 @@ func (c *checker) beforeExec(cl *vclient, cmd string, sent simCmd) interface{} {
 			}
 		}
 		return snap
-	case cl.cur.kind == opRelease:
+	case cl.cur.kind == opRelease || cl.cur.kind == opResign:
 		if cl.lease != nil {
 			return r.view().holders[cl.lease.token]
 		}
@@ -322,7 +322,7 @@ func (c *checker) check(r *run) string {
 	believed, fresh := 0, -1
 	var who []string
 	for _, cl := range r.clients {
-		releasing := cl.busy > 0 && cl.cur.kind == opRelease && cl.selfReleased
+		releasing := cl.busy > 0 && (cl.cur.kind == opRelease || cl.cur.kind == opResign) && cl.selfReleased
 		if cl.dead || cl.lease == nil || cl.preLoss || releasing || !cl.lease.Valid() {
 			if cl.newBelief {
 				cl.newBelief = false
@@ -571,8 +571,11 @@ func (c *checker) revived(r *run, label string, at float64, before, after srvVie
 // fault of the run was a context's end, no token is kept by an acquisition
 // that never reached its client (a cancelled or timed-out one, settled by
 // now), nor lies in a pending list. With any other fault the token may
-// come back later, by the bounds the README gives.
-func cancelledLeftNothing(r *run, v srvView) string {
+// come back later, by the bounds the README gives. A lease past its
+// deadline by the server's clock (nowMs) is free already: the next
+// acquisition sweeps it (a Campaign whose claim came after its lease
+// expired leaves one).
+func cancelledLeftNothing(r *run, v srvView, nowMs float64) string {
 	if r.faults > r.cancels || r.killed || r.strangerI > 0 || r.loss || r.chk.skewed {
 		return ""
 	}
@@ -582,7 +585,7 @@ func cancelledLeftNothing(r *run, v srvView) string {
 		return ""
 	}
 	for tok, owner := range v.holders {
-		if _, leased := v.leases[tok]; leased && v.fences[owner] > 0 && !r.granted[owner] {
+		if dl, leased := v.leases[tok]; leased && dl > nowMs && v.fences[owner] > 0 && !r.granted[owner] {
 			return fmt.Sprintf("token %s is leased at a quiet point to acquisition %s, which no client got: free only after its TTL", tok, owner[:8])
 		}
 	}
@@ -603,7 +606,7 @@ func (c *checker) nobodyWaits(r *run, v srvView, nowMs float64) string {
 	if !quiet || !v.exists || v.over > 0 || len(v.held) > 0 || len(r.saved) > 0 || r.corrupted {
 		return ""
 	}
-	if msg := cancelledLeftNothing(r, v); msg != "" {
+	if msg := cancelledLeftNothing(r, v, nowMs); msg != "" {
 		return msg
 	}
 	free := map[string]bool{}
@@ -618,7 +621,7 @@ func (c *checker) nobodyWaits(r *run, v srvView, nowMs float64) string {
 	for _, cl := range r.clients {
 		// A waiter whose connection broke may back off before it retries
 		// (while Redis is unreachable: the driver's backoff, 500ms at most).
-		if cl.dead || cl.busy == 0 || cl.canceled || r.broke[cl.id] || (cl.cur.kind != opAcquire && cl.cur.kind != opAcquireN) {
+		if cl.dead || cl.busy == 0 || cl.canceled || r.broke[cl.id] || (cl.cur.kind != opAcquire && cl.cur.kind != opAcquireN && cl.cur.kind != opCampaign) {
 			continue
 		}
 		k := max(cl.cur.n, 1)
@@ -653,6 +656,9 @@ func (c *checker) final(r *run) string {
 	}
 	if r.rate != nil {
 		return r.finalRate()
+	}
+	if r.el != nil {
+		return r.finalElection()
 	}
 	// Every lease a program left behind expires; a Reclaim gives it back.
 	w := r.w

@@ -28,6 +28,9 @@ import (
 
 // check runs the checker's invariants and invariant 11.
 func (r *run) check() string {
+	if v := r.checkElection(); v != "" {
+		return v
+	}
 	if v := r.chk.check(r); v != "" {
 		return v
 	}

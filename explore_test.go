@@ -69,7 +69,7 @@ func newExploreEnv(t testing.TB) *exploreEnv {
 	for _, s := range []*engine.Script{engine.Acquire, engine.Release, engine.Refresh, engine.Abort, engine.Reclaim,
 		engine.Status, engine.AcquireN, engine.AbortN, engine.Resize, engine.Repair, engine.Check,
 		engine.RWAcquire, engine.RWAbort, engine.RWRelease, engine.RWRefresh,
-		engine.RateTake, engine.RateAbort, engine.RateSet, engine.RateStatus} {
+		engine.RateTake, engine.RateAbort, engine.RateSet, engine.RateStatus, engine.Election, engine.ElectionObserve} {
 		require.NoError(t, s.Load(exec))
 	}
 	return &exploreEnv{m: m, exec: exec, direct: newPool(t, m.Addr())}

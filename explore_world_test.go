@@ -90,6 +90,9 @@ func (o op) String() string {
 	case opHold:
 		return fmt.Sprintf("hold %v", o.ttl)
 	}
+	if s := electionOpString(o); s != "" {
+		return s
+	}
 	return rateOpString(o)
 }
 
@@ -145,6 +148,11 @@ type scenario struct {
 	// limits than one) of the name with these limits, for the programs and
 	// checks of explore_rate_test.go; setup is then empty.
 	rate []rate.Limit
+	// election, when set, gives every process an Election of the name (with
+	// DefaultTTL unless ttl says otherwise) for the programs and checks of
+	// explore_election_test.go; setup is then empty, and r.k are the keys
+	// of the election's mutex.
+	election bool
 }
 
 // vclient is a virtual client: a goroutine running a program, on a
@@ -203,7 +211,8 @@ type run struct {
 	forged      map[string]int  // copies of valid tokens a stranger pushed
 	repairAtEnd bool            // a stranger pushed tokens: Repair before the final Check
 	chk         checker
-	rate        *rateRun // with scenario.rate
+	rate        *rateRun     // with scenario.rate
+	el          *electionRun // with scenario.election
 	trace       []string
 	// by is the client whose operation took a connection; a connection a
 	// goroutine of the library took (a pump, auto-refresh, a background
@@ -282,6 +291,11 @@ func newRun(env *exploreEnv, sc scenario) (*run, error) {
 	}
 	if sc.rate != nil {
 		if err := r.newRate(env); err != nil {
+			return nil, err
+		}
+	}
+	if sc.election {
+		if err := r.newElection(env); err != nil {
 			return nil, err
 		}
 	}
@@ -504,6 +518,8 @@ func (r *run) startOp(cl *vclient, o op) {
 		})
 	case opWait, opAllow, opSetRate:
 		run1(func() (string, *Lease, bool) { return r.rateOp(ctx, cl, o), nil, false })
+	case opCampaign, opProclaim, opResign, opObserve, opLeader:
+		run1(func() (string, *Lease, bool) { return r.electionOp(ctx, cl, o) })
 	case opCrash:
 		w.mu.Lock()
 		r.killLocked(cl)
@@ -769,7 +785,7 @@ func (r *run) exec(c *simConn) {
 	w := r.w
 	w.mu.Lock()
 	cl := r.byLocked(c)
-	cmd := w.cmdLabel(c.inbox[0])
+	cmd, sent := w.cmdLabel(c.inbox[0]), c.inbox[0]
 	if cl == r.bg[c.client] {
 		exploreSeen.note(cmd)
 	}
@@ -781,6 +797,7 @@ func (r *run) exec(c *simConn) {
 	r.chk.grants(r, label, v0, v1)
 	r.chk.revived(r, label, at, v0, v1)
 	r.rateAfter(cl, rb, label)
+	r.electionAfter(cl, cmd, sent)
 	w.mu.Unlock()
 	r.note(c.name() + " " + label)
 }
@@ -881,6 +898,7 @@ func (r *run) restart() {
 		r.lostAcqs[a] = true
 	}
 	r.m.FlushAll()
+	r.electionLost()
 	for _, c := range w.conns {
 		c.breakLocked(&simNetError{"server restarted"})
 		r.breakProc(c.client)
@@ -1188,6 +1206,7 @@ func scriptNames() map[string]string {
 		"rw_acquire.lua": engine.RWAcquire, "rw_abort.lua": engine.RWAbort, "rw_release.lua": engine.RWRelease,
 		"rw_refresh.lua": engine.RWRefresh, "rate_take.lua": engine.RateTake, "rate_abort.lua": engine.RateAbort,
 		"rate_set.lua": engine.RateSet, "rate_status.lua": engine.RateStatus,
+		"election.lua": engine.Election, "election_observe.lua": engine.ElectionObserve,
 	} {
 		out[s.Hash()] = name
 		out[engine.Source(name)] = name

@@ -91,12 +91,15 @@ func (h *Handle) Reclaim(ctx context.Context) (int, error) {
 }
 
 // Delete removes every kind that lives under the name, in one atomic
-// script: the semaphore (or mutex), the read-write lock and the rate gate,
-// with the keys of their acquisitions in flight. Holders find out on their
-// next Refresh or Release (ErrLeaseLost); the next acquisition or start
-// creates the name afresh (a semaphore with a new epoch, so no token of the
-// old one is ever accepted; a gate with an empty window). Blocked waiters
-// keep waiting and are served by what the next acquisition creates. A key
+// script: the semaphore (or mutex), the read-write lock, the rate gate and
+// the election, with the keys of their acquisitions in flight and an
+// election's observers. Holders find out on their next Refresh or Release
+// (ErrLeaseLost), a leader at its next refresh (its leadership's context
+// ends), observers at their next read (the leader of the election made
+// afresh, or nobody); the next acquisition or start creates the name afresh
+// (a semaphore with a new epoch, so no token of the old one is ever
+// accepted; a gate with an empty window). Blocked waiters keep waiting and
+// are served by what the next acquisition creates. A key
 // of another type than its layout's (written by someone else) makes it fail
 // with ErrWrongType and delete nothing: Purge removes such a name. Calling
 // it again after a connection error is safe.

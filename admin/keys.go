@@ -19,21 +19,24 @@ type Key struct {
 }
 
 // keysScript lists (ARGV[1] "list") or deletes every key of one name under
-// the three layouts (semaphore, read-write lock, rate gate): whatever their
-// type (ARGV[1] "purge"), or only when each has its layout's type (ARGV[1]
-// "delete": else REDSEM_WRONGTYPE, and nothing written); or it reports the
-// TYPE of the three meta keys (ARGV[1] "kinds"). KEYS are the fixed keys,
-// the three meta keys first; ARGV[2..4] are the three layouts' bases, and
-// ARGV[5..] the types of KEYS, in order. The keys named after an
-// acquisition in flight (a semaphore's pend:, bell: and part: keys, a lock's
-// bell:, a gate's in:), all lists, are found through the ids the fixed keys
-// of the right type hold: members of the sorted sets and lists, fields of
-// the hashes, each taken as is, without its "w:"-style tag, and up to a "|".
-// Every key shares the name's hash tag, as every script's do.
+// the four layouts (semaphore, read-write lock, rate gate, election):
+// whatever their type (ARGV[1] "purge"), or only when each has its layout's
+// type (ARGV[1] "delete": else REDSEM_WRONGTYPE, and nothing written); or it
+// reports the TYPE of the four meta keys (ARGV[1] "kinds"). KEYS are the
+// fixed keys, the four meta keys first; ARGV[2..5] are the four layouts'
+// bases, and ARGV[6..] the types of KEYS, in order. The keys named after an
+// acquisition in flight (a semaphore's or an election's pend:, bell: and
+// part: keys, a lock's bell:, a gate's in:, an election observer's ob:),
+// all lists, are found through the ids the fixed keys of the right type
+// hold: members of the sorted sets and lists, fields of the hashes, each
+// taken as is, without its "w:"-style tag, and up to a "|". Every key
+// shares the name's hash tag, as every script's do.
 var keysScript = engine.Lua(-1, `
 local mode = ARGV[1]
 if mode == 'kinds' then
-  return {redis.call('TYPE', KEYS[1])['ok'], redis.call('TYPE', KEYS[2])['ok'], redis.call('TYPE', KEYS[3])['ok']}
+  local out = {}
+  for i = 1, 4 do out[i] = redis.call('TYPE', KEYS[i])['ok'] end
+  return out
 end
 local out, seen, wrong = {}, {}, nil
 local function add(k, want)
@@ -46,7 +49,7 @@ local function add(k, want)
     if t ~= want and not wrong then wrong = k .. ' holds a ' .. t .. ', want a ' .. want end
   end
 end
-for i, k in ipairs(KEYS) do add(k, ARGV[4 + i]) end
+for i, k in ipairs(KEYS) do add(k, ARGV[5 + i]) end
 local function ids_of(k)
   local t, items = redis.call('TYPE', k)['ok'], {}
   if t == 'zset' then items = redis.call('ZRANGE', k, 0, -1)
@@ -70,6 +73,8 @@ local layouts = {
   {ARGV[2], {'meta', 'holders', 'waits', 'wqueue'}, {'pend:', 'bell:', 'part:'}},
   {ARGV[3], {'holders', 'queue', 'waits', 'leases'}, {'bell:'}},
   {ARGV[4], {'holders', 'queue', 'waits'}, {'in:'}},
+  {ARGV[5], {'meta', 'holders', 'waits', 'wqueue'}, {'pend:', 'bell:', 'part:'}},
+  {ARGV[5], {'observers'}, {'ob:'}},
 }
 for _, l in ipairs(layouts) do
   for _, src in ipairs(l[2]) do
@@ -89,11 +94,12 @@ end
 return out
 `)
 
-// layoutKeys returns the fixed keys of the Handle's name under the three
-// layouts, the three meta keys first, their types, and the three bases.
-func (h *Handle) layoutKeys() (keys []interface{}, types []interface{}, bases [3]string) {
+// layoutKeys returns the fixed keys of the Handle's name under the four
+// layouts, the four meta keys first, their types, and the four bases. An
+// election's mutex has a semaphore's keys under its own base.
+func (h *Handle) layoutKeys() (keys []interface{}, types []interface{}, bases [4]string) {
 	b := h.base
-	bases = [3]string{b, b + "rw:", b + "rate:"}
+	bases = [4]string{b, b + "rw:", b + "rate:", b + "el:"}
 	add := func(k, typ string) {
 		keys = append(keys, k)
 		types = append(types, typ)
@@ -105,6 +111,8 @@ func (h *Handle) layoutKeys() (keys []interface{}, types []interface{}, bases [3
 		{b, "tokens", "list"}, {b, "leases", "zset"}, {b, "holders", "hash"}, {b, "waits", "zset"}, {b, "wqueue", "list"},
 		{bases[1], "queue", "list"}, {bases[1], "leases", "zset"}, {bases[1], "holders", "hash"}, {bases[1], "waits", "zset"},
 		{bases[2], "holders", "hash"}, {bases[2], "queue", "list"}, {bases[2], "waits", "zset"},
+		{bases[3], "tokens", "list"}, {bases[3], "leases", "zset"}, {bases[3], "holders", "hash"}, {bases[3], "waits", "zset"},
+		{bases[3], "wqueue", "list"}, {bases[3], "leader", "hash"}, {bases[3], "log", "list"}, {bases[3], "observers", "zset"},
 	} {
 		add(kt[0]+kt[1], kt[2])
 	}
@@ -116,7 +124,7 @@ func (h *Handle) layoutKeys() (keys []interface{}, types []interface{}, bases [3
 
 func (h *Handle) runKeys(ctx context.Context, op, mode string) ([]string, error) {
 	keys, types, bases := h.layoutKeys()
-	args := append(append(keys, mode, bases[0], bases[1], bases[2]), types...)
+	args := append(append(keys, mode, bases[0], bases[1], bases[2], bases[3]), types...)
 	// The script takes a variable number of keys: tell EVAL how many.
 	v, _, err := engine.Call(ctx, h.pool, keysScript, append([]interface{}{len(keys)}, args...)...)
 	out, err := redis.Strings(v, err)
@@ -127,9 +135,10 @@ func (h *Handle) runKeys(ctx context.Context, op, mode string) ([]string, error)
 }
 
 // Kinds reports which kinds of thing exist under the Handle's name, in the
-// order semaphore, read-write lock, rate gate: those whose meta key exists.
-// A semaphore and a lock (and a rate gate) of one name are apart, so there
-// may be several. A meta key of the wrong type counts (reading that kind then
+// order semaphore, read-write lock, rate gate, election: those whose meta
+// key exists (an election's is its mutex's, made by the first Campaign). A
+// semaphore, a lock, a rate gate and an election of one name are apart, so
+// there may be several. A meta key of the wrong type counts (reading that kind then
 // fails with ErrWrongType); keys without their meta key do not (Keys lists
 // them). One script call that writes nothing.
 func (h *Handle) Kinds(ctx context.Context) ([]Kind, error) {
@@ -137,11 +146,11 @@ func (h *Handle) Kinds(ctx context.Context) ([]Kind, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(types) != 3 {
+	if len(types) != 4 {
 		return nil, fmt.Errorf("redsem: kinds of %q: unexpected reply %q", engine.Printable(h.name), types)
 	}
 	var kinds []Kind
-	for i, k := range []Kind{KindSemaphore, KindRWMutex, KindRate} {
+	for i, k := range []Kind{KindSemaphore, KindRWMutex, KindRate, KindElection} {
 		if types[i] != "none" {
 			kinds = append(kinds, k)
 		}
@@ -149,10 +158,10 @@ func (h *Handle) Kinds(ctx context.Context) ([]Kind, error) {
 	return kinds, nil
 }
 
-// Keys lists every key of the Handle's name under the three layouts
-// (semaphore, read-write lock, rate gate), whatever their type: the fixed
-// ones and those of acquisitions in flight that the fixed ones name. One
-// script call that writes nothing.
+// Keys lists every key of the Handle's name under the four layouts
+// (semaphore, read-write lock, rate gate, election), whatever their type:
+// the fixed ones and those of acquisitions in flight (and an election's
+// observers) that the fixed ones name. One script call that writes nothing.
 func (h *Handle) Keys(ctx context.Context) ([]Key, error) {
 	flat, err := h.runKeys(ctx, "keys of", "list")
 	if err != nil {
@@ -165,8 +174,9 @@ func (h *Handle) Keys(ctx context.Context) ([]Key, error) {
 // atomic script, and returns them. Unlike Delete it needs no key of the
 // right type: it is how to remove a name someone else wrote to. Holders of
 // a semaphore or lock learn it at their next Refresh or Release
-// (ErrLeaseLost); the next acquisition creates the name afresh, with a new
-// epoch. Calling it again after a connection error is safe.
+// (ErrLeaseLost), an election's leader at its next refresh (its
+// leadership's context ends); the next acquisition creates the name
+// afresh, with a new epoch. Calling it again after a connection error is safe.
 func (h *Handle) Purge(ctx context.Context) ([]Key, error) {
 	flat, err := h.runKeys(ctx, "delete", "purge")
 	if err != nil {
@@ -184,6 +194,8 @@ func (h *Handle) toKeys(flat []string) []Key {
 			k.Kind = KindRWMutex
 		case strings.HasPrefix(rest, "rate:"):
 			k.Kind = KindRate
+		case strings.HasPrefix(rest, "el:"):
+			k.Kind = KindElection
 		}
 		out = append(out, k)
 	}

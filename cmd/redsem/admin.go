@@ -99,6 +99,8 @@ func cmdResize(args []string, stdout, _ io.Writer) error {
 				return notFor("resize", n.name, admin.KindRWMutex, "a lock has no size; resize applies to a semaphore or mutex (--create makes a semaphore of that name beside it)")
 			case n.has(admin.KindRate):
 				return notFor("resize", n.name, admin.KindRate, fmt.Sprintf("change its limits with redsem rate set %s N/PER", shellQuote(n.name)))
+			case n.has(admin.KindElection):
+				return notFor("resize", n.name, admin.KindElection, "an election has one seat; resize applies to a semaphore or mutex (--create makes a semaphore of that name beside it)")
 			default:
 				return exitf(exitNoName, "resize: no semaphore %q under prefix %q (resize --create %s %d makes one)",
 					n.name, n.prefix, shellQuote(n.name), size)

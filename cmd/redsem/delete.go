@@ -15,11 +15,12 @@ import (
 const deleteHelp = `Usage: redsem delete --force [-v] [connection flags] NAME
 
 Removes every key of NAME, whatever its kind (semaphore, mutex, read-write
-lock, rate gate: all of them when NAME names several) and whatever the keys'
-Redis types, so it also clears a name someone else wrote to. Says what it
-removed. Current holders lose their leases at their next refresh (a redsem
-run holder then stops its command and exits 75); blocked waiters keep
-waiting and are served by what the next acquire creates afresh. To change a
+lock, rate gate, election: all of them when NAME names several) and whatever
+the keys' Redis types, so it also clears a name someone else wrote to. Says
+what it removed. Current holders lose their leases at their next refresh (a
+redsem run holder then stops its command and exits 75, a redsem elect leader
+too); blocked waiters keep waiting and are served by what the next acquire
+creates afresh. To change a
 semaphore's size, use redsem resize instead.
 
   --force          required: without it, delete only says what it would remove
@@ -82,7 +83,7 @@ func keyCount(n int) string {
 // type than the layout gives them are named.
 func removedSummary(keys []admin.Key) string {
 	var parts []string
-	for _, k := range []admin.Kind{admin.KindSemaphore, admin.KindRWMutex, admin.KindRate} {
+	for _, k := range []admin.Kind{admin.KindSemaphore, admin.KindRWMutex, admin.KindRate, admin.KindElection} {
 		n := 0
 		var odd []string
 		for _, key := range keys {
@@ -133,6 +134,18 @@ func describeName(ctx context.Context, n *named) string {
 				len(rwHolders(st)), len(st.Queue)))
 		case admin.KindRate:
 			parts = append(parts, "a rate gate")
+		case admin.KindElection:
+			st, err := n.adm.ElectionStatus(ctx)
+			if err != nil {
+				parts = append(parts, fmt.Sprintf("an election whose keys cannot be read (%s)", oneLine(err)))
+				continue
+			}
+			leader := "nobody leads"
+			if st.Leader != nil {
+				leader = fmt.Sprintf("%s leads, term %d", st.Value, st.Leader.Fence)
+			}
+			parts = append(parts, fmt.Sprintf("an election (%s) with %d campaigner(s) waiting and %d observer(s)",
+				leader, st.Waiting, st.Observers))
 		}
 	}
 	if len(parts) == 0 {
@@ -147,6 +160,17 @@ func expectedType(key string) string {
 	i := strings.LastIndexByte(key, '}')
 	rest := strings.TrimPrefix(strings.TrimPrefix(key[i+1:], ":"), "rw:")
 	rest = strings.TrimPrefix(rest, "rate:")
+	if el, ok := strings.CutPrefix(rest, "el:"); ok {
+		switch el {
+		case "leader":
+			return "hash"
+		case "log":
+			return "list"
+		case "observers":
+			return "zset"
+		}
+		rest = el // its mutex's keys: a semaphore's
+	}
 	field, _, _ := strings.Cut(rest, ":")
 	switch field {
 	case "meta", "holders":

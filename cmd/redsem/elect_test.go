@@ -140,3 +140,44 @@ func TestLeaderWatchStreamsChanges(t *testing.T) {
 type writerFunc func(p []byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// status shows an election as one, and delete removes every key of it: the
+// leading redsem elect then loses its leadership, stops its command and
+// exits 75, and the name is gone.
+func TestStatusAndDeleteOfAnElection(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := e.start(t, nil, append([]string{"elect", "--ttl", "1s", "--value", "A", "sched"}, leaderScript(e.dir, "A")...)...)
+	waitFor(t, 10*time.Second, "A to lead", func() bool { return readInt(e.dir, "A.term") > 0 })
+	term := readInt(e.dir, "A.term")
+
+	r := e.run(t, "status", "sched")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.True(t, strings.HasPrefix(r.stdout, "election   sched\nleader     A\n"), r.stdout)
+	assert.Contains(t, r.stdout, "term       "+strconv.FormatInt(term, 10)+"\n")
+	r = e.run(t, "status", "--json", "--kind", "election", "sched")
+	require.Equal(t, 0, r.code, r.stderr)
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc), r.stdout)
+	assert.Equal(t, "election", doc["kind"])
+	assert.Equal(t, "A", doc["value"])
+	assert.Equal(t, []any{"election"}, doc["kinds"])
+
+	r = e.run(t, "delete", "sched")
+	assert.Equal(t, exitUsage, r.code)
+	assert.Contains(t, r.stderr, `"sched" is an election (A leads, term `+strconv.FormatInt(term, 10)+`)`)
+	r = e.run(t, "delete", "--force", "-v", "sched")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Regexp(t, `^deleted "sched": election \(\d+ keys\)\n`, r.stdout)
+	for _, k := range []string{"el:meta", "el:leases", "el:holders", "el:leader", "el:log"} {
+		assert.Contains(t, r.stdout, "redsem:{sched}:"+k+" (")
+	}
+	assert.NotContains(t, r.stdout, "including", "every key has its layout's type")
+
+	aCmd := int(readInt(e.dir, "A.pid"))
+	assert.Equal(t, exitLost, a.wait(t, 20*time.Second), "stderr %s", a.stderr)
+	assert.False(t, alive(aCmd), "A's command was stopped")
+	r = e.run(t, "status", "sched")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, `"sched" does not exist`)
+}

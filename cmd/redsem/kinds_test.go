@@ -152,7 +152,7 @@ func TestNoSuchNameExits66(t *testing.T) {
 	assert.Contains(t, r.stderr, "resize --create nosuch 3 makes one")
 	r = e.run(t, "status", "nosuch")
 	assert.Equal(t, 0, r.code)
-	assert.Equal(t, "\"nosuch\" does not exist (no semaphore, mutex, read-write lock or rate gate of that name under prefix \"redsem:\")\n", r.stdout)
+	assert.Equal(t, "\"nosuch\" does not exist (no semaphore, mutex, read-write lock, rate gate or election of that name under prefix \"redsem:\")\n", r.stdout)
 	r = e.run(t, "rate", "status", "nosuch")
 	assert.Equal(t, 0, r.code)
 	assert.Equal(t, "\"nosuch\" does not exist (no rate gate of that name under prefix \"redsem:\")\n", r.stdout)

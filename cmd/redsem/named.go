@@ -69,8 +69,10 @@ func (f *kindFlag) Set(s string) error {
 		f.k = admin.KindRWMutex
 	case "rate", "gate":
 		f.k = admin.KindRate
+	case "election", "el":
+		f.k = admin.KindElection
 	default:
-		return errors.New("not a kind: semaphore (or mutex), rwmutex or rate")
+		return errors.New("not a kind: semaphore (or mutex), rwmutex, rate or election")
 	}
 	return nil
 }
@@ -106,7 +108,7 @@ func (n *named) noSuchName(ctx context.Context, cmd string) error {
 	if err := readLeftovers(ctx, n); err != nil {
 		return err
 	}
-	return exitf(exitNoName, "%s: no semaphore, mutex, read-write lock or rate gate %q under prefix %q",
+	return exitf(exitNoName, "%s: no semaphore, mutex, read-write lock, rate gate or election %q under prefix %q",
 		cmd, n.name, n.prefix)
 }
 

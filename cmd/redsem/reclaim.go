@@ -32,6 +32,8 @@ func cmdReclaim(args []string, stdout, _ io.Writer) error {
 			return notFor("reclaim", n.name, admin.KindRWMutex, "its expired leases go at its next lock or unlock; reclaim applies to a semaphore or mutex")
 		case n.has(admin.KindRate):
 			return notFor("reclaim", n.name, admin.KindRate, "its starts leave the window by themselves; reclaim applies to a semaphore or mutex")
+		case n.has(admin.KindElection):
+			return notFor("reclaim", n.name, admin.KindElection, "a dead leader's seat goes at the next campaign or observer's read; reclaim applies to a semaphore or mutex")
 		default:
 			return n.noSuchName(ctx, "reclaim")
 		}

@@ -25,6 +25,9 @@ Shows a snapshot of NAME, whatever its kind, and says which kind it is:
                     without --size)
   rate              limits, starts in the window, starts possible now,
                     waiters (the same as redsem rate status)
+  election          the leader (its value, term, label and time left),
+                    waiting campaigners and observers (redsem leader NAME
+                    shows the leader alone)
 The holder label is "host:pid command" for holders started by redsem run.
 A NAME that does not exist is not an error: status says so and exits 0.
 A corrupt NAME is (exit 65, as for run): a record of the wrong shape, a key
@@ -34,9 +37,9 @@ of another type than redsem writes, tokens without their record.
                    when NAME does not exist; "exists" false then). Keys are
                    snake_case, lists are never null, slots are numbers,
                    times RFC 3339, durations in ms (keys ending in _ms)
-  --kind K         semaphore (or mutex), rwmutex or rate: which one when NAME
-                   names several (default: the first of them in that order;
-                   the others are listed in "kinds")
+  --kind K         semaphore (or mutex), rwmutex, rate or election: which one
+                   when NAME names several (default: the first of them in
+                   that order; the others are listed in "kinds")
 
 ` + connHelp + `
 Examples:
@@ -81,7 +84,7 @@ func cmdStatus(args []string, stdout, _ io.Writer) error {
 			if *asJSON {
 				return writeJSON(stdout, noneJSON{Kind: kindNone, Name: n.name, Kinds: kindNames(n.kinds)})
 			}
-			what := "semaphore, mutex, read-write lock or rate gate"
+			what := "semaphore, mutex, read-write lock, rate gate or election"
 			if kind.k != "" {
 				what = kindWords(kind.k)
 			}
@@ -154,6 +157,14 @@ func readStatus(ctx context.Context, n *named, k admin.Kind) (any, func(io.Write
 		doc := toRateStatusJSON(st)
 		doc.Kinds = kinds
 		return doc, func(w io.Writer) { printRateStatus(w, st) }, nil
+	case admin.KindElection:
+		st, err := n.adm.ElectionStatus(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		doc := toElectionJSON(st)
+		doc.Kinds = kinds
+		return doc, func(w io.Writer) { printElectionStatus(w, st) }, nil
 	}
 	st, err := n.adm.Status(ctx)
 	if err != nil {
@@ -213,6 +224,20 @@ func printStatus(w io.Writer, st admin.Status) {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", slotOf(h.Token), h.Fence, held, left, h.Label)
 	}
 	tw.Flush()
+}
+
+func printElectionStatus(w io.Writer, st admin.ElectionStatus) {
+	fmt.Fprintf(w, "election   %s\n", st.Name)
+	if h := st.Leader; h != nil {
+		fmt.Fprintf(w, "leader     %s\n", st.Value)
+		fmt.Fprintf(w, "term       %d\n", h.Fence)
+		fmt.Fprintf(w, "label      %s\n", h.Label)
+		fmt.Fprintf(w, "time left  %s\n", h.Deadline.Sub(st.ServerTime).Round(100*time.Millisecond))
+	} else {
+		fmt.Fprintf(w, "leader     none (nobody leads)\n")
+	}
+	fmt.Fprintf(w, "waiting    %d\n", st.Waiting)
+	fmt.Fprintf(w, "observers  %d\n", st.Observers)
 }
 
 func printRWStatus(w io.Writer, st admin.RWStatus) {
