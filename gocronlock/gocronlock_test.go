@@ -83,3 +83,15 @@ func TestLocker_minHold(t *testing.T) {
 		return true
 	}, 10*time.Second, 10*time.Millisecond, "released once minHold has passed")
 }
+
+// TestLocker_redisDownSkips: with Redis unreachable Lock fails, so gocron
+// skips the run on this replica.
+func TestLocker_redisDownSkips(t *testing.T) {
+	srv := redistest.Start(t)
+	l, err := New(srv.Pool(t), 0)
+	require.NoError(t, err)
+	srv.Kill()
+	k, err := l.Lock(context.Background(), "report")
+	require.Error(t, err)
+	assert.Nil(t, k)
+}

@@ -184,3 +184,25 @@ func TestTransportFailOpen(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusOK, code)
 }
+
+// TestTransportLostLeaseCancels: an outgoing request whose lease is lost
+// while its body is read (here its keys are deleted) has its context
+// cancelled: the read fails, with the cause, rather than go on without a
+// slot.
+func TestTransportLostLeaseCancels(t *testing.T) {
+	srv := redistest.Start(t)
+	finish := make(chan struct{})
+	defer close(finish)
+	api := partner(t, finish)
+	c := client(t, srv, Config{Name: "out", Limit: Limit{Slots: 1},
+		Options: []redsem.Option{redsem.WithTTL(100 * time.Millisecond)}})
+	ctx := ctxT(t, 30*time.Second)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, api.URL+"?slow=1", nil)
+	require.NoError(t, err)
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	srv.Do(t, "FLUSHALL")
+	_, err = io.ReadAll(resp.Body)
+	require.ErrorIs(t, err, redsem.ErrLeaseLost, "the lease's loss ends the request")
+}
