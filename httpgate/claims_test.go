@@ -129,17 +129,23 @@ func TestLimitsAskedOncePerKey(t *testing.T) {
 	assert.Equal(t, int64(3), asked.Load(), "a once, b once, a again after b pushed it out")
 }
 
-// TestAcquireWithoutSlots: Acquire returns a nil lease for a limit without
-// Slots, and a nil lease's Release is safe to call.
-func TestAcquireWithoutSlots(t *testing.T) {
+// TestAcquireNilLease: Acquire returns a nil lease for a limit without
+// Slots, and when it failed open; a nil lease's Release is safe to call.
+func TestAcquireNilLease(t *testing.T) {
 	srv := redistest.Start(t)
 	lim, err := New(srv.Pool(t), Config{Name: "api", Limit: Limit{N: 5, Per: time.Second}})
+	require.NoError(t, err)
+	open, err := New(srv.Pool(t), Config{Name: "open", Limit: Limit{Slots: 1}, FailOpen: true})
 	require.NoError(t, err)
 	ctx := ctxT(t, 30*time.Second)
 	lease, err := lim.Acquire(ctx, "k")
 	require.NoError(t, err)
 	require.Nil(t, lease)
 	assert.NotPanics(t, func() { _ = lease.Release(ctx) })
+	srv.Kill()
+	lease, err = open.Acquire(ctx, "k")
+	require.NoError(t, err, "failed open")
+	require.Nil(t, lease)
 }
 
 // TestTransportRedirect: a redirect the client follows is two calls: each
