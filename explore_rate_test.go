@@ -906,9 +906,19 @@ func TestExplore_rateRegressions(t *testing.T) {
 
 // rateTakeWith returns rate_take.lua with old replaced by new.
 func rateTakeWith(t testing.TB, old, new string) *engine.Script {
-	src := engine.Source("rate_take.lua")
+	return rateScriptWith(t, "rate_take.lua", old, new)
+}
+
+// rateScriptWith returns the rate script file (as Redis runs it, after its
+// helpers) with old replaced by new.
+func rateScriptWith(t testing.TB, file, old, new string) *engine.Script {
+	src := engine.Source(file)
 	require.Contains(t, src, old)
-	return engine.Lua(engine.RateKeys, strings.Replace(src, old, new, 1))
+	keys := engine.RateKeys
+	if file == "rate_set.lua" || file == "rate_status.lua" {
+		keys = engine.RateStateKeys
+	}
+	return engine.Lua(keys, strings.Replace(src, old, new, 1))
 }
 
 // The rate invariants can fail: each case plants a bug in a copy of
@@ -961,30 +971,53 @@ func TestExplorer_catchesBrokenRateGate(t *testing.T) {
 
 // The idle expiry's checks can fail: a copy of rate_take.lua whose expiry
 // leaves out the window (keys expire under a start in it: invariant 1 finds
-// a window holding too much once the gate is made again), or one key (it
-// is left behind: invariant 7), is found in seeded random schedules of the
-// idle scenario.
+// a window holding too much once the gate is made again), one key (it is
+// left behind: invariant 7), or the doorbells it rang (a killed waiter's is
+// left behind), is found in seeded random schedules of the idle scenario,
+// or in the schedule of a random program (seed) that found it.
 func TestExplorer_catchesBrokenRateIdleExpiry(t *testing.T) {
 	const idleScenario = 7
 	require.Positive(t, rateScenarios()[idleScenario].idle)
 	for _, c := range []struct {
 		name, old, new, want string
+		seed                 int64
 	}{
 		{"the expiry leaves out the window (1)",
 			"    at = math.max(at, st.fence + st.per[i])\n    if own then at = math.max(at, st.fence + own.per[i]) end\n",
-			"", "above its n of"},
+			"", "above its n of", 0},
 		{"the holders key never expires (7)",
 			"local keys = {KEYS[1], KEYS[2], KEYS[3], KEYS[4]}", "local keys = {KEYS[1], KEYS[3], KEYS[4]}",
-			"a key is left after the idle time"},
+			"a key is left after the idle time", 0},
+		{"a rung doorbell never expires (7)",
+			"  for _, acq in ipairs(rung) do keys[#keys + 1] = inbox_of(acq) end\n", "",
+			"a key is left after the idle time: redsem:{ex}:rate:in:", 18},
 	} {
+		// The schedule of seed 18 that found the doorbell: c0, killed while
+		// it queued, was rung by a later script.
+		doorbell := []string{"c0.1 exec", "c2.1 exec", "c0.1 exec", "c1.1 exec", "time +2.999961s", "c3.1 exec",
+			"c3.1 exec", "time +199.99ms", "c0 killed", "time +799.99ms", "time +2.101009s",
+			"server restarts with its data, scripts lost"}
 		t.Run(c.name, func(t *testing.T) {
-			saved := engine.RateTake
+			// In every script that writes: the helper is theirs too.
+			take, abort, set := engine.RateTake, engine.RateAbort, engine.RateSet
+			defer func() { engine.RateTake, engine.RateAbort, engine.RateSet = take, abort, set }()
 			engine.RateTake = rateTakeWith(t, c.old, c.new)
-			defer func() { engine.RateTake = saved }()
+			engine.RateAbort = rateScriptWith(t, "rate_abort.lua", c.old, c.new)
+			engine.RateSet = rateScriptWith(t, "rate_set.lua", c.old, c.new)
 			env := newExploreEnv(t)
-			cx, n := walkScenario(t, env, rateScenarios()[idleScenario], 1, 40, time.Now().Add(time.Minute))
-			t.Logf("random: found after %d schedules", n)
-			require.Contains(t, cx, c.want)
+			if c.seed == 0 {
+				cx, n := walkScenario(t, env, rateScenarios()[idleScenario], 1, 40, time.Now().Add(time.Minute))
+				t.Logf("random: found after %d schedules", n)
+				require.Contains(t, cx, c.want)
+				return
+			}
+			sc := randomRateScenario(rand.New(rand.NewSource(c.seed)))
+			sc.idle = 100 * time.Millisecond
+			rc := &replayChooser{labels: doorbell}
+			v, trace, err := exploreOnce(env, sc, rc, len(doorbell))
+			require.NoError(t, err)
+			require.Empty(t, rc.missed, "the schedule no longer replays\n%s", strings.Join(trace, "\n"))
+			require.Contains(t, v, c.want)
 		})
 	}
 }
