@@ -2,12 +2,15 @@ package rate
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redsem/redsem/internal/engine"
 )
 
 // Idle expiry (WithIdleExpiry): a gate's keys expire once the window of its
@@ -302,5 +305,33 @@ func TestIdleExpiry_longerPerAfterExpiryCountsTheOldGrants(t *testing.T) {
 		c.advance(10*per - idle)
 		_, err = g.Allow(ctx)
 		require.NoError(t, err, "the window has left them behind")
+	})
+}
+
+// TestIdleExpiry_tombstoneWithoutGate: a wait settled on a gate that does
+// not exist (never made, or its keys expired) leaves its tombstone in a
+// waits key that expires with the tombstone; the gate made next keeps
+// waits for as long as it lives (no TTL without the option).
+func TestIdleExpiry_tombstoneWithoutGate(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, time.Minute)
+		g := newGate(t, b, "ghost", 1, time.Second)
+		p := &takeUnits{q: g.q, units: []int{1}}
+		_, err := p.Abort(ctx, engine.NewAcqID(), "release")
+		require.NoError(t, err)
+		require.Equal(t, []string{g.q.k.waits}, rateKeysOf(t, b, g), "the tombstone alone")
+		last, err := redis.Strings(b.do(t, "ZRANGE", g.q.k.waits, -1, -1, "WITHSCORES"), nil)
+		require.NoError(t, err)
+		require.Len(t, last, 2)
+		deadlineUs, err := strconv.ParseInt(last[1], 10, 64)
+		require.NoError(t, err)
+		at, err := redis.Int64(b.do(t, "PEXPIRETIME", g.q.k.waits), nil)
+		require.NoError(t, err)
+		// Exact on Redis; miniredis keeps a TTL, not a time, and answers
+		// PEXPIRETIME from its clock read again.
+		require.InDelta(t, (deadlineUs+999)/1000, at, 5, "waits expires with its tombstone")
+		_, err = g.Allow(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, -1, b.num(t, "PTTL", g.q.k.waits), "the gate made keeps its waits")
 	})
 }
