@@ -989,13 +989,17 @@ func (r *run) applyStranger(i int) {
 			if side != "" {
 				_, _ = r.w.exec.Do("RENAME", side, key)
 				// With idle expiry, the key comes back as it would be had
-				// it stayed: with the expiry the semaphore has now, none if
-				// a use removed it meanwhile, or gone if it was to expire
-				// and its semaphore did.
-				switch exp := r.m.HGet(r.k.meta, "exp"); {
+				// it stayed: with the expiry its semaphore (or rate gate)
+				// has now, none if a use removed it meanwhile, or gone if
+				// it was to expire and its semaphore did.
+				meta := r.k.meta
+				if r.rate != nil && strings.HasPrefix(key, r.rate.k.base) {
+					meta = r.rate.k.meta
+				}
+				switch exp := r.m.HGet(meta, "exp"); {
 				case exp != "":
 					_, _ = r.w.exec.Do("PEXPIREAT", key, exp)
-				case r.savedTTL[key] && !r.m.Exists(r.k.meta):
+				case r.savedTTL[key] && !r.m.Exists(meta):
 					_, _ = r.w.exec.Do("DEL", key)
 				default:
 					_, _ = r.w.exec.Do("PERSIST", key)

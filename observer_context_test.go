@@ -3,6 +3,9 @@ package redsem
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -125,5 +128,65 @@ func TestContextObserver_everyKind(t *testing.T) {
 			assert.Equal(t, want, tr.got())
 		}
 		assert.Empty(t, tr.bad)
+	})
+}
+
+// sequencer is a ContextObserver that records its calls in order, and the
+// goroutine each WaitStarted ran on, and whose WaitStarted hands back a
+// context already cancelled.
+type sequencer struct {
+	recorder
+	started chan uint64
+}
+
+func (s *sequencer) WaitStarted(ctx context.Context, kind, name string) context.Context {
+	s.add("wait started", nil)
+	s.started <- goroutineID()
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	return done
+}
+
+func (s *sequencer) WaitEnded(ctx context.Context, _ int64, err error) context.Context {
+	s.add("wait ended", err)
+	return ctx
+}
+
+func (s *sequencer) HoldEnded(context.Context, error) { s.add("hold ended", nil) }
+
+// goroutineID is the calling goroutine's number, from its stack's header
+// ("goroutine 42 [running]:").
+func goroutineID() uint64 {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	f := strings.Fields(string(buf))
+	id, _ := strconv.ParseUint(f[1], 10, 64)
+	return id
+}
+
+// The hook's order and context (docs/tracing.md, "The hook underneath"):
+// WaitStarted on the caller's goroutine; WaitEnded right after Acquired or
+// AcquireFailed; HoldEnded right after Released or LeaseLost; and the
+// acquisition runs under the caller's context, not WaitStarted's (here a
+// cancelled one).
+func TestContextObserver_orderAndCallersContext(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := &sequencer{started: make(chan uint64, 4)}
+		sem := newSem(t, b, "ordered", 1, WithObserver(s))
+		me := goroutineID()
+		l, err := sem.Acquire(ctx)
+		require.NoError(t, err, "the acquisition ran under the caller's context")
+		_, err = sem.TryAcquire(ctx)
+		require.ErrorIs(t, err, ErrNoToken)
+		require.NoError(t, l.Release(ctx))
+		for i := 0; i < 2; i++ {
+			assert.Equal(t, me, <-s.started, "WaitStarted ran on the caller's goroutine")
+		}
+		require.Eventually(t, func() bool { n, _ := s.count("hold ended"); return n == 1 }, 5*time.Second, time.Millisecond)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		assert.Equal(t, []string{"wait started", "acquired", "wait ended", "wait started", "failed", "wait ended",
+			"released", "hold ended"}, s.events)
 	})
 }

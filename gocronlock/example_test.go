@@ -50,3 +50,47 @@ func ExampleNew() {
 	fmt.Println("ran on one replica, skipped on the other")
 	// Output: ran on one replica, skipped on the other
 }
+
+// Two replicas run the same scheduler; only the one that leads the
+// election runs its jobs, and the other takes over when it stops.
+func ExampleNewElector() {
+	m, err := miniredis.Run() // an in-process Redis for the example; use your own
+	if err != nil {
+		panic(err)
+	}
+	defer m.Close()
+
+	ran := make(chan string, 16)
+	for _, replica := range []string{"a", "b"} {
+		pool := &redis.Pool{MaxIdle: 4, Dial: func() (redis.Conn, error) { return redis.Dial("tcp", m.Addr()) }}
+		defer pool.Close()
+		elector, err := gocronlock.NewElector(pool, "reports", replica) // replica: its host name, say
+		if err != nil {
+			panic(err)
+		}
+		defer elector.Close() // resigns: the other replica leads next
+		s, err := gocron.NewScheduler(gocron.WithDistributedElector(elector))
+		if err != nil {
+			panic(err)
+		}
+		defer s.Shutdown()
+		_, err = s.NewJob(gocron.DurationJob(10*time.Millisecond), gocron.NewTask(func() {
+			select {
+			case ran <- replica:
+			default:
+			}
+		}))
+		if err != nil {
+			panic(err)
+		}
+		s.Start()
+	}
+	leader := <-ran
+	for i := 0; i < 5; i++ {
+		if r := <-ran; r != leader {
+			fmt.Println("a job ran on a replica that does not lead")
+		}
+	}
+	fmt.Println("only the leader runs the jobs")
+	// Output: only the leader runs the jobs
+}

@@ -1,8 +1,10 @@
 // Package gocronlock is a gocron v2 Locker on redsem mutexes, so that a
 // job scheduled on every replica runs on one at a time, across the fleet,
 // and keeps its lock for as long as it runs: the lock refreshes itself
-// (redsem's auto-refresh) instead of expiring mid-job (gocron issue #799).
-// It is a module of its own, so the root module never depends on gocron.
+// (redsem's auto-refresh) instead of expiring mid-job (gocron issue #799);
+// and a gocron v2 Elector on a redsem election (NewElector), so that only
+// the replica that leads runs a scheduler's jobs. It is a module of its
+// own, so the root module never depends on gocron.
 package gocronlock
 
 import (

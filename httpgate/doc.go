@@ -7,7 +7,7 @@
 // until the response body is closed.
 //
 // Each key has its own semaphore and rate gate, named "<Name>:<key>",
-// made on first use; a key's semaphore expires from Redis once idle
+// made on first use; both expire from Redis once idle
 // (Config.IdleExpiry), and a Limiter keeps at most Config.MaxKeys keys in
 // memory, so a client sending random keys grows neither. While Redis
 // fails, requests are refused (503) unless Config.FailOpen lets them

@@ -18,8 +18,8 @@ import (
 
 // Defaults of Config.
 const (
-	// DefaultIdleExpiry is how long a key's semaphore stays in Redis once
-	// idle, unless Config.IdleExpiry says otherwise.
+	// DefaultIdleExpiry is how long a key's semaphore and rate gate stay
+	// in Redis once idle, unless Config.IdleExpiry says otherwise.
 	DefaultIdleExpiry = time.Minute
 	// DefaultMaxKeys is how many keys a Limiter keeps objects for in
 	// memory, unless Config.MaxKeys says otherwise.
@@ -63,10 +63,9 @@ type Config struct {
 	// http.StatusServiceUnavailable.
 	FullStatus int
 	// IdleExpiry is how long a key's semaphore stays in Redis with no
-	// lease and no waiter (redsem.WithIdleExpiry); default
-	// DefaultIdleExpiry. A rate gate's keys do not expire (see
-	// docs/middleware.md): key rate limits by a bounded set, such as
-	// routes.
+	// lease and no waiter (redsem.WithIdleExpiry), and its rate gate one
+	// window after its last start with no waiter (rate.WithIdleExpiry);
+	// default DefaultIdleExpiry.
 	IdleExpiry time.Duration
 	// MaxKeys bounds how many keys' semaphores and gates a Limiter keeps
 	// in memory, least recently used dropped first; default
@@ -76,7 +75,8 @@ type Config struct {
 	// Options are given to every key's semaphore after the Limiter's own
 	// (WithIdleExpiry): WithTTL, WithPrefix, WithObserver...
 	Options []redsem.Option
-	// RateOptions are given to every key's rate gate.
+	// RateOptions are given to every key's rate gate after the Limiter's
+	// own (rate.WithIdleExpiry).
 	RateOptions []rate.Option
 }
 
@@ -347,7 +347,8 @@ func (l *Limiter) make(key string, limit Limit) (*limited, error) {
 		}
 	}
 	if limit.N != 0 {
-		if k.gate, err = rate.New(l.pool, name, limit.N, limit.Per, l.cfg.RateOptions...); err != nil {
+		opts := append([]rate.Option{rate.WithIdleExpiry(l.cfg.IdleExpiry)}, l.cfg.RateOptions...)
+		if k.gate, err = rate.New(l.pool, name, limit.N, limit.Per, opts...); err != nil {
 			return nil, fmt.Errorf("httpgate: key %q: %w", key, err)
 		}
 	}

@@ -186,3 +186,96 @@ func TestSpans_underARequest(t *testing.T) {
 		assert.Contains(t, byName[name].Attributes, attribute.String("redsem.name", "api:"))
 	}
 }
+
+// TestSpans_outcomesAndStatus: the outcomes the table lists that the test
+// above does not reach: a write lock (rwmutex.write), a cancelled wait
+// (an outcome, not an error), a lease that expired and one whose Release
+// failed (Error, outcomes expired and lost); and a hold span starts at
+// the grant, after the wait span ended.
+func TestSpans_outcomesAndStatus(t *testing.T) {
+	srv := redistest.Start(t)
+	pool := srv.Pool(t)
+	tp, exp := provider(t)
+	o := New(tp, nil)
+	ctx := context.Background()
+
+	rw, err := redsem.NewRWMutex(pool, "config", redsem.WithObserver(o))
+	require.NoError(t, err)
+	w, err := rw.Lock(ctx)
+	require.NoError(t, err)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = rw.RLock(cctx)
+	require.ErrorIs(t, err, context.Canceled)
+	require.NoError(t, w.Release(ctx))
+
+	fixed, err := redsem.NewSemaphore(pool, "short", 1, redsem.WithObserver(o), redsem.WithTTL(50*time.Millisecond), redsem.WithFixedTTL())
+	require.NoError(t, err)
+	l, err := fixed.Acquire(ctx)
+	require.NoError(t, err)
+	<-l.Done() // it expires: nothing refreshes it
+	sem, err := redsem.NewSemaphore(pool, "encoders", 1, redsem.WithObserver(o))
+	require.NoError(t, err)
+	l, err = sem.Acquire(ctx)
+	require.NoError(t, err)
+	srv.Kill()
+	require.Error(t, l.Release(ctx), "Redis is gone")
+
+	got := map[string]span{}
+	stubs := ended(t, exp, 7)
+	for _, s := range stubs {
+		got[s.Name+" "+summary(s).kind+" "+summary(s).lock+" "+summary(s).outcome] = summary(s)
+	}
+	for key, want := range map[string]span{
+		"redsem.wait rwmutex.write config granted":  {name: WaitSpan, kind: "rwmutex.write", lock: "config", outcome: "granted", fence: true},
+		"redsem.hold rwmutex.write config released": {name: HoldSpan, kind: "rwmutex.write", lock: "config", outcome: "released", fence: true},
+		"redsem.wait rwmutex.read config canceled":  {name: WaitSpan, kind: "rwmutex.read", lock: "config", outcome: "canceled"},
+		"redsem.hold semaphore short expired":       {name: HoldSpan, kind: "semaphore", lock: "short", outcome: "expired", fence: true, status: codes.Error},
+		"redsem.hold semaphore encoders lost":       {name: HoldSpan, kind: "semaphore", lock: "encoders", outcome: "lost", fence: true, status: codes.Error},
+	} {
+		assert.Equal(t, want, got[key], key)
+	}
+	var wait, hold tracetest.SpanStub
+	for _, s := range stubs {
+		if summary(s).lock == "encoders" && s.Name == WaitSpan {
+			wait = s
+		}
+		if summary(s).lock == "encoders" && s.Name == HoldSpan {
+			hold = s
+		}
+	}
+	assert.False(t, hold.StartTime.Before(wait.EndTime), "the hold starts at the grant, after the wait ended")
+	assert.True(t, hold.EndTime.After(hold.StartTime))
+}
+
+// TestSpans_rateUnderARequest: behind httpgate, with the Observer in
+// RateOptions, a request's start shows as a wait span under the request's
+// span, and a start has no hold span.
+func TestSpans_rateUnderARequest(t *testing.T) {
+	srv := redistest.Start(t)
+	tp, exp := provider(t)
+	lim, err := httpgate.New(srv.Pool(t), httpgate.Config{Name: "api", Limit: httpgate.Limit{N: 5, Per: time.Second},
+		RateOptions: []rate.Option{rate.WithObserver(New(tp, nil))}})
+	require.NoError(t, err)
+	next := lim.Handler(nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, s := tp.Tracer("server").Start(r.Context(), "GET /")
+		defer s.End()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	}))
+	defer hs.Close()
+	resp, err := http.Get(hs.URL)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	hs.Close()
+
+	stubs := ended(t, exp, 2)
+	require.Len(t, stubs, 2, "the request's span and the start's wait, no hold")
+	byName := map[string]tracetest.SpanStub{}
+	for _, s := range stubs {
+		byName[s.Name] = s
+	}
+	require.Contains(t, byName, WaitSpan)
+	assert.Equal(t, byName["GET /"].SpanContext.SpanID(), byName[WaitSpan].Parent.SpanID())
+	assert.Equal(t, span{name: WaitSpan, kind: "rate", lock: "api:", outcome: "granted"}, summary(byName[WaitSpan]))
+}

@@ -43,7 +43,8 @@
 //
 // internal/engine/lua/rate_common.lua says what each field holds. This
 // package deletes nothing: admin.Handle.Delete removes a gate with the rest
-// of its name. A gate
+// of its name, and with WithIdleExpiry an idle gate's keys expire (all at
+// once; internal/engine/lua/rate_idle.lua). A gate
 // of the layout of redsem v0.1.0 (a token list and one lease per start) is
 // upgraded by the first start of this version, which counts the old window
 // as full: no more than the old rate is admitted, and capacity comes back

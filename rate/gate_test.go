@@ -102,11 +102,11 @@ func TestRateGateBadInput(t *testing.T) {
 		assert.Equal(t, 2, st.Available)
 
 		// rate_set.lua refuses arguments that are not its count of limits'
-		// n and per, one short or one over.
+		// n and per (after its idle time), one short or one over.
 		conn, err := b.pool.GetContext(ctx)
 		require.NoError(t, err)
 		defer conn.Close()
-		for _, args := range [][]interface{}{{1, 3}, {1, 3, 1000000, 7}, {2, 3, 1000000}} {
+		for _, args := range [][]interface{}{{0, 1, 3}, {0, 1, 3, 1000000, 7}, {0, 2, 3, 1000000}} {
 			_, err := engine.RateSet.Do(conn, append(g.q.k.state(), args...)...)
 			if assert.Error(t, err, "%v", args) {
 				assert.Contains(t, err.Error(), "REDSEM_ARG", "%v", args)

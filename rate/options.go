@@ -26,6 +26,10 @@ const (
 	MaxPer = engine.MaxTTL
 	// MaxNameLen is the longest name, in bytes, before encoding.
 	MaxNameLen = engine.MaxNameLen
+	// minIdleExpiry is the shortest idle time WithIdleExpiry takes, a
+	// semaphore's: a gate created again after it expired grants from
+	// Redis TIME, which has then moved on by at least the idle time.
+	minIdleExpiry = 100 * time.Millisecond
 )
 
 // Pool is where a Gate gets its Redis connections. *redis.Pool satisfies
@@ -50,6 +54,7 @@ type config struct {
 	grace     time.Duration
 	blockPool Pool
 	observer  Observer
+	idle      time.Duration // WithIdleExpiry; 0: off
 }
 
 // WithPrefix sets the prefix of every key of the gate. Default
@@ -81,6 +86,23 @@ func WithBlockingPool(pool Pool) Option {
 	return optionFunc(func(c *config) error {
 		c.blockPool = pool
 		return engine.CheckPool(pool, "blocking pool")
+	})
+}
+
+// WithIdleExpiry makes the gate's keys expire once it has been idle for d:
+// one window after its last start (or rate change), with no waiter. Any
+// use before then keeps them; a use after creates the gate afresh with the
+// rate of the client that uses it, so a rate set at run time (SetRate,
+// redsem rate set) lasts only while the gate is in use. Every start writes
+// its own setting, so the last one's applies. Default 0: off. d is 0 or
+// between 100ms and MaxPer.
+func WithIdleExpiry(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if d != 0 && (d < minIdleExpiry || d > MaxPer) {
+			return fmt.Errorf("%w: idle expiry %v is not 0 or between %v and %v", ErrInvalidOption, d, minIdleExpiry, MaxPer)
+		}
+		c.idle = d
+		return nil
 	})
 }
 

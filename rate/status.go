@@ -37,6 +37,12 @@ type Status struct {
 	// them. Rejected counts those dropped so far.
 	Stray    int
 	Rejected int64
+	// IdleExpiry is the idle time the gate's keys expire after
+	// (WithIdleExpiry, as the last start asked; 0: off), and IdleExpiresIn
+	// how long from ServerTime until they do if nothing uses the gate
+	// meanwhile (0 when off).
+	IdleExpiry    time.Duration
+	IdleExpiresIn time.Duration
 	// ServerTime is Redis TIME when the snapshot was taken.
 	ServerTime time.Time
 }
@@ -115,6 +121,12 @@ func parseStatus(vals []interface{}) (Status, error) {
 	st.Set = m["set"] == "1"
 	if us, err := strconv.ParseInt(m["changed"], 10, 64); err == nil {
 		st.Changed = time.UnixMicro(us)
+	}
+	if ms, err := strconv.ParseInt(m["idle"], 10, 64); err == nil {
+		st.IdleExpiry = time.Duration(ms) * time.Millisecond
+	}
+	if ms, err := strconv.ParseInt(m["exp"], 10, 64); err == nil {
+		st.IdleExpiresIn = max(time.UnixMilli(ms).Sub(st.ServerTime), 0)
 	}
 	for i, raw := range vals[3:] {
 		c, err := redis.Ints(raw, nil)

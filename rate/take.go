@@ -46,7 +46,8 @@ func (q *Quota) takeArgs(acq string, blockUs int64, phase string, units []int) [
 	}
 	return engine.Args(engine.RateTake, q.k.args(acq), engine.A("acqID", acq), engine.A("blockUs", blockUs),
 		engine.A("graceUs", q.cfg.grace.Microseconds()), engine.A("tombUs", q.tomb().Microseconds()),
-		engine.A("phase", phase), engine.A("limits", len(q.limits)), engine.Rest(rest...))
+		engine.A("phase", phase), engine.A("idleMs", q.cfg.idle.Milliseconds()), engine.A("limits", len(q.limits)),
+		engine.Rest(rest...))
 }
 
 // tomb is how long an aborted acquisition's tombstone lives: longer than any

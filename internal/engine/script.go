@@ -67,7 +67,7 @@ var (
 var (
 	semaphore = []string{"base.lua", "meta.lua", "idle.lua", "tokens.lua", "sweep.lua"}
 	weighted  = []string{"weighted.lua"}
-	rate      = []string{"base.lua", "rate_common.lua", "rate_window.lua"}
+	rate      = []string{"base.lua", "rate_common.lua", "rate_window.lua", "rate_idle.lua"}
 )
 
 func with(lists ...[]string) []string {

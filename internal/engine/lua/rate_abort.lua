@@ -29,6 +29,7 @@ if st then
     redis.call('DEL', KEYS[9])
     local r = {GRANTED, g, wait_for(st, w, now), now}
     forget(st, acq)
+    settle_idle(st, now)
     return r
   end
   if g then
@@ -55,6 +56,12 @@ if st then
   -- Hand given-back units to the waiters, and wake a new head.
   expire(st, now)
   serve(st, now)
+  settle_idle(st, now)
   if released then return {RELEASED, 0, now} end
+  return {WAITING, 0, now}
 end
+-- No gate (never made, or its keys expired): waits holds tombstones only,
+-- which expire with the last of them.
+local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[4], fmt_int(math.ceil(tonumber(last[2]) / 1000)))
 return {WAITING, 0, now}

@@ -155,7 +155,10 @@ local function create(r, now, set)
   if n > 0 then
     return nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is missing but grants exist'
   end
-  local st = {L = r.L, n = {}, per = {}, sum = {}, back = {}, fence = now, set = set}
+  -- Tombstones left while the gate did not exist expire (rate_abort.lua);
+  -- from here on waits follows the gate's expiry.
+  redis.call('PERSIST', KEYS[4])
+  local st = {L = r.L, n = {}, per = {}, sum = {}, back = {}, fence = now, set = set, idle = 0}
   local f = {'limits', r.L, 'fence', fmt_int(now), 'rejected', 0, 'created', math.floor(now / 1000)}
   if set then
     f[#f + 1] = 'set'
@@ -191,10 +194,10 @@ local function upgrade(m)
   return nil
 end
 
--- rate_state reads meta into {L, n, per, sum, back, fence, set}: nil when
--- the gate does not exist; nil, err when meta is unusable.
+-- rate_state reads meta into {L, n, per, sum, back, fence, set, idle, exp}:
+-- nil when the gate does not exist; nil, err when meta is unusable.
 local function rate_state()
-  local m = redis.call('HMGET', KEYS[1], 'limits', 'fence', 'set', 'epoch', 'size', 'per')
+  local m = redis.call('HMGET', KEYS[1], 'limits', 'fence', 'set', 'epoch', 'size', 'per', 'idle', 'exp')
   if not m[1] and not m[2] and not m[4] and not m[5] then return nil, nil end
   if m[4] then
     local e = upgrade(m)
@@ -208,7 +211,8 @@ local function rate_state()
   if fence >= FENCE_MAX then
     return nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' holds grant time ' .. m[2] .. ', too large to grow'
   end
-  local st = {L = L, n = {}, per = {}, sum = {}, back = {}, fence = fence, set = m[3] == '1'}
+  local st = {L = L, n = {}, per = {}, sum = {}, back = {}, fence = fence, set = m[3] == '1',
+    idle = tonumber(m[7]) or 0, exp = m[8]}
   local f = {}
   for i = 1, L do
     for _, name in ipairs({'size', 'per', 'sum', 'back'}) do f[#f + 1] = name .. sfx(i) end

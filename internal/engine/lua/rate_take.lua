@@ -7,7 +7,8 @@
 --
 -- KEYS: meta, holders, queue, waits, log1, log2, log3, log4, inbox (see rate_common.lua)
 -- ARGV: acqID, blockUs (the longest the client lets one wait last; 0: never
---       wait), graceUs, tombUs, phase ("fresh" or "wait"), limits (L), then
+--       wait), graceUs, tombUs, phase ("fresh" or "wait"), idleMs (the idle
+--       expiry, 0: off; rate_idle.lua), limits (L), then
 --       for each limit: n, perUs, units (what this start takes of it; not all 0)
 -- Returns one of
 --   {1, grantUs, nextUs, nowUs}  granted: a start at Redis time grantUs;
@@ -32,10 +33,11 @@ local block = int_arg(ARGV[2], 0, 1e12)
 local grace = int_arg(ARGV[3], 0, 1e12)
 local tomb = int_arg(ARGV[4], 0, 1e12)
 local fresh = ARGV[5] == 'fresh'
-local L = int_arg(ARGV[6], 1, MAX_LIMITS)
+local idle = int_arg(ARGV[6], 0, 1e12)
+local L = int_arg(ARGV[7], 1, MAX_LIMITS)
 local want, w
-if L and #ARGV == 6 + 3 * L then want, w = read_limits(L, 7, true) end
-if not want or #acq < 16 or string.find(acq, '[|:]') or not block or not grace or not tomb
+if L and #ARGV == 7 + 3 * L then want, w = read_limits(L, 8, true) end
+if not want or #acq < 16 or string.find(acq, '[|:]') or not block or not grace or not tomb or not idle
   or (ARGV[5] ~= 'fresh' and ARGV[5] ~= 'wait') then
   return redis.error_reply('REDSEM_ARG invalid arguments to rate_take')
 end
@@ -56,12 +58,18 @@ if not st then
   st, err = create(want, now, false)
   if err then return redis.error_reply(err) end
 end
+idle_setting(st, idle)
+-- Every reply from here on goes through done: the keys' expiry follows.
+local function done(r)
+  settle_idle(st, now, want)
+  return r
+end
 
 sweep(st, now)
 expire(st, now)
 if redis.call('ZSCORE', KEYS[4], 'x:' .. acq) then
   redis.call('DEL', KEYS[9])
-  return {SETTLED, 0, now}
+  return done({SETTLED, 0, now})
 end
 serve(st, now)
 
@@ -69,9 +77,9 @@ if fresh then
   -- Take from the window only when nobody queues: waiters go first.
   if redis.call('LLEN', KEYS[3]) == 0 and fits(st, w) then
     local g = grant(st, acq, w, now)
-    return {GRANTED, g, wait_for(st, w, now), now}
+    return done({GRANTED, g, wait_for(st, w, now), now})
   end
-  if block == 0 then return {WAITING, wait_for(st, w, now), now, 0} end
+  if block == 0 then return done({WAITING, wait_for(st, w, now), now, 0}) end
   redis.call('RPUSH', KEYS[3], acq)
   local req = {}
   for i = 1, L do req[i] = fmt_int(w[i]) end
@@ -82,12 +90,12 @@ else
   if r then
     redis.call('ZREM', KEYS[4], 'w:' .. acq)
     forget(st, acq)
-    return r
+    return done(r)
   end
   if not redis.call('ZSCORE', KEYS[4], 'w:' .. acq) or not redis.call('HGET', KEYS[2], 'r:' .. acq) then
     -- Dropped from the queue (dead, or unable to fit a lowered rate).
     redis.call('ZREM', KEYS[4], 'w:' .. acq)
-    return {SETTLED, 0, now}
+    return done({SETTLED, 0, now})
   end
 end
 
@@ -108,4 +116,4 @@ else
 end
 wait = math.max(wait, 1000)
 redis.call('ZADD', KEYS[4], fmt_int(now + wait + grace), 'w:' .. acq)
-return {WAITING, wait, now, head}
+return done({WAITING, wait, now, head})

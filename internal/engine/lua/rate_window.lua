@@ -136,9 +136,12 @@ local function sweep(st, now)
   end
 end
 
--- ring wakes acq's BLPOP; an inbox of the wrong type is left alone.
+-- ring wakes acq's BLPOP; an inbox of the wrong type is left alone. The
+-- doorbells rung are in rung (settle_idle gives them the gate's expiry).
+local rung = {}
 local function ring(acq)
   redis.pcall('RPUSH', inbox_of(acq), 1)
+  rung[#rung + 1] = acq
 end
 
 -- serve grants queued waiters, oldest first, while the head's request fits
