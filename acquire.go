@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -19,6 +21,8 @@ import (
 //	│         pump goroutine waits in Redis for the whole queue (acquireShared)
 //	└─ acquire ─ engine.Drive: the loop every acquisition kind shares
 //	             ├─ oneToken.First: acquire.lua (acquire_fast.lua first)
+//	             ├─ oneToken.Queue: once a wait here, First and Wait in one
+//	             │                  write: register.lua, BLMOVE, acquire.lua
 //	             ├─ oneToken.Wait:  BLMOVE tokens → pend, acquire.lua behind it
 //	             ├─ oneToken.Abort: abort.lua, to settle a lost reply or a cancel
 //	             └─ oneToken.Accept: the grant becomes a *Lease (lease.go)
@@ -84,7 +88,10 @@ type oneToken struct {
 }
 
 func (p *oneToken) First(ctx context.Context, conn redis.Conn, acq string, block time.Duration) (engine.Reply, error) {
-	return parseAcquireReply(engine.RunScript(ctx, conn, engine.Acquire, p.s.acquireArgs(acq, block, "fresh")...))
+	sent := engine.Clk.Now()
+	r, err := parseAcquireReply(engine.RunScript(ctx, conn, engine.Acquire, p.s.acquireArgs(acq, block, "fresh")...))
+	p.s.wake.note(sent, block, r, err, true)
+	return r, err
 }
 
 // Wait writes BLMOVE and acquire.lua in one write: when a token reaches
@@ -92,8 +99,49 @@ func (p *oneToken) First(ctx context.Context, conn redis.Conn, acq string, block
 // is recorded before the client reads a byte.
 func (p *oneToken) Wait(ctx context.Context, conn redis.Conn, acq string, r engine.Reply, next time.Duration) (engine.Reply, error) {
 	s := p.s
-	return parseAcquireReply(engine.BlockThenRun(ctx, conn, r.Block, engine.BLMOVE(s.k.tokens, s.k.pend(acq)),
+	sent := engine.Clk.Now()
+	r, err := parseAcquireReply(engine.BlockThenRun(ctx, conn, r.Block, engine.BLMOVE(s.k.tokens, s.k.pend(acq)),
 		engine.Acquire, s.acquireArgs(acq, next, "wait")))
+	s.wake.note(sent, next, r, err, false)
+	return r, err
+}
+
+// Queue is an acquisition's first call and its wait in one write, once an
+// acquisition of s here waited and Redis's last answer said when the
+// earliest lease is due: register.lua, BLMOVE until then, acquire.lua
+// behind it. Contended, an acquire and release are two round trips.
+func (p *oneToken) Queue(ctx context.Context, conn redis.Conn, acq string) (engine.Reply, bool, error) {
+	s := p.s
+	sent := engine.Clk.Now()
+	block, ok := s.wake.until(sent, s.driver(p.fail).BlockFor(ctx))
+	if !ok {
+		return engine.Reply{}, false, nil
+	}
+	size := strconv.Itoa(s.size)
+	if s.cfg.adoptSize {
+		size = ""
+	}
+	reg := engine.Args(engine.Register, []interface{}{s.k.meta, s.k.tokens, s.k.waits},
+		engine.A("size", size), engine.A("acqID", acq), engine.A("blockMs", block.Milliseconds()),
+		engine.A("graceMs", s.cfg.grace.Milliseconds()))
+	free := false
+	registered := func(v interface{}) bool {
+		vals, err := redis.Int64s(v, nil)
+		if err != nil || len(vals) < 2 || vals[0] != 1 {
+			return false
+		}
+		free = vals[1] > 0
+		return true
+	}
+	r, err := parseAcquireReply(engine.QueueThenRun(ctx, conn, engine.Register, reg, registered,
+		block, engine.BLMOVE(s.k.tokens, s.k.pend(acq)), engine.Acquire, s.acquireArgs(acq, block, "wait")))
+	switch {
+	case errors.Is(err, engine.ErrNotQueued), free:
+		s.wake.forget() // start with First next time
+	default:
+		s.wake.note(sent, block, r, err, false)
+	}
+	return r, true, err
 }
 
 func (p *oneToken) Abort(ctx context.Context, acq, mode string) (engine.Reply, error) {
@@ -284,8 +332,11 @@ func (s *Semaphore) acquireShared(ctx context.Context) (*Lease, error) {
 		return nil, s.ctxError(err)
 	}
 	q := &s.q
+	// Once a wait here found no token free, the next goes straight to the
+	// queue, where the pump writes its registration with its wait.
+	_, queued := s.wake.until(engine.Clk.Now(), engine.MaxBlock)
 	q.mu.Lock()
-	empty := q.waiters.Len() == 0
+	empty := q.waiters.Len() == 0 && !queued
 	// One try at a time may stay registered for the pump to go on with.
 	register := empty && q.pumps == 0 && !q.registering
 	q.registering = q.registering || register
@@ -413,3 +464,43 @@ func (s *Semaphore) handOff(l *Lease) {
 	defer cancel()
 	_ = l.Release(ctx)
 }
+
+// wakeHint is when, by this process's clock, a Semaphore's waiter should
+// wake at the latest to reclaim an expired lease: the block of Redis's
+// last answer that found no token free, from when it was asked. Set, the
+// next Acquire writes its registration with its wait (oneToken.Queue);
+// zero, it starts with acquire.lua alone. A grant that waited for nothing
+// clears it.
+type wakeHint struct{ at atomic.Int64 } // engine.Clk µs (monoUs); 0: none
+
+// note keeps what reply r of a call sent at sent, that could block up to
+// block, says: when to wake, from a wait's answer; nothing, from a first
+// call's grant (no wait was needed) or a broken connection (Redis may have
+// restarted or failed over since).
+func (h *wakeHint) note(sent time.Time, block time.Duration, r engine.Reply, err error, first bool) {
+	switch {
+	case err != nil && !engine.IsRedisError(err):
+		h.forget() // a broken connection: what Redis said may be stale
+	case err != nil:
+	case r.Code == engine.CodeWaiting && block > 0 && r.Block > 0:
+		h.at.Store(monoUs(sent.Add(r.Block)))
+	case r.Code == engine.CodeGranted && first:
+		h.forget()
+	}
+}
+
+// until returns how long a queued wait started at now may block: until
+// the hint, at most max; false without a hint at least MinBlock ahead.
+func (h *wakeHint) until(now time.Time, max time.Duration) (time.Duration, bool) {
+	at := h.at.Load()
+	if at == 0 {
+		return 0, false
+	}
+	left := time.Duration(at-monoUs(now)) * time.Microsecond
+	if left < engine.MinBlock {
+		return 0, false
+	}
+	return min(left, max), true
+}
+
+func (h *wakeHint) forget() { h.at.Store(0) }

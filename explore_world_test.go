@@ -1204,7 +1204,7 @@ func scriptNames() map[string]string {
 	out := map[string]string{}
 	for name, s := range map[string]*engine.Script{
 		"acquire.lua": engine.Acquire, "release.lua": engine.Release, "refresh.lua": engine.Refresh,
-		"abort.lua": engine.Abort, "reclaim.lua": engine.Reclaim,
+		"abort.lua": engine.Abort, "reclaim.lua": engine.Reclaim, "register.lua": engine.Register,
 		"status.lua": engine.Status, "acquire_n.lua": engine.AcquireN, "abort_n.lua": engine.AbortN,
 		"resize.lua": engine.Resize, "repair.lua": engine.Repair, "check.lua": engine.Check,
 		"rw_acquire.lua": engine.RWAcquire, "rw_abort.lua": engine.RWAbort, "rw_release.lua": engine.RWRelease,

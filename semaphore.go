@@ -31,6 +31,7 @@ type Semaphore struct {
 	k      keys
 	offset serverOffset // Redis TIME against this process's clock (lease.go)
 	q      waitQueue    // goroutines of this process waiting (acquire.go, shared waiting)
+	wake   wakeHint     // when its last wait was to end (acquire.go, Queue)
 	// maxBlock caps one blocking wait (ns). It starts at engine.MaxBlock and
 	// shrinks when the connection's read timeout turns out to be shorter.
 	maxBlock atomic.Int64

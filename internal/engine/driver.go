@@ -192,6 +192,15 @@ type Protocol interface {
 	Accept(ctx context.Context, acq string, r Reply, sent time.Time) bool
 }
 
+// Queuer is a Protocol whose first script can travel with its wait.
+type Queuer interface {
+	// Queue writes acq's registration, its blocking command and the script
+	// behind it in one write (QueueThenRun) and returns that script's
+	// reply; or it sends nothing and reports false, and the acquisition
+	// starts with First.
+	Queue(ctx context.Context, conn redis.Conn, acq string) (Reply, bool, error)
+}
+
 // Pending is an acquisition registered as waiting by ModeRegister, for a
 // later Drive to go on with (straight to its blocking wait).
 type Pending struct {
@@ -332,6 +341,13 @@ func driveOn(ctx context.Context, d *Driver, p Protocol, conn redis.Conn, mode M
 		}
 		acq, sent, waited = NewAcqID(), clk.Now(), false
 		failpoint.Hit("acquire.sent") // a fault test's hook; a no-op in production
+		if q, ok := p.(Queuer); ok && mode == ModeWait {
+			var queued bool
+			if r, queued, err = q.Queue(ctx, conn, acq); queued {
+				waited = true
+				return
+			}
+		}
 		r, err = p.First(ctx, conn, acq, block)
 	}
 	if start != nil {
@@ -436,6 +452,12 @@ func failed(ctx context.Context, d *Driver, p Protocol, acq string, err error, b
 			Settle(ctx, d, p, acq)
 		}
 		return zero, d.Fail(err)
+	}
+	if errors.Is(err, ErrNotQueued) {
+		// The registration refused and its connection is gone: settle
+		// whatever its wait may have moved, and start over.
+		Settle(ctx, d, p, acq)
+		return zero, &brokenWait{err}
 	}
 	var we *waitReplyErr
 	if errors.As(err, &we) {
@@ -550,12 +572,43 @@ func BLPOP(key string) Blocking { return Blocking{src: key} }
 // (NOSCRIPT) is run again with its source.
 func BlockThenRun(ctx context.Context, conn redis.Conn, block time.Duration, wait Blocking,
 	script *Script, scriptArgs []interface{}) (interface{}, error) {
+	return queueThenRun(ctx, conn, nil, nil, nil, block, wait, script, scriptArgs)
+}
+
+// QueueThenRun is BlockThenRun with a registration in front, in the same
+// write: reg with regArgs, sent with its source (EVAL) so that it never
+// meets NOSCRIPT, then the blocking command, then script. registered
+// reads reg's reply: whether the blocking command may move a token (reg
+// recorded the waiter, so that a sweep finds what it moves). When it may
+// not, the connection is dropped, which ends a blocked command, and
+// ErrNotQueued returned: the acquisition is to be settled and started
+// over.
+func QueueThenRun(ctx context.Context, conn redis.Conn, reg *Script, regArgs []interface{}, registered func(interface{}) bool,
+	block time.Duration, wait Blocking, script *Script, scriptArgs []interface{}) (interface{}, error) {
+	return queueThenRun(ctx, conn, reg, regArgs, registered, block, wait, script, scriptArgs)
+}
+
+// ErrNotQueued is QueueThenRun's report that the registration refused.
+var ErrNotQueued = errors.New("redsem: the waiter's registration was refused")
+
+func queueThenRun(ctx context.Context, conn redis.Conn, reg *Script, regArgs []interface{}, registered func(interface{}) bool,
+	block time.Duration, wait Blocking, script *Script, scriptArgs []interface{}) (interface{}, error) {
 	if err := checkArity(script, scriptArgs); err != nil {
 		return nil, err
+	}
+	if reg != nil {
+		if err := checkArity(reg, regArgs); err != nil {
+			return nil, err
+		}
 	}
 	hash, err := script.hashOn(ctx, conn) // sends nothing but in a process's first wait
 	if err != nil {
 		return nil, err
+	}
+	if reg != nil {
+		if err := conn.Send("EVAL", reg.args(reg.src, regArgs)...); err != nil {
+			return nil, err
+		}
 	}
 	// Round up: never a wait of 0, which would block forever.
 	ms := (block + time.Millisecond - 1).Milliseconds()
@@ -580,6 +633,21 @@ func BlockThenRun(ctx context.Context, conn redis.Conn, block time.Duration, wai
 	failpoint.Hit("wait.sent")
 	rctx, cancel := context.WithTimeout(ctx, block+BlockSlack)
 	defer cancel()
+	if reg != nil {
+		// The registration's reply: at once on redigo; with the wait's on a
+		// client that answers a write as a whole (goredis.Pool).
+		v, err := redis.ReceiveContext(conn, rctx)
+		if err != nil && !IsRedisError(err) {
+			return nil, err
+		}
+		if err != nil || !registered(v) {
+			// A context past its deadline drops the connection at once.
+			dead, cancel := context.WithDeadline(ctx, time.Unix(0, 0))
+			defer cancel()
+			_, _ = redis.ReceiveContext(conn, dead)
+			return nil, ErrNotQueued
+		}
+	}
 	_, waitErr := redis.ReceiveContext(conn, rctx)
 	if waitErr != nil && !IsRedisError(waitErr) {
 		return nil, waitErr

@@ -33,7 +33,10 @@ var (
 	// it runs before the other helpers are defined and serves the common
 	// case itself, as the rest of its script would
 	// (TestFastPathsMatchSlowPaths).
-	Acquire  = NewScript(6, "acquire.lua", with([]string{"fast.lua", "acquire_fast.lua"}, semaphore)...)
+	Acquire = NewScript(6, "acquire.lua", with([]string{"fast.lua", "acquire_fast.lua"}, semaphore)...)
+	// A waiter's registration written with its wait (oneToken.Queue),
+	// always sent with its source.
+	Register = NewScript(3, "register.lua")
 	Release  = NewScript(4, "release.lua", with([]string{"fast.lua", "release_fast.lua"}, semaphore, weighted)...)
 	Refresh  = NewScript(4, "refresh.lua", semaphore...)
 	Abort    = NewScript(6, "abort.lua", semaphore...)
