@@ -588,6 +588,15 @@ func QueueThenRun(ctx context.Context, conn redis.Conn, reg *Script, regArgs []i
 	return queueThenRun(ctx, conn, reg, regArgs, registered, block, wait, script, scriptArgs)
 }
 
+// dropConn breaks conn, so that what it still waits for (a blocked
+// command) ends with it: a read under a context past its deadline does so
+// at once.
+func dropConn(ctx context.Context, conn redis.Conn) {
+	dead, cancel := context.WithDeadline(ctx, time.Unix(0, 0))
+	defer cancel()
+	_, _ = redis.ReceiveContext(conn, dead)
+}
+
 // ErrNotQueued is QueueThenRun's report that the registration refused.
 var ErrNotQueued = errors.New("redsem: the waiter's registration was refused")
 
@@ -641,12 +650,16 @@ func queueThenRun(ctx context.Context, conn redis.Conn, reg *Script, regArgs []i
 			return nil, err
 		}
 		if err != nil || !registered(v) {
-			// A context past its deadline drops the connection at once.
-			dead, cancel := context.WithDeadline(ctx, time.Unix(0, 0))
-			defer cancel()
-			_, _ = redis.ReceiveContext(conn, dead)
+			dropConn(ctx, conn)
 			return nil, ErrNotQueued
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		// Ended before the read: fail it even if the reply is in, as a
+		// read under an ended context may or may not on redigo. The
+		// driver settles by id.
+		dropConn(ctx, conn)
+		return nil, err
 	}
 	_, waitErr := redis.ReceiveContext(conn, rctx)
 	if waitErr != nil && !IsRedisError(waitErr) {
