@@ -295,43 +295,11 @@ func randomRWScenario(rng *rand.Rand) scenario {
 func TestExplore_rwMutex(t *testing.T) {
 	env := newExploreEnv(t)
 	budget := exploreBudget(4*time.Second, 30*time.Second)
-	scs := rwScenarios()
-	for _, sc := range scs {
-		sc := sc
-		t.Run(sc.name, func(t *testing.T) {
-			start := time.Now()
-			slice := budget / time.Duration(2*len(scs))
-			cx, n, all := exploreAll(t, env, sc, exploreDepth, start.Add(slice/2))
-			t.Logf("%d schedules to depth %d in %v (all of them: %v)", n, exploreDepth, time.Since(start).Round(time.Millisecond), all)
-			if cx != "" {
-				t.Fatal(cx)
-			}
-			start = time.Now()
-			cx, n = walkScenario(t, env, sc, 1, 40, start.Add(slice/2))
-			t.Logf("%d random schedules in %v", n, time.Since(start).Round(time.Millisecond))
-			if cx != "" {
-				t.Fatal(cx)
-			}
-		})
-	}
-	t.Run("random programs", func(t *testing.T) {
-		start := time.Now()
-		n := 0
-		first := firstSeed(t)
-		for ; time.Now().Before(start.Add(budget / 2)); n++ {
-			rng := rand.New(rand.NewSource(first + int64(n)))
-			sc := randomRWScenario(rng)
-			sc.name = fmt.Sprintf("random rw seed %d", first+int64(n))
-			rc := &choiceRecorder{ch: &randomChooser{rng: rng, pFault: 0.1}}
-			v, trace, err := exploreOnce(env, sc, rc, 60)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if v != "" {
-				t.Fatal(counterexample(sc, v, trace, rc.labels))
-			}
-		}
-		t.Logf("%d random walks in %v", n, time.Since(start).Round(time.Millisecond))
+	exploreScenarios(t, env, budget, rwScenarios())
+	exploreRandomPrograms(t, env, budget/2, func(seed int64, rng *rand.Rand) scenario {
+		sc := randomRWScenario(rng)
+		sc.name = fmt.Sprintf("random rw seed %d", seed)
+		return sc
 	})
 }
 

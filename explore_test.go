@@ -428,9 +428,12 @@ func randomWalks(t testing.TB, env *exploreEnv, seed int64, count int, until tim
 const exploreDepth = 9
 
 func TestExplore_seams(t *testing.T) {
-	env := newExploreEnv(t)
-	budget := exploreBudget(8*time.Second, 60*time.Second)
-	scs := seamScenarios()
+	exploreScenarios(t, newExploreEnv(t), exploreBudget(8*time.Second, 60*time.Second), seamScenarios())
+}
+
+// exploreScenarios gives each of scs an equal share of budget: half for
+// the depth-first search, half for seeded random schedules.
+func exploreScenarios(t *testing.T, env *exploreEnv, budget time.Duration, scs []scenario) {
 	for _, sc := range scs {
 		sc := sc
 		t.Run(sc.name, func(t *testing.T) {
@@ -449,6 +452,28 @@ func TestExplore_seams(t *testing.T) {
 			}
 		})
 	}
+}
+
+// exploreRandomPrograms walks random programs, one a seed from firstSeed
+// on, for budget: random(seed, rng) draws the scenario.
+func exploreRandomPrograms(t *testing.T, env *exploreEnv, budget time.Duration, random func(seed int64, rng *rand.Rand) scenario) {
+	t.Run("random programs", func(t *testing.T) {
+		start := time.Now()
+		n := 0
+		first := firstSeed(t)
+		for ; time.Now().Before(start.Add(budget)); n++ {
+			seed := first + int64(n)
+			rng := rand.New(rand.NewSource(seed))
+			sc := random(seed, rng)
+			rc := &choiceRecorder{ch: &randomChooser{rng: rng, pFault: 0.1}}
+			v, trace, err := exploreOnce(env, sc, rc, 60)
+			require.NoError(t, err)
+			if v != "" {
+				t.Fatal(counterexample(sc, v, trace, rc.labels))
+			}
+		}
+		t.Logf("%d random walks in %v", n, time.Since(start).Round(time.Millisecond))
+	})
 }
 
 func TestExplore_random(t *testing.T) {
