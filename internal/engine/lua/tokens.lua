@@ -167,7 +167,13 @@ local function unmoved(moved, e)
   if type(toks) == 'table' and #toks > 0 and #toks < 100 then
     local back = {}
     for i = #toks, 1, -1 do back[#back + 1] = toks[i] end
-    if type(redis.pcall('LPUSH', KEYS[2], unpack(back))) == 'number' then redis.call('DEL', KEYS[6]) end
+    if type(redis.pcall('LPUSH', KEYS[2], unpack(back))) == 'number' then
+      redis.call('DEL', KEYS[6])
+      -- A list the move had emptied comes back without the idle expiry
+      -- the other keys still have.
+      local exp = redis.pcall('HGET', KEYS[1], 'exp')
+      if type(exp) == 'string' then redis.pcall('PEXPIREAT', KEYS[2], exp) end
+    end
   end
   return redis.error_reply(e)
 end
