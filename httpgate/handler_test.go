@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -382,6 +383,41 @@ func TestHandlerRedisDownWhileWaiting(t *testing.T) {
 			assert.Equal(t, tc.want, <-waited)
 			close(free)
 			assert.Equal(t, http.StatusOK, <-held)
+		})
+	}
+}
+
+// TestHandlerRedisSilent: a Redis that accepts connections but never
+// replies (here a stopped redis-server), behind a pool without timeouts,
+// takes the Redis-down path in the default mode too (Wait 0, shed at
+// once): 503, or served with FailOpen; the request neither hangs nor waits
+// for its client to give up.
+func TestHandlerRedisSilent(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want int
+	}{
+		{"closed", Config{Limit: Limit{Slots: 1}}, http.StatusServiceUnavailable},
+		{"closed rate", Config{Limit: Limit{N: 5, Per: time.Second}}, http.StatusServiceUnavailable},
+		{"closed waiting", Config{Limit: Limit{Slots: 1}, Wait: time.Hour}, http.StatusServiceUnavailable},
+		{"open", Config{Limit: Limit{Slots: 1, N: 5, Per: time.Second}, FailOpen: true}, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			var g gauge
+			tc.cfg.Name = "api"
+			r := newReplica(t, srv, tc.cfg, nil, g.handler(func(*http.Request) {}))
+			require.NoError(t, srv.Signal(syscall.SIGSTOP))
+			t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
+			code, _, _, err := get(ctxT(t, 30*time.Second), http.DefaultClient, r.srv.URL)
+			require.NoError(t, err, "the request comes back before its client gives up")
+			assert.Equal(t, tc.want, code)
+			want := int64(0)
+			if tc.want == http.StatusOK {
+				want = 1
+			}
+			assert.Equal(t, want, g.done.Load(), "handler runs")
 		})
 	}
 }
