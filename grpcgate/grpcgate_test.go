@@ -163,7 +163,8 @@ func TestServer_lostLease(t *testing.T) {
 }
 
 // TestServer_redisDown: with Redis unreachable a call fails with
-// Unavailable, or is served with FailOpen.
+// Unavailable and a retry delay of DownRetryAfter, or is served with
+// FailOpen.
 func TestServer_redisDown(t *testing.T) {
 	for _, open := range []bool{false, true} {
 		srv := redistest.Start(t)
@@ -175,6 +176,7 @@ func TestServer_redisDown(t *testing.T) {
 			assert.NoError(t, err)
 		} else {
 			assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+			assert.Equal(t, httpgate.DownRetryAfter, retryDelay(err), "Unavailable carries a RetryInfo")
 		}
 	}
 }

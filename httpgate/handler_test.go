@@ -327,9 +327,12 @@ func TestHandlerRedisDown(t *testing.T) {
 			tc.cfg.Name = "api"
 			r := newReplica(t, srv, tc.cfg, nil, g.handler(func(*http.Request) {}))
 			srv.Kill()
-			code, _, _, err := get(ctxT(t, 30*time.Second), http.DefaultClient, r.srv.URL)
+			code, retry, _, err := get(ctxT(t, 30*time.Second), http.DefaultClient, r.srv.URL)
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, code)
+			if code == http.StatusServiceUnavailable {
+				assert.Equal(t, "1", retry, "Retry-After: DownRetryAfter")
+			}
 			want := int64(0)
 			if tc.want == http.StatusOK {
 				want = 1
@@ -410,9 +413,12 @@ func TestHandlerRedisSilent(t *testing.T) {
 			r := newReplica(t, srv, tc.cfg, nil, g.handler(func(*http.Request) {}))
 			require.NoError(t, srv.Signal(syscall.SIGSTOP))
 			t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
-			code, _, _, err := get(ctxT(t, 30*time.Second), http.DefaultClient, r.srv.URL)
+			code, retry, _, err := get(ctxT(t, 30*time.Second), http.DefaultClient, r.srv.URL)
 			require.NoError(t, err, "the request comes back before its client gives up")
 			assert.Equal(t, tc.want, code)
+			if code == http.StatusServiceUnavailable {
+				assert.Equal(t, "1", retry, "Retry-After: DownRetryAfter")
+			}
 			want := int64(0)
 			if tc.want == http.StatusOK {
 				want = 1

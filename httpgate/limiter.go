@@ -24,6 +24,10 @@ const (
 	// DefaultMaxKeys is how many keys a Limiter keeps objects for in
 	// memory, unless Config.MaxKeys says otherwise.
 	DefaultMaxKeys = 10_000
+	// DownRetryAfter is the retry figure given while Redis fails: the
+	// Retry-After of Handler's 503, and grpcgate's RetryInfo with
+	// Unavailable. A fixed figure: nothing tells when Redis comes back.
+	DownRetryAfter = time.Second
 )
 
 // Limit is what one key may have across the fleet: at most Slots requests
