@@ -156,8 +156,9 @@ func TestServer_capsPerKey(t *testing.T) {
 func TestServer_lostLease(t *testing.T) {
 	srv := redistest.Start(t)
 	svc := newService()
+	// A TTL of a second, as in TestServer_lostLeaseUnary.
 	c := serve(t, srv, httpgate.Config{Name: "rpc", Limit: httpgate.Limit{Slots: 1},
-		Options: []redsem.Option{redsem.WithTTL(100 * time.Millisecond)}}, svc)
+		Options: []redsem.Option{redsem.WithTTL(time.Second)}}, svc)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ws, err := c.Watch(ctx, &health.HealthCheckRequest{})
