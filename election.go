@@ -68,7 +68,7 @@ func NewElection(pool Pool, name string, opts ...Option) (*Election, error) {
 		return nil, fmt.Errorf("%w: WithFixedTTL, WithAdoptSize and WithIdleExpiry do not apply to an election", ErrInvalidOption)
 	}
 	s := &Semaphore{pool: pool, block: pool, name: name, size: 1, cfg: cfg,
-		k: keysAt(engine.KeyBase(cfg.prefix, name) + "el:"), kind: electionLeases}
+		k: keysAt(engine.KeyBase(cfg.prefix, name) + "el:"), kind: electionLeases, observedAs: "election"}
 	if cfg.blockPool != nil {
 		s.block = cfg.blockPool
 	}

@@ -23,7 +23,7 @@ func NewMutex(pool Pool, name string, opts ...Option) (*Mutex, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mutex = true
+	s.observedAs = "mutex"
 	return &Mutex{sem: s}, nil
 }
 

@@ -16,7 +16,8 @@ import (
 // acquisition with its caller's context, for tracing.
 //
 // Every acquisition of a Semaphore (Acquire, TryAcquire, AcquireN,
-// TryAcquireN, and a Mutex's Lock and TryLock) reports Acquired or
+// TryAcquireN, a Mutex's Lock and TryLock, and an Election's Campaign)
+// reports Acquired or
 // AcquireFailed, and every lease granted reports its end, Released or
 // LeaseLost. A rate gate (package rate) takes a rate.Observer, which needs
 // only Acquired and AcquireFailed, so any Observer (admin.Counters included) serves
@@ -54,7 +55,8 @@ type RefreshObserver interface {
 // caller's context, so that it can trace the wait and the hold under the
 // caller's trace (the otel module's observer does). Every kind reports to
 // it: "semaphore" and "mutex" (a Mutex's Lock and TryLock), "rwmutex.read"
-// and "rwmutex.write", and a rate gate's or quota's starts, "rate" (package
+// and "rwmutex.write", "election" (an Election's Campaign), and a rate
+// gate's or quota's starts, "rate" (package
 // rate's WithObserver takes the same methods, HoldEnded aside). The three
 // methods of one acquisition are called in order, each given what the one
 // before returned, and must be fast and safe for concurrent use.
@@ -102,8 +104,8 @@ func (s *Semaphore) watch(ctx context.Context, kind string) watch {
 
 // role is the kind of s's own acquisitions, for a ContextObserver.
 func (s *Semaphore) role() string {
-	if s.mutex {
-		return "mutex"
+	if s.observedAs != "" {
+		return s.observedAs
 	}
 	return "semaphore"
 }

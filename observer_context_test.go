@@ -96,6 +96,8 @@ func TestContextObserver_everyKind(t *testing.T) {
 		require.NoError(t, err)
 		rw, err := NewRWMutex(b.pool, "traced-rw", WithObserver(tr))
 		require.NoError(t, err)
+		el, err := NewElection(b.pool, "traced-el", WithObserver(tr))
+		require.NoError(t, err)
 
 		l, err := sem.AcquireN(ctx, 2)
 		require.NoError(t, err)
@@ -110,6 +112,9 @@ func TestContextObserver_everyKind(t *testing.T) {
 		_, err = rw.TryLock(ctx)
 		require.ErrorIs(t, err, ErrNoToken)
 		require.NoError(t, l.Release(ctx))
+		lead, err := el.Campaign(ctx, "me")
+		require.NoError(t, err)
+		require.NoError(t, lead.Resign(ctx))
 		l, err = rw.Lock(ctx)
 		require.NoError(t, err)
 		b.do(t, "FLUSHALL")
@@ -121,6 +126,7 @@ func TestContextObserver_everyKind(t *testing.T) {
 			"mutex traced-mu: granted, " + ErrReleased.Error(),
 			"rwmutex.read traced-rw: granted, " + ErrReleased.Error(),
 			"rwmutex.write traced-rw: failed " + ErrNoToken.Error() + `: rwmutex "traced-rw" is locked or has waiters`,
+			"election traced-el: granted, " + ErrReleased.Error(),
 			"rwmutex.write traced-rw: granted, " + ErrLeaseLost.Error(),
 		}
 		if !assert.Eventually(t, func() bool { return fmt.Sprint(tr.got()) == fmt.Sprint(want) }, 5*time.Second, time.Millisecond,

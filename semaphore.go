@@ -39,9 +39,10 @@ type Semaphore struct {
 	// RWMutex's, whose Semaphore only carries the pools, options and
 	// clock its leases share with a semaphore's (see rwmutex.go).
 	kind *leaseKind
-	// mutex is set on a Mutex's Semaphore: its acquisitions are of kind
-	// "mutex" to a ContextObserver.
-	mutex bool
+	// observedAs is the kind of its acquisitions to a ContextObserver when
+	// it is not "semaphore": "mutex" for a Mutex's, "election" for an
+	// Election's.
+	observedAs string
 }
 
 // NewSemaphore returns the semaphore called name with size tokens, 1 to

@@ -5,6 +5,8 @@ go 1.22.0
 replace github.com/redsem/redsem => ../
 
 require (
+	github.com/alicebob/miniredis/v2 v2.40.0
+	github.com/gomodule/redigo v1.9.3
 	github.com/redsem/redsem v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
@@ -14,7 +16,7 @@ require (
 )
 
 require (
-	github.com/gomodule/redigo v1.9.3 // indirect
+	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/net v0.34.0 // indirect
 	golang.org/x/sys v0.29.0 // indirect

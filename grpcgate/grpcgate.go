@@ -6,7 +6,9 @@
 // FailOpen, idle expiry, MaxKeys.
 //
 // A full key fails the call with codes.ResourceExhausted carrying an
-// errdetails.RetryInfo (Config.FullStatus is HTTP's only); Redis unreachable fails it with codes.Unavailable
+// errdetails.RetryInfo, the gate's figure or at least a second
+// (Config.FullStatus is HTTP's only); Redis unreachable fails it with
+// codes.Unavailable and a RetryInfo of httpgate.DownRetryAfter (1s),
 // unless Config.FailOpen. If a call's lease is lost, its context is
 // cancelled. It is a module of its own, so the root module never depends
 // on gRPC; docs/middleware.md tells the rest.
@@ -109,19 +111,25 @@ func (r *refused) Unwrap() error              { return r.err }
 
 // refusal maps Acquire's err: a full key to ResourceExhausted with its
 // retry delay (at least a second), the call's own context ending to its
-// status, anything else (Redis failing, with FailOpen off) to Unavailable.
+// status, anything else (Redis failing, with FailOpen off) to Unavailable
+// with a delay of httpgate.DownRetryAfter.
 func refusal(ctx context.Context, err error) error {
 	var full *httpgate.FullError
 	switch {
 	case errors.As(err, &full):
-		st := status.New(codes.ResourceExhausted, err.Error())
-		delay := max(full.RetryAfter, time.Second)
-		if d, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)}); derr == nil {
-			st = d
-		}
+		st := retryIn(status.New(codes.ResourceExhausted, err.Error()), max(full.RetryAfter, time.Second))
 		return &refused{st: st, err: err}
 	case ctx.Err() != nil:
 		return &refused{st: status.FromContextError(err), err: err}
 	}
-	return &refused{st: status.New(codes.Unavailable, err.Error()), err: err}
+	st := retryIn(status.New(codes.Unavailable, err.Error()), httpgate.DownRetryAfter)
+	return &refused{st: st, err: err}
+}
+
+// retryIn returns st with an errdetails.RetryInfo of delay.
+func retryIn(st *status.Status, delay time.Duration) *status.Status {
+	if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)}); err == nil {
+		return d
+	}
+	return st
 }

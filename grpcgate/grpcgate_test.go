@@ -32,8 +32,8 @@ func TestMain(m *testing.M) {
 }
 
 // service is a health server whose Check of service "hold" blocks until
-// free is closed, and whose Watch stays open until its context ends,
-// reporting why.
+// free is closed, whose Check of "until-cancelled" and Watch stay open
+// until their context ends, reporting why.
 type service struct {
 	health.UnimplementedHealthServer
 	entered chan struct{}
@@ -47,9 +47,15 @@ func newService() *service {
 }
 
 func (s *service) Check(ctx context.Context, req *health.HealthCheckRequest) (*health.HealthCheckResponse, error) {
-	if req.Service == "hold" {
+	switch req.Service {
+	case "hold":
 		s.entered <- struct{}{}
 		<-s.free
+	case "until-cancelled":
+		s.entered <- struct{}{}
+		<-ctx.Done()
+		s.ended <- context.Cause(ctx)
+		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	s.served.Add(1)
 	return &health.HealthCheckResponse{Status: health.HealthCheckResponse_SERVING}, nil
@@ -150,8 +156,9 @@ func TestServer_capsPerKey(t *testing.T) {
 func TestServer_lostLease(t *testing.T) {
 	srv := redistest.Start(t)
 	svc := newService()
+	// A TTL of a second, as in TestServer_lostLeaseUnary.
 	c := serve(t, srv, httpgate.Config{Name: "rpc", Limit: httpgate.Limit{Slots: 1},
-		Options: []redsem.Option{redsem.WithTTL(100 * time.Millisecond)}}, svc)
+		Options: []redsem.Option{redsem.WithTTL(time.Second)}}, svc)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ws, err := c.Watch(ctx, &health.HealthCheckRequest{})
@@ -162,8 +169,56 @@ func TestServer_lostLease(t *testing.T) {
 	assert.ErrorIs(t, <-svc.ended, redsem.ErrLeaseLost)
 }
 
+// TestServer_lostLeaseUnary: a unary call whose lease is lost has its
+// context cancelled, with the cause, and fails.
+func TestServer_lostLeaseUnary(t *testing.T) {
+	srv := redistest.Start(t)
+	svc := newService()
+	// A TTL of a second: a loaded machine does not let it expire unrefreshed
+	// before it is lost.
+	c := serve(t, srv, httpgate.Config{Name: "rpc", Limit: httpgate.Limit{Slots: 1},
+		Options: []redsem.Option{redsem.WithTTL(time.Second)}}, svc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	called := make(chan error, 1)
+	go func() {
+		_, err := c.Check(ctx, &health.HealthCheckRequest{Service: "until-cancelled"})
+		called <- err
+	}()
+	<-svc.entered
+	srv.Do(t, "FLUSHALL")
+	select {
+	case cause := <-svc.ended:
+		assert.ErrorIs(t, cause, redsem.ErrLeaseLost, "cause %v", cause)
+	case <-ctx.Done():
+		t.Fatal("the call's context was not cancelled when its lease was lost")
+	}
+	assert.Error(t, <-called)
+}
+
+// TestServer_rateRetryInfo: a call refused by its key's rate gate carries
+// the gate's figure as its retry delay, not the one-second floor: the
+// next start comes a minute after the first.
+func TestServer_rateRetryInfo(t *testing.T) {
+	srv := redistest.Start(t)
+	svc := newService()
+	close(svc.free)
+	c := serve(t, srv, httpgate.Config{Name: "rpc", Limit: httpgate.Limit{N: 1, Per: time.Minute}}, svc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := c.Check(ctx, &health.HealthCheckRequest{})
+	require.NoError(t, err)
+	_, err = c.Check(ctx, &health.HealthCheckRequest{})
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+	// The ceiling is the window; the floor leaves the call up to 30s to
+	// come back on a loaded machine.
+	d := retryDelay(err)
+	assert.True(t, d > 30*time.Second && d <= time.Minute, "retry delay %v: the gate's figure", d)
+}
+
 // TestServer_redisDown: with Redis unreachable a call fails with
-// Unavailable, or is served with FailOpen.
+// Unavailable and a retry delay of DownRetryAfter, or is served with
+// FailOpen.
 func TestServer_redisDown(t *testing.T) {
 	for _, open := range []bool{false, true} {
 		srv := redistest.Start(t)
@@ -175,6 +230,7 @@ func TestServer_redisDown(t *testing.T) {
 			assert.NoError(t, err)
 		} else {
 			assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+			assert.Equal(t, httpgate.DownRetryAfter, retryDelay(err), "Unavailable carries a RetryInfo")
 		}
 	}
 }

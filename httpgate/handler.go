@@ -14,8 +14,9 @@ import (
 //
 // A full key is answered with Config.FullStatus and a Retry-After header:
 // the gate's figure rounded up to whole seconds, or 1 for a slot. While
-// Redis fails, 503, unless Config.FailOpen. A request whose own context
-// ended while it waited is answered 503 too (its client is gone). The
+// Redis fails, 503 with a Retry-After of DownRetryAfter, unless
+// Config.FailOpen. A request whose own context ended while it waited is
+// answered 503 too, without Retry-After (its client is gone). The
 // request's context, as next sees it, is cancelled if its lease is lost
 // (context.Cause says why, e.g. redsem.ErrLeaseLost); auto-refresh keeps
 // the lease of a long request.
@@ -27,7 +28,7 @@ func (l *Limiter) Handler(key func(*http.Request) string, next http.Handler) htt
 		}
 		ctx, release, err := l.Hold(r.Context(), k)
 		if err != nil {
-			l.refuse(w, err)
+			l.refuse(w, r, err)
 			return
 		}
 		defer release()
@@ -35,10 +36,13 @@ func (l *Limiter) Handler(key func(*http.Request) string, next http.Handler) htt
 	})
 }
 
-// refuse answers a request Acquire refused with err.
-func (l *Limiter) refuse(w http.ResponseWriter, err error) {
+// refuse answers a request r that Acquire refused with err.
+func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	var full *FullError
 	if !errors.As(err, &full) {
+		if r.Context().Err() == nil { // Redis fails, not the client
+			w.Header().Set("Retry-After", strconv.FormatInt(retrySeconds(DownRetryAfter), 10))
+		}
 		http.Error(w, "unavailable", http.StatusServiceUnavailable)
 		return
 	}

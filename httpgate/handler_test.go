@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -326,9 +327,12 @@ func TestHandlerRedisDown(t *testing.T) {
 			tc.cfg.Name = "api"
 			r := newReplica(t, srv, tc.cfg, nil, g.handler(func(*http.Request) {}))
 			srv.Kill()
-			code, _, _, err := get(ctxT(t, 30*time.Second), http.DefaultClient, r.srv.URL)
+			code, retry, _, err := get(ctxT(t, 30*time.Second), http.DefaultClient, r.srv.URL)
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, code)
+			if code == http.StatusServiceUnavailable {
+				assert.Equal(t, "1", retry, "Retry-After: DownRetryAfter")
+			}
 			want := int64(0)
 			if tc.want == http.StatusOK {
 				want = 1
@@ -386,6 +390,44 @@ func TestHandlerRedisDownWhileWaiting(t *testing.T) {
 	}
 }
 
+// TestHandlerRedisSilent: a Redis that accepts connections but never
+// replies (here a stopped redis-server), behind a pool without timeouts,
+// takes the Redis-down path in the default mode too (Wait 0, shed at
+// once): 503, or served with FailOpen; the request neither hangs nor waits
+// for its client to give up.
+func TestHandlerRedisSilent(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want int
+	}{
+		{"closed", Config{Limit: Limit{Slots: 1}}, http.StatusServiceUnavailable},
+		{"closed rate", Config{Limit: Limit{N: 5, Per: time.Second}}, http.StatusServiceUnavailable},
+		{"closed waiting", Config{Limit: Limit{Slots: 1}, Wait: time.Hour}, http.StatusServiceUnavailable},
+		{"open", Config{Limit: Limit{Slots: 1, N: 5, Per: time.Second}, FailOpen: true}, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			var g gauge
+			tc.cfg.Name = "api"
+			r := newReplica(t, srv, tc.cfg, nil, g.handler(func(*http.Request) {}))
+			require.NoError(t, srv.Signal(syscall.SIGSTOP))
+			t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
+			code, retry, _, err := get(ctxT(t, 30*time.Second), http.DefaultClient, r.srv.URL)
+			require.NoError(t, err, "the request comes back before its client gives up")
+			assert.Equal(t, tc.want, code)
+			if code == http.StatusServiceUnavailable {
+				assert.Equal(t, "1", retry, "Retry-After: DownRetryAfter")
+			}
+			want := int64(0)
+			if tc.want == http.StatusOK {
+				want = 1
+			}
+			assert.Equal(t, want, g.done.Load(), "handler runs")
+		})
+	}
+}
+
 // TestHandlerRateWaitRetryAfter: a request that gets no start within Wait
 // is told the gate's figure, not a second.
 func TestHandlerRateWaitRetryAfter(t *testing.T) {
@@ -411,7 +453,9 @@ func TestHandlerRateWaitRetryAfter(t *testing.T) {
 // request's context is cancelled with the cause.
 func TestHandlerLostLease(t *testing.T) {
 	srv := redistest.Start(t)
-	const ttl = 100 * time.Millisecond
+	// A TTL of a second: a loaded machine that stalls a refresh for a tenth
+	// of a second must not let the lease expire.
+	const ttl = time.Second
 	cause := make(chan error, 1)
 	entered := make(chan struct{}, 1)
 	var g gauge
@@ -431,7 +475,7 @@ func TestHandlerLostLease(t *testing.T) {
 		held <- code
 	}()
 	<-entered
-	time.Sleep(5 * ttl) // several TTLs: only refreshes keep the slot
+	time.Sleep(3 * ttl) // several TTLs: only refreshes keep the slot
 	code, _, _, err := get(ctx, http.DefaultClient, r.srv.URL)
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusTooManyRequests, code, "the long request still holds the slot")

@@ -24,6 +24,10 @@ const (
 	// DefaultMaxKeys is how many keys a Limiter keeps objects for in
 	// memory, unless Config.MaxKeys says otherwise.
 	DefaultMaxKeys = 10_000
+	// DownRetryAfter is the retry figure given while Redis fails: the
+	// Retry-After of Handler's 503, and grpcgate's RetryInfo with
+	// Unavailable. A fixed figure: nothing tells when Redis comes back.
+	DownRetryAfter = time.Second
 )
 
 // Limit is what one key may have across the fleet: at most Slots requests
@@ -52,7 +56,10 @@ type Config struct {
 	// slot is held while it waits for the start). 0 (the default) waits not
 	// at all: what is not free now is refused. Negative waits as long as
 	// the context allows. A wait ends as Redis failing once a PING on the
-	// pool fails (checked every second while it waits).
+	// pool fails (checked every second while it waits); an acquisition
+	// that does not wait ends so after 2s without Redis's replies (a pool
+	// without read timeouts and a Redis that never answers must not hang
+	// the request).
 	Wait time.Duration
 	// FailOpen lets requests through unlimited while Redis fails (any
 	// error but a full key or the caller's context ending). Default: fail
@@ -155,12 +162,21 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (*redsem.Lease, error
 	if err != nil {
 		return nil, err
 	}
-	wctx, cancel := ctx, context.CancelFunc(func() {})
-	if l.cfg.Wait > 0 {
+	wait := l.cfg.Wait != 0
+	var wctx context.Context
+	var cancel context.CancelFunc
+	switch {
+	case !wait:
+		// Nothing to wait for, but a Redis that never replies, behind a
+		// pool without timeouts, would hold the request forever: past
+		// noWaitBound it counts as down.
+		wctx, cancel = context.WithTimeoutCause(ctx, noWaitBound, errRedisSilent)
+	case l.cfg.Wait > 0:
 		wctx, cancel = context.WithTimeout(ctx, l.cfg.Wait)
+	default:
+		wctx, cancel = ctx, func() {}
 	}
 	defer cancel()
-	wait := l.cfg.Wait != 0
 	if wait {
 		// The library's waits outlast an unreachable Redis; the middleware
 		// must not (docs/middleware.md), so a watch ends them.
@@ -244,12 +260,22 @@ func (l *Limiter) refused(ctx, wctx context.Context, key string, retry time.Dura
 	return fmt.Errorf("httpgate: key %q: %w", key, err)
 }
 
-// errRedisDown ends a wait whose watch found Redis unreachable.
-var errRedisDown = errors.New("httpgate: Redis unreachable during the wait")
+// errRedisDown ends a wait whose watch found Redis unreachable, and, as
+// errRedisSilent, an acquisition that does not wait past noWaitBound.
+var errRedisDown = errors.New("httpgate: Redis unreachable")
 
 // redisCheck is how often watchRedis pings Redis while a request waits, and
 // how long a ping may take.
 const redisCheck = time.Second
+
+// noWaitBound is how long an acquisition that does not wait (Config.Wait 0)
+// may take before Redis counts as down: as long as a waiting one's watch
+// takes, at most, to find a silent Redis.
+const noWaitBound = 2 * redisCheck
+
+// errRedisSilent ends an acquisition that does not wait once noWaitBound
+// has passed without Redis's replies.
+var errRedisSilent = fmt.Errorf("%w: no reply within %v", errRedisDown, noWaitBound)
 
 // watchRedis returns a child of wctx that ends with errRedisDown when a PING
 // on the pool fails while it lives (checked every redisCheck, the first

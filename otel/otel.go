@@ -32,8 +32,9 @@ const (
 	// a sibling of its WaitSpan under the caller's span.
 	HoldSpan = "redsem.hold"
 
-	// KindKey is "semaphore", "mutex", "rwmutex.read", "rwmutex.write" or
-	// "rate"; NameKey the semaphore's, lock's or gate's name; FenceKey the
+	// KindKey is "semaphore", "mutex", "rwmutex.read", "rwmutex.write",
+	// "election" (a Campaign) or "rate"; NameKey the semaphore's, lock's,
+	// election's or gate's name; FenceKey the
 	// grant's fence (not on a rate start); OutcomeKey one of "granted",
 	// "busy", "timeout", "canceled", "error" (a wait) or "released",
 	// "expired", "lost" (a hold).

@@ -87,6 +87,8 @@ func TestSpans_everyKind(t *testing.T) {
 	require.NoError(t, err)
 	gate, err := rate.New(pool, "partner", 1, time.Minute, rate.WithObserver(o))
 	require.NoError(t, err)
+	el, err := redsem.NewElection(pool, "scheduler", redsem.WithObserver(o))
+	require.NoError(t, err)
 
 	l, err := sem.Acquire(ctx)
 	require.NoError(t, err)
@@ -106,9 +108,12 @@ func TestSpans_everyKind(t *testing.T) {
 	require.NoError(t, err)
 	_, err = gate.Allow(ctx)
 	require.ErrorIs(t, err, rate.ErrRateLimited)
+	lead, err := el.Campaign(ctx, "me")
+	require.NoError(t, err)
+	require.NoError(t, lead.Resign(ctx))
 	caller.End()
 
-	stubs := ended(t, exp, 9)
+	stubs := ended(t, exp, 11)
 	var got []span
 	for _, s := range stubs {
 		if s.Name == "caller" {
@@ -127,10 +132,12 @@ func TestSpans_everyKind(t *testing.T) {
 		{name: HoldSpan, kind: "rwmutex.read", lock: "config", outcome: "lost", fence: true, status: codes.Error},
 		{name: WaitSpan, kind: "rate", lock: "partner", outcome: "granted"},
 		{name: WaitSpan, kind: "rate", lock: "partner", outcome: "busy"},
+		{name: WaitSpan, kind: "election", lock: "scheduler", outcome: "granted", fence: true},
+		{name: HoldSpan, kind: "election", lock: "scheduler", outcome: "released", fence: true},
 	}, got)
 
 	snap := counters.Snapshot()
-	assert.Equal(t, int64(3), snap.Acquired, "the next Observer hears every event")
+	assert.Equal(t, int64(4), snap.Acquired, "the next Observer hears every event")
 	assert.Equal(t, int64(2), snap.Busy)
 	assert.Equal(t, int64(1), snap.Timeouts)
 }
