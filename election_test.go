@@ -206,7 +206,8 @@ func TestElection_observeEveryChange(t *testing.T) {
 
 // A Campaign whose context ends leaves nothing behind: ended before it
 // starts, or while it waits (the etcd bug #21128 kept such a campaign's key
-// and blocked every later campaigner).
+// and blocked every later campaigner): once the holder resigns, the name
+// has an idle election's keys and the campaign's tombstone only.
 func TestElection_campaignContextEnds(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
@@ -228,7 +229,30 @@ func TestElection_campaignContextEnds(t *testing.T) {
 		require.ErrorIs(t, <-errc, context.Canceled)
 		assert.Zero(t, waiting(t, b, e), "the waiter is gone from Redis")
 		require.NoError(t, holder.Resign(ctx))
+		// The name keeps an idle election's keys, and waits only the
+		// cancelled campaign's tombstone (it expires): no lease, holder
+		// record or queue entry of the campaign is left.
+		base := e.s.k.base
+		want := []string{base + "meta", base + "tokens", base + "leader", base + "log", base + "waits"}
+		assert.ElementsMatch(t, want, nameKeys(t, b, base))
+		ws, err := redis.Strings(b.do(t, "ZRANGE", e.s.k.waits, 0, -1), nil)
+		require.NoError(t, err)
+		require.Len(t, ws, 1)
+		assert.True(t, strings.HasPrefix(ws[0], "x:"), "waits holds the tombstone only: %v", ws)
 	})
+}
+
+// nameKeys lists the keys under base (one name's).
+func nameKeys(t testing.TB, b *backend, base string) []string {
+	all, err := redis.Strings(b.do(t, "KEYS", "*"), nil)
+	require.NoError(t, err)
+	var out []string
+	for _, k := range all {
+		if strings.HasPrefix(k, base) {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // A Campaign granted as its context ends gives the seat back. Not in
