@@ -67,19 +67,34 @@ func blockedIn(t *testing.T, b *backend, name, cmd string, kill bool) {
 
 // etcd #21128: a Campaign that fails once it was granted (here every
 // reply to its claim is lost, though Redis ran it) resigns before it
-// returns: nobody is reported as leading, and the seat is free at once.
+// returns: an observer learns "no leader" at once, nobody is reported as
+// leading, and the seat is free. The lease's TTL and the observer's block
+// are an hour, so "no leader" cannot come from the lease's expiry or a
+// re-read: only the resign rings the observer.
 func TestElection_failedCampaignResigns(t *testing.T) {
 	b := realRedis(t)
-	ctx := ctxT(t, 20*time.Second)
+	ctx := ctxT(t, 30*time.Second)
 	lossy := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
 		if isScript(engine.Election, cmd, args) && len(args) > 8 && args[8] == "claim" {
 			return errLostReply
 		}
 		return nil
 	}}
-	e := newElection(t, lossy, "failed")
+	// Redis knows the script before the claim whose reply is lost: a lost
+	// NOSCRIPT would leave no claim to resign.
+	b.do(t, "SCRIPT", "LOAD", engine.Election.Src())
+	watcher := newElection(t, b.pool, "failed")
+	watcher.s.maxBlock.Store(int64(time.Hour))
+	o := observe(t, watcher)
+	assert.Equal(t, []Leader{none()}, o.waitFor(t, 1))
+	e := newElection(t, lossy, "failed", WithTTL(time.Hour))
 	_, err := e.Campaign(ctx, "lost")
 	require.ErrorIs(t, err, errLostReply)
+	seen := o.waitFor(t, 3)
+	require.Len(t, seen, 3, "the claim ran, then the resign")
+	assert.Equal(t, "lost", seen[1].Value)
+	assert.NotZero(t, seen[1].Term)
+	assert.Equal(t, none(), seen[2], "the observer learns that the failed campaign leads no more")
 	got, err := e.Leader(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, none(), got, "the failed campaign is not reported as leading")

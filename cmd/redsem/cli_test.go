@@ -3,10 +3,13 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Bad invocations exit with their documented code and one line on stderr,
@@ -74,6 +77,50 @@ func TestHelpForEveryCommand(t *testing.T) {
 		assert.Contains(t, r.stdout, "Example", "%v", args)
 		assert.Empty(t, r.stderr, "%v", args)
 	}
+}
+
+// The texts that list the kinds top, check and the exporter show name every
+// one, elections included: redsem --help's Kinds paragraph and top line, top
+// --help, and the README's fleet paragraph.
+func TestHelpNamesEveryKind(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	for what, text := range map[string]string{
+		"redsem --help, Kinds:":     paragraphWith(t, mainHelp, "Kinds: "),
+		"redsem --help, top line":   paragraphWith(t, lineWith(t, mainHelp, "  redsem top "), "redsem top"),
+		"redsem top --help":         paragraphWith(t, topHelp, "A live view of"),
+		"README, the fleet's tools": paragraphWith(t, string(readme), "`redsem exporter` (Prometheus"),
+	} {
+		for _, kind := range []string{"semaphore", "lock", "rate gate", "election"} {
+			assert.Contains(t, text, kind, "%s: %q", what, text)
+		}
+	}
+}
+
+// paragraphWith returns the paragraph of text that contains s, its lines
+// joined by single spaces.
+func paragraphWith(t *testing.T, text, s string) string {
+	t.Helper()
+	for _, p := range strings.Split(text, "\n\n") {
+		if strings.Contains(p, s) {
+			return strings.Join(strings.Fields(p), " ")
+		}
+	}
+	t.Fatalf("no paragraph contains %q", s)
+	return ""
+}
+
+// lineWith returns the line of text that contains s.
+func lineWith(t *testing.T, text, s string) string {
+	t.Helper()
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, s) {
+			return l
+		}
+	}
+	t.Fatalf("no line contains %q", s)
+	return ""
 }
 
 // A usage error names the flag and says what is wrong with the value, and a

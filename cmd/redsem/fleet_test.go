@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -293,7 +294,8 @@ func TestFleetMaxScan(t *testing.T) {
 
 // An election is a kind of its own in the fleet: check --all finds it
 // healthy (it has no token inventory of a semaphore), top shows its leader
-// and waiting campaigners, top --json its term and value.
+// and waiting campaigners, top --json and status --json its term, value and
+// the time its lease has left.
 func TestFleetShowsElections(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -328,4 +330,28 @@ func TestFleetShowsElections(t *testing.T) {
 	assert.Contains(t, r.stdout, `"kind": "election"`)
 	assert.Contains(t, r.stdout, `"value": "host-a"`)
 	assert.Contains(t, r.stdout, fmt.Sprintf(`"term": %d`, lead.Term()))
+	var fl struct {
+		Names []struct {
+			Leader *struct {
+				TTLLeftMs int64 `json:"ttl_left_ms"`
+				Expired   bool  `json:"expired"`
+			} `json:"leader"`
+		} `json:"names"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &fl), r.stdout)
+	require.Len(t, fl.Names, 1)
+	require.NotNil(t, fl.Names[0].Leader, r.stdout)
+	// The leader refreshes its 30s lease: its deadline is seconds away.
+	assert.Greater(t, fl.Names[0].Leader.TTLLeftMs, int64(1000), r.stdout)
+	assert.False(t, fl.Names[0].Leader.Expired, r.stdout)
+	r = e.run(t, "status", "--json", "sched")
+	require.Equal(t, 0, r.code, r.stderr)
+	var st struct {
+		Leader *struct {
+			TTLLeftMs int64 `json:"ttl_left_ms"`
+		} `json:"leader"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st), r.stdout)
+	require.NotNil(t, st.Leader, r.stdout)
+	assert.Greater(t, st.Leader.TTLLeftMs, int64(1000), "status --json: %s", r.stdout)
 }

@@ -206,7 +206,8 @@ func toElectionJSON(st admin.ElectionStatus) electionJSON {
 		Kinds: []string{string(admin.KindElection)}}
 	if h := st.Leader; h != nil {
 		out.Leading, out.Term = true, h.Fence
-		out.Leader = &holderJSON{Slot: 1, Token: h.Token, Fence: h.Fence, Label: h.Label, Acquired: h.Acquired, Deadline: h.Deadline}
+		out.Leader = &holderJSON{Slot: 1, Token: h.Token, Fence: h.Fence, Label: h.Label, Acquired: h.Acquired, Deadline: h.Deadline,
+			TTLLeftMs: max(0, h.Deadline.Sub(st.ServerTime).Milliseconds()), Expired: h.Expired}
 	}
 	return out
 }

@@ -51,7 +51,7 @@ Usage:
   redsem rate set [--create] NAME N/PER...       change a rate gate's limits for everyone
   redsem rate status [--json] NAME               show a rate gate
   redsem demo [--workers W] [--size K]           watch W workers share K slots (no Redis needed)
-  redsem top [--prefix P] [--json]               live view of every semaphore, lock and rate gate
+  redsem top [--prefix P] [--json]               live view of every semaphore, lock, rate gate, election
   redsem check --all [--prefix P] [--json]       every unhealthy name; exit 65 if any
   redsem check --server                          is Redis fit for redsem (version, maxmemory-policy)
   redsem exporter [--listen :9464]               Prometheus /metrics for every name under --prefix
@@ -59,8 +59,9 @@ Usage:
   redsem --version                               print the version
 
 Kinds: a semaphore (a mutex is one of size 1), a read-write lock (what run
-NAME takes without --size), a rate gate. Every command above acts on each
-kind it applies to, says which kind it found, and refuses the others.
+NAME takes without --size), a rate gate, an election (elect, leader). Every
+command above acts on each kind it applies to, says which kind it found, and
+refuses the others.
 
 Redis comes from --redis URL or $REDIS_URL (default redis://127.0.0.1:6379).
 

@@ -18,15 +18,15 @@ import (
 
 const topHelp = `Usage: redsem top [--interval D] [-n N] [--limit N] [--max-scan N] [--plain] [--json] [connection flags]
 
-A live view of every semaphore, mutex, read-write lock and rate gate under
-the prefix, found by SCAN over their meta keys and read one script call
-each, refreshed every --interval and sorted by saturation (held/size, then
-waiters). On a terminal the view is redrawn in place; otherwise (a pipe, a
-file, --plain) each refresh prints a time line and one plain line per name.
-Stop it with q or Ctrl-C.
+A live view of every semaphore, mutex, read-write lock, rate gate and
+election under the prefix, found by SCAN over their meta keys and read one
+script call each, refreshed every --interval and sorted by saturation
+(held/size, then waiters). On a terminal the view is redrawn in place;
+otherwise (a pipe, a file, --plain) each refresh prints a time line and one
+plain line per name. Stop it with q or Ctrl-C.
 
-Columns: NAME, KIND (sem, mutex, rw, rate), HELD (rw: readers and writer;
-rate: starts in the current window), SIZE (rate: starts allowed per
+Columns: NAME, KIND (sem, mutex, rw, rate, elect), HELD (rw: readers and
+writer; rate: starts in the current window), SIZE (rate: starts allowed per
 interval; rw: -), SAT (HELD/SIZE; rw: 100% while a writer holds), WAIT
 (waiters), FREE (rate: starts possible now), EXP (leases expired, not yet
 reclaimed), STRAY (stray tokens), OLDEST (age of the oldest lease; rate: the
