@@ -167,16 +167,21 @@ func TestLease_Refresh_neverResurrects(t *testing.T) {
 }
 
 func TestLease_Refresh_extendsLease(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 10*time.Second)
-		s := newSem(t, b, "refresh", 1, WithTTL(200*time.Millisecond), WithFixedTTL())
+		ctx := ctxT(t, time.Minute)
+		// Refreshed every 600ms on a 2s TTL: a loaded machine's late
+		// wake-up has 1.4s before the lease would end (at 100ms on 200ms,
+		// it had 100ms, and lost it).
+		const ttl = 2 * time.Second
+		s := newSem(t, b, "refresh", 1, WithTTL(ttl), WithFixedTTL())
 		l, err := s.Acquire(ctx)
 		require.NoError(t, err)
 		for i := 0; i < 4; i++ {
-			time.Sleep(100 * time.Millisecond)
-			require.NoError(t, l.Refresh(ctx, 200*time.Millisecond))
+			time.Sleep(600 * time.Millisecond)
+			require.NoError(t, l.Refresh(ctx, ttl))
 		}
-		assert.True(t, l.Valid(), "held for 400ms on a 200ms TTL by refreshing")
+		assert.True(t, l.Valid(), "held for 2.4s on a 2s TTL by refreshing")
 		require.ErrorIs(t, l.Refresh(ctx, 0), ErrInvalidTTL)
 		_, err = s.TryAcquire(ctx)
 		require.ErrorIs(t, err, ErrNoToken)

@@ -113,7 +113,7 @@ func TestLease_Release_againstHungServerIsBounded(t *testing.T) {
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			s := newSem(t, b, "release-hung-"+strings.ReplaceAll(mode.name, " ", "-"), 1, mode.opts...)
-			l, err := s.Acquire(ctxT(t, 5*time.Second))
+			l, err := s.Acquire(ctxT(t, 30*time.Second))
 			require.NoError(t, err)
 			time.Sleep(150 * time.Millisecond) // auto-refresh's first call is near
 			require.NoError(t, b.srv.Signal(syscall.SIGSTOP))
@@ -130,7 +130,7 @@ func TestLease_Release_againstHungServerIsBounded(t *testing.T) {
 			t.Logf("Release took %v (releaseTimeout %v)", took, releaseTimeout)
 			assert.False(t, resumed.Load(), "Release waited for Redis to answer again")
 			assert.False(t, l.Valid())
-			l2, err := s.Acquire(ctxT(t, 5*time.Second))
+			l2, err := s.Acquire(ctxT(t, 30*time.Second))
 			require.NoError(t, err, "the slot is free again once the lease ran out")
 			require.NoError(t, l2.Release(context.Background()))
 		})

@@ -285,11 +285,12 @@ func TestSemaphore_Acquire_shortReadTimeoutPool(t *testing.T) {
 	ws, err := NewSemaphore(short, "short-read", 1)
 	require.NoError(t, err)
 	got := acquireAsync(ctx, ws.Acquire)
-	time.Sleep(2500 * time.Millisecond) // at least one wait cut by the read timeout
+	// At least one wait cut by the read timeout: the block shrinks to fit.
+	require.Eventually(t, func() bool { return time.Duration(ws.maxBlock.Load()) < engine.MaxBlock }, 25*time.Second,
+		10*time.Millisecond, "the block shrank to fit the read timeout")
 	require.NoError(t, holder.Release(ctx))
 	l, ok := <-got
 	require.True(t, ok, "the waiter acquired despite the short read timeout")
-	assert.Less(t, time.Duration(ws.maxBlock.Load()), engine.MaxBlock, "the block shrank to fit the read timeout")
 	require.NoError(t, l.Release(ctx))
 	requireInventory(t, s, 1, 0)
 }
