@@ -182,6 +182,7 @@ func TestMutex_Lock_basics(t *testing.T) {
 // on until the limit was reached (20s at most), so that a slow machine does
 // not fail the guard that shows the check could fail.
 func TestSemaphore_Acquire_hammerInvariants(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const size, workers = 3, 12
 		dur := 1500 * time.Millisecond

@@ -272,8 +272,9 @@ func TestSemaphore_AcquireN_cancelReturnsTokensAtOnce(t *testing.T) {
 // a granted lease that abort_n.lua settles in mode "release" (as it does a
 // grant whose reply was lost).
 func TestSemaphore_AcquireN_manyTokensComeBackOnce(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 30*time.Second)
+		ctx := ctxT(t, 2*time.Minute)
 		const size = 2100
 		s := newSem(t, b, "many-back", size)
 		healthy := func() {
@@ -290,7 +291,7 @@ func TestSemaphore_AcquireN_manyTokensComeBackOnce(t *testing.T) {
 			_, err := s.AcquireN(cctx, size)
 			errc <- err
 		}()
-		require.Eventually(t, func() bool { return len(collecting(t, s)) == size-1 }, 20*time.Second, 10*time.Millisecond)
+		require.Eventually(t, func() bool { return len(collecting(t, s)) == size-1 }, 90*time.Second, 10*time.Millisecond)
 		cancel()
 		require.ErrorIs(t, <-errc, context.Canceled)
 		requireInventory(t, s, size-1, 1)
@@ -496,6 +497,7 @@ func TestSemaphore_AcquireN_noDeadlock(t *testing.T) {
 // (the checks could not fail otherwise), 20s at most: on a loaded machine
 // 1.5s was not always enough for both.
 func TestSemaphore_AcquireN_hammer(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const size, workers = 5, 10
 		dur := 1500 * time.Millisecond
@@ -877,8 +879,9 @@ func TestSemaphore_AcquireN_partialLeasesOutliveTheirBackstop(t *testing.T) {
 // tokens) are collected and sealed over several runs: all at once, from
 // releases one by one, and given back whole when cancelled half way.
 func TestSemaphore_AcquireN_large(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 30*time.Second)
+		ctx := ctxT(t, 2*time.Minute)
 		const size = 300
 		s := newSem(t, b, "large-n", size)
 		check := func(l *Lease) {
@@ -910,7 +913,7 @@ func TestSemaphore_AcquireN_large(t *testing.T) {
 
 		hs := holdN(t, ctx, s.Acquire, size)
 		got := acquireAsync(ctx, func(ctx context.Context) (*Lease, error) { return s.AcquireN(ctx, size) })
-		require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) == 1 }, 5*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) == 1 }, 60*time.Second, 5*time.Millisecond)
 		time.Sleep(50 * time.Millisecond) // its BLMOVE reaches Redis
 		for _, h := range hs {
 			require.NoError(t, h.Release(ctx))
@@ -926,7 +929,7 @@ func TestSemaphore_AcquireN_large(t *testing.T) {
 			_, err := s.AcquireN(cctx, size)
 			errc <- err
 		}()
-		require.Eventually(t, func() bool { return len(collecting(t, s)) == size/2 }, 5*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { return len(collecting(t, s)) == size/2 }, 60*time.Second, 5*time.Millisecond)
 		cancel()
 		require.ErrorIs(t, <-errc, context.Canceled)
 		requireInventory(t, s, size/2, size/2)

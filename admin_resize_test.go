@@ -375,6 +375,7 @@ func TestHandle_Resize_growSkipsTokensStillOut(t *testing.T) {
 // held twice at once, once the last shrink has drained the holders never
 // exceed its size, and afterwards exactly that many tokens are free.
 func TestHandle_Resize_hammer(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const workers = 10
 		sizes := []int{4, 6, 2, 5, 3} // sizes[i] is in force after i resizes

@@ -196,6 +196,7 @@ func TestSemaphore_Scripts_weightedRejectBadArgs(t *testing.T) {
 // taken and the value just past it refused (REDSEM_ARG), in the fast paths
 // as in the scripts behind them.
 func TestSemaphore_Scripts_argumentBounds(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		c, err := redis.Dial("tcp", b.addr)
 		require.NoError(t, err)
