@@ -111,8 +111,10 @@ func TestLease_Refresh_inTheGapOfAnother(t *testing.T) {
 func TestLease_Refresh_shorterTTLWithAWaiterBlocked(t *testing.T) {
 	t.Parallel()
 	b := realRedis(t)
-	ctx := ctxT(t, 30*time.Second)
-	const oldTTL = 3 * time.Second
+	ctx := ctxT(t, 2*time.Minute)
+	// Long enough that the holder, refreshing once the waiter blocks, is
+	// still live on a loaded machine (3s was not); the waiter waits it out.
+	const oldTTL = 10 * time.Second
 	s := newSem(t, b, "shorter-blocked", 1, WithTTL(oldTTL), WithFixedTTL())
 	l, err := s.Acquire(ctx)
 	require.NoError(t, err)
@@ -136,7 +138,7 @@ func TestLease_Refresh_shorterTTLWithAWaiterBlocked(t *testing.T) {
 			}
 		}
 		return err == nil && sweep > 0
-	}, 10*time.Second, 10*time.Millisecond, "the waiter registers")
+	}, 30*time.Second, 10*time.Millisecond, "the waiter registers")
 	assert.LessOrEqual(t, sweep, oldDeadline+1+DefaultGrace.Milliseconds(),
 		"the waiter's block ends after the holder's deadline")
 	time.Sleep(100 * time.Millisecond) // and blocks
