@@ -71,6 +71,7 @@ func TestSemaphore_Acquire_basics(t *testing.T) {
 // FM-10: the first client creates the semaphore; a client with another size
 // gets a clear error and changes nothing.
 func TestSemaphore_Acquire_sizeMismatch(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s5 := newSem(t, b, "sized", 5)
@@ -96,6 +97,7 @@ func TestSemaphore_Acquire_sizeMismatch(t *testing.T) {
 
 // FM-10: many clients racing to create the semaphore make exactly one.
 func TestSemaphore_Acquire_creationRace(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		const racers, size = 40, 7
@@ -138,6 +140,7 @@ func TestSemaphore_Acquire_creationRace(t *testing.T) {
 // Odd names are encoded so that all keys of one semaphore share one hash tag
 // and two different names never share keys.
 func TestSemaphore_New_oddNames(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		names := []string{"}", "{", "{a}", "a}b", "x y", "new\nline", "\xff\xfe", "%7D", "ключ", "a:b", strings.Repeat("n", engine.MaxNameLen)}

@@ -277,6 +277,7 @@ func TestSemaphore_Acquire_sharedWaitErrorReachesWaiters(t *testing.T) {
 }
 
 func TestSemaphore_WithWaitConnections_rejectsBadValues(t *testing.T) {
+	t.Parallel()
 	b := &backend{pool: &redis.Pool{}}
 	for _, n := range []int{-1, 1025} {
 		_, err := NewSemaphore(b.pool, "x", 1, WithWaitConnections(n))

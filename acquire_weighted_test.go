@@ -53,6 +53,7 @@ func extraKeys(t testing.TB, b *backend, s *Semaphore) int {
 }
 
 func TestSemaphore_AcquireN_basics(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "weighted", 4)
@@ -234,6 +235,7 @@ func TestSemaphore_AcquireN_ticketOrder(t *testing.T) {
 // A collector cancelled mid-collection gives its tokens back at once: the
 // inventory is exact the moment AcquireN returns.
 func TestSemaphore_AcquireN_cancelReturnsTokensAtOnce(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "cancel-collect", 4)

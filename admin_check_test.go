@@ -36,6 +36,7 @@ func unfakePending(t *testing.T, b *backend, s *Semaphore) {
 }
 
 func TestHandle_Check_reportsInventory(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "check", 4)
@@ -84,6 +85,7 @@ func TestHandle_Check_reportsInventory(t *testing.T) {
 }
 
 func TestHandle_Check_refusesWrongTypes(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "check-types", 2)
@@ -104,6 +106,7 @@ func TestHandle_Check_refusesWrongTypes(t *testing.T) {
 }
 
 func TestHandle_Repair_restoresInventory(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		const size = 3
@@ -147,6 +150,7 @@ func TestHandle_Repair_restoresInventory(t *testing.T) {
 // Repair mints more tokens than one command takes (a thousand at a time)
 // once each.
 func TestHandle_Repair_mintsManyOnce(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		const size = 2100
@@ -167,6 +171,7 @@ func TestHandle_Repair_mintsManyOnce(t *testing.T) {
 // a lease, a lease record or a pending token it drops the junk, mints
 // nothing and says why.
 func TestHandle_Repair_refusesWhileHeldOrInFlight(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "repair-unsafe", 3)

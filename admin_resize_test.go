@@ -76,6 +76,7 @@ func TestHandle_Resize_validatesAndCreates(t *testing.T) {
 // A client of the old size gets the mismatch error after a Resize; a client
 // made WithAdoptSize takes the stored size, and creates with its own.
 func TestHandle_Resize_staleAndAdoptingClients(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s5 := newSem(t, b, "adopt", 5)
@@ -171,6 +172,7 @@ func TestHandle_Resize_growWakesWaiters(t *testing.T) {
 // they come back, never granted again. Holders drain down to n: while
 // retired leases are out, as many valid tokens are withheld.
 func TestHandle_Resize_shrinkRetiresHeldTokens(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		// Free tokens above n leave the list at once.
@@ -512,6 +514,7 @@ func TestHandle_Resize_hammer(t *testing.T) {
 // collected above the new size (never granted), and a client of the old
 // size gives back what it collected and reports the mismatch.
 func TestHandle_Resize_withAcquireN(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "resize-n", 2, WithAdoptSize())

@@ -278,6 +278,7 @@ func TestHandle_Resize_shrinkBookkeepingStaysSmall(t *testing.T) {
 // drain still withholds from h:1 and loses no token, on the fast path of a
 // release as on its slow one.
 func TestHandle_Resize_negativeWithheldCountReadsAsNone(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, held := range []string{"-1", "-0.5"} {
 			ctx := ctxT(t, 10*time.Second)

@@ -69,6 +69,7 @@ func blockedIn(t *testing.T, b *backend, name, cmd string, kill bool) {
 // reply to its claim is lost, though Redis ran it) resigns before it
 // returns: nobody is reported as leading, and the seat is free at once.
 func TestElection_failedCampaignResigns(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 20*time.Second)
 	lossy := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
@@ -92,6 +93,7 @@ func TestElection_failedCampaignResigns(t *testing.T) {
 // never reports the old leader as current once it is back: it reports the
 // changes it missed, in order, each once, and ends on the current leader.
 func TestElection_observeAfterGap(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	var cut atomic.Bool
@@ -129,6 +131,7 @@ func TestElection_observeAfterGap(t *testing.T) {
 // campaigner leads as soon as the seat is free, and the observer reports
 // every change once.
 func TestElection_killedCampaignerAndObserver(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	e := newElection(t, b.pool, "killed")

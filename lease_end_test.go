@@ -45,6 +45,7 @@ func TestLease_Err_afterFailedRefreshesCarriesTheirError(t *testing.T) {
 // release failed, carrying that error, not "already released"; a later
 // Release that succeeds says so.
 func TestLease_Err_afterAFailedReleaseSaysSo(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		var down atomic.Bool

@@ -16,6 +16,7 @@ import (
 )
 
 func TestSemaphore_WithObserver_rejectsNil(t *testing.T) {
+	t.Parallel()
 	_, err := NewSemaphore(&hookPool{}, "x", 1, WithObserver(nil))
 	assert.ErrorIs(t, err, ErrInvalidOption)
 }

@@ -19,6 +19,7 @@ import (
 // lease, and that must not pass for "the first attempt released it". The
 // release reports ErrLeaseLost and leaves the new holder alone.
 func TestLease_Release_afterRestartWithoutPersistenceIsLost(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 20*time.Second)
 	old := newSem(t, b, "restart-release", 1)
@@ -139,6 +140,7 @@ func TestLease_Release_againstHungServerIsBounded(t *testing.T) {
 
 // FM-06: double release must never add a token.
 func TestLease_Release_twiceAddsNoToken(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "double", 2)

@@ -163,6 +163,7 @@ func TestLease_Release_halfDoneEndsTheLease(t *testing.T) {
 // run it) ends the lease on the client's side (Done closed, Valid false),
 // and a second one, once Redis answers, gives it back.
 func TestLease_Release_ofUnknownOutcomeEndsTheLease(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		var down atomic.Bool

@@ -67,6 +67,7 @@ func notGranted(t *testing.T, ch <-chan lockResult) {
 }
 
 func TestRWMutex_Lock_readersShareWriterExcludes(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		m := newRW(t, b, "index")
@@ -103,6 +104,7 @@ func TestRWMutex_Lock_readersShareWriterExcludes(t *testing.T) {
 // the readers queued behind it go in together when it releases; a reader
 // behind a second writer waits for that one too (FIFO, readers batched).
 func TestRWMutex_Lock_fairQueue(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		m := newRW(t, b, "fair")
@@ -297,6 +299,7 @@ func TestRWMutex_New_options(t *testing.T) {
 
 // An RWMutex and a Semaphore of one name are two locks, in one slot.
 func TestRWMutex_New_keysApart(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		m := newRW(t, b, "shared-name")
@@ -319,6 +322,7 @@ func TestRWMutex_New_keysApart(t *testing.T) {
 // bound below it) is corruption, as a semaphore's is: RLock and Lock
 // refuse it with ErrCorrupt and write nothing.
 func TestRWMutex_Lock_fenceTooLargeIsCorrupt(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, fence := range []string{"9000000000000000", "9007199254740993"} {
 			ctx := ctxT(t, 10*time.Second)
