@@ -204,7 +204,6 @@ func TestLease_Refresh_extendsLease(t *testing.T) {
 func TestLease_Refresh_autoHoldsUntilRelease(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, time.Minute)
 		// Auto-refresh runs a third of the TTL in: at 2s, a loaded
 		// machine's late refresh still comes before the end (at 300ms it
 		// came after). The cases run side by side, on names of their own.
@@ -221,6 +220,7 @@ func TestLease_Refresh_autoHoldsUntilRelease(t *testing.T) {
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
+				ctx := ctxT(t, time.Minute)
 				s := newSem(t, b, "auto-"+strconv.Itoa(i), 1, append([]Option{WithTTL(ttl)}, c.opts...)...)
 				l, err := s.Acquire(ctx)
 				require.NoError(t, err, c.name)

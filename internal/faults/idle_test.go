@@ -28,10 +28,23 @@ func TestIdleExpiryChurn(t *testing.T) {
 	const size, nNames = 2, 1000
 	srv := redistest.Start(t)
 	r := newRun(t, srv, size, 800*time.Millisecond, 300*time.Millisecond)
-	runFor := scaled(6*time.Second, 10)
-	end := time.Now().Add(runFor)
+	// The churn runs for runFor, and on (two minutes at most) until it has
+	// used as many names as the checks below ask: a loaded machine makes
+	// fewer holds in a given time.
+	runFor, ceiling := scaled(6*time.Second, 10), 2*time.Minute
+	start := time.Now()
+	enough := func() bool {
+		evs, _, err := history.Read(r.hist)
+		used := map[string]bool{}
+		for _, e := range evs {
+			if e.K == history.KAcq && e.Name != "" {
+				used[e.Name] = true
+			}
+		}
+		return err == nil && len(used) > nNames/2
+	}
 	spawn := func(i int) *proc {
-		args := []string{"-dur", time.Until(end).Round(time.Millisecond).String(), "-names", fmt.Sprint(nNames),
+		args := []string{"-dur", (runFor + ceiling).String(), "-stopfile", r.stopFile(), "-names", fmt.Sprint(nNames),
 			"-idle", minIdleExpiry.String(), "-goroutines", "4", "-holdmin", "2ms", "-holdmax", "30ms", "-gapmax", "5ms"}
 		if i%2 == 0 {
 			args = append(args, "-storm", "-steady", "2")
@@ -43,7 +56,7 @@ func TestIdleExpiryChurn(t *testing.T) {
 		live[spawn(i)] = true
 	}
 	kills := 0
-	for time.Now().Before(end.Add(-time.Second)) {
+	for time.Since(start) < runFor-time.Second || (time.Since(start) < ceiling && !enough()) {
 		time.Sleep(time.Duration(300+rand.IntN(500)) * time.Millisecond)
 		for p := range live {
 			p.kill9()
@@ -53,6 +66,7 @@ func TestIdleExpiryChurn(t *testing.T) {
 			break
 		}
 	}
+	r.stop()
 	r.waitAll(40 * time.Second)
 
 	byName := map[string][]history.Event{}
