@@ -274,7 +274,8 @@ func TestSemaphore_AcquireN_cancelReturnsTokensAtOnce(t *testing.T) {
 // a granted lease that abort_n.lua settles in mode "release" (as it does a
 // grant whose reply was lost).
 func TestSemaphore_AcquireN_manyTokensComeBackOnce(t *testing.T) {
-	t.Parallel()
+	// Serial: beside the parallel tests, the 2100-token collection on
+	// miniredis did not reach its last token within 90 s.
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 2*time.Minute)
 		const size = 2100
