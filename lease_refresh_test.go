@@ -175,7 +175,8 @@ func TestLease_Refresh_neverResurrects(t *testing.T) {
 }
 
 func TestLease_Refresh_extendsLease(t *testing.T) {
-	t.Parallel()
+	// Serial: it judges a refresh made in time, which the parallel
+	// tests' CPU delayed past even a TTL of seconds.
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, time.Minute)
 		// Refreshed every 600ms on a 2s TTL: a loaded machine's late
@@ -202,7 +203,8 @@ func TestLease_Refresh_extendsLease(t *testing.T) {
 // after its TTL unless refreshed by hand, and a later WithAutoRefresh
 // undoes it.
 func TestLease_Refresh_autoHoldsUntilRelease(t *testing.T) {
-	t.Parallel()
+	// Serial: it judges a refresh made in time, which the parallel
+	// tests' CPU delayed past even a TTL of seconds.
 	eachBackend(t, func(t *testing.T, b *backend) {
 		// Auto-refresh runs a third of the TTL in: at 2s, a loaded
 		// machine's late refresh still comes before the end (at 300ms it
