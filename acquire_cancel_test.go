@@ -79,7 +79,9 @@ func TestSemaphore_Acquire_cancelledWaitsShareOneBound(t *testing.T) {
 		err  error
 	}
 	done := make(chan outcome, len(waits))
-	wctx, cancel := context.WithTimeout(ctx, 600*time.Millisecond)
+	// Long enough for all five to block in Redis on a loaded machine: the
+	// test needs them blocked before the server stops, not a short wait.
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	deadline, _ := wctx.Deadline()
 	for name, wait := range waits {
@@ -91,7 +93,7 @@ func TestSemaphore_Acquire_cancelledWaitsShareOneBound(t *testing.T) {
 	// Every wait is blocked in Redis; then Redis stops answering.
 	b := &backend{name: "redis", pool: pool, addr: srv.Addr, srv: srv}
 	require.Eventually(t, func() bool { return blockedClients(t, b) >= len(waits) },
-		5*time.Second, 10*time.Millisecond, "every wait blocks in Redis")
+		3*time.Second, 10*time.Millisecond, "every wait blocks in Redis")
 	require.NoError(t, srv.Signal(syscall.SIGSTOP))
 	for range waits {
 		o := <-done
@@ -175,6 +177,7 @@ func TestSemaphore_Acquire_cancelAfterTokenServed(t *testing.T) {
 // wait allows for that, and logs where the tokens were when they were not
 // back after a few seconds.
 func TestSemaphore_Acquire_cancellationStorm(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const size, callers, calls = 2, 40, 50
 		ctx := ctxT(t, 120*time.Second)

@@ -59,6 +59,7 @@ func TestSemaphore_Acquire_fenceTooLargeIsCorrupt(t *testing.T) {
 
 // Fences keep growing right below the bound.
 func TestSemaphore_Acquire_fenceGrowsBelowTheBound(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "fence-below", 2)
@@ -106,6 +107,7 @@ func TestSemaphore_Acquire_fenceGrowsWithAShortClock(t *testing.T) {
 // nothing, and none loops over it (a size of 9e15 once froze check.lua and
 // repair.lua, and the server with them).
 func TestHandle_Check_sizeTooLargeIsCorrupt(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, size := range []string{"9000000000000000", "100001", "2.5", "1e300"} {
 			ctx := ctxT(t, 10*time.Second)

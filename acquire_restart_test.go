@@ -17,6 +17,7 @@ import (
 // semaphore and grants. While Redis stays down, the wait lasts until its
 // context ends, and says so.
 func TestSemaphore_Acquire_waiterSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		if b.srv == nil {
 			t.Skip("needs a redis-server to restart")
@@ -47,7 +48,7 @@ func TestSemaphore_Acquire_waiterSurvivesRestart(t *testing.T) {
 		require.NoError(t, r.err, "the waiter gave up during the restart")
 		require.NoError(t, r.l.Release(ctx))
 
-		done = wait(2 * time.Second)
+		done = wait(5 * time.Second)
 		b.srv.Kill()
 		r = <-done
 		require.ErrorIs(t, r.err, context.DeadlineExceeded, "Redis down until the wait's deadline")

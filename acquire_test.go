@@ -71,6 +71,7 @@ func TestSemaphore_Acquire_basics(t *testing.T) {
 // FM-10: the first client creates the semaphore; a client with another size
 // gets a clear error and changes nothing.
 func TestSemaphore_Acquire_sizeMismatch(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s5 := newSem(t, b, "sized", 5)
@@ -96,6 +97,7 @@ func TestSemaphore_Acquire_sizeMismatch(t *testing.T) {
 
 // FM-10: many clients racing to create the semaphore make exactly one.
 func TestSemaphore_Acquire_creationRace(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		const racers, size = 40, 7
@@ -138,6 +140,7 @@ func TestSemaphore_Acquire_creationRace(t *testing.T) {
 // Odd names are encoded so that all keys of one semaphore share one hash tag
 // and two different names never share keys.
 func TestSemaphore_New_oddNames(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		names := []string{"}", "{", "{a}", "a}b", "x y", "new\nline", "\xff\xfe", "%7D", "ключ", "a:b", strings.Repeat("n", engine.MaxNameLen)}
@@ -179,13 +182,14 @@ func TestMutex_Lock_basics(t *testing.T) {
 // connection, hammer a size-K semaphore. At every instant at most K hold,
 // the limit is reached, no token is held twice, each token's fences
 // increase, and afterwards exactly K tokens are free. It runs for dur, then
-// on until the limit was reached (20s at most), so that a slow machine does
-// not fail the guard that shows the check could fail.
+// on until the limit was reached (two minutes at most), so that a slow
+// machine does not fail the guard that shows the check could fail.
 func TestSemaphore_Acquire_hammerInvariants(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const size, workers = 3, 12
 		dur := 1500 * time.Millisecond
-		ctx := ctxT(t, 30*time.Second)
+		ctx := ctxT(t, 3*time.Minute)
 		var (
 			mu        sync.Mutex
 			holding   = map[string]bool{}
@@ -195,7 +199,7 @@ func TestSemaphore_Acquire_hammerInvariants(t *testing.T) {
 			holds     int
 			problems  []string
 		)
-		deadline, hardStop := time.Now().Add(dur), time.Now().Add(20*time.Second)
+		deadline, hardStop := time.Now().Add(dur), time.Now().Add(2*time.Minute)
 		going := func() bool {
 			if time.Now().Before(deadline) {
 				return true

@@ -36,6 +36,7 @@ func boundedPool(t testing.TB, addr string, n int) *redis.Pool {
 // waiting for nobody: the last waiter served while the other pump was
 // queued in Redis behind another client.)
 func TestSemaphore_Acquire_sharedWaitFIFOOnFewConnections(t *testing.T) {
+	t.Parallel()
 	for _, pumps := range []int{1, 2} {
 		t.Run(fmt.Sprintf("pumps=%d", pumps), func(t *testing.T) { sharedWaitFIFO(t, pumps) })
 	}
@@ -71,7 +72,7 @@ func sharedWaitFIFO(t *testing.T, pumps int) {
 					errs <- err
 				}
 			}(i)
-			require.Eventually(t, func() bool { w, _ := s.waitingHere(); return w == i+1 }, 5*time.Second, time.Millisecond)
+			require.Eventually(t, func() bool { w, _ := s.waitingHere(); return w == i+1 }, 30*time.Second, time.Millisecond)
 		}
 		_, running := s.waitingHere()
 		assert.Equal(t, pumps, running, "%d blocking calls serve all waiters", pumps)
@@ -86,7 +87,7 @@ func sharedWaitFIFO(t *testing.T, pumps int) {
 			want[i] = i
 		}
 		assert.Equal(t, want, served, "served in arrival order")
-		assert.True(t, s.pumpsIdleWithin(2*time.Second), "the pumps stop when nobody waits")
+		assert.True(t, s.pumpsIdleWithin(10*time.Second), "the pumps stop when nobody waits")
 		if b.srv != nil {
 			list, err := redis.String(b.do(t, "CLIENT", "LIST"), nil)
 			require.NoError(t, err)
@@ -97,7 +98,7 @@ func sharedWaitFIFO(t *testing.T, pumps int) {
 		require.Eventually(t, func() bool {
 			st, err := holder.Status(ctx)
 			return err == nil && st.Available == 1
-		}, 10*time.Second, 10*time.Millisecond, "the token comes back")
+		}, 30*time.Second, 10*time.Millisecond, "the token comes back")
 		requireInventory(t, holder, 1, 0)
 	})
 }
@@ -276,6 +277,7 @@ func TestSemaphore_Acquire_sharedWaitErrorReachesWaiters(t *testing.T) {
 }
 
 func TestSemaphore_WithWaitConnections_rejectsBadValues(t *testing.T) {
+	t.Parallel()
 	b := &backend{pool: &redis.Pool{}}
 	for _, n := range []int{-1, 1025} {
 		_, err := NewSemaphore(b.pool, "x", 1, WithWaitConnections(n))

@@ -53,6 +53,7 @@ func extraKeys(t testing.TB, b *backend, s *Semaphore) int {
 }
 
 func TestSemaphore_AcquireN_basics(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "weighted", 4)
@@ -234,6 +235,7 @@ func TestSemaphore_AcquireN_ticketOrder(t *testing.T) {
 // A collector cancelled mid-collection gives its tokens back at once: the
 // inventory is exact the moment AcquireN returns.
 func TestSemaphore_AcquireN_cancelReturnsTokensAtOnce(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "cancel-collect", 4)
@@ -272,8 +274,10 @@ func TestSemaphore_AcquireN_cancelReturnsTokensAtOnce(t *testing.T) {
 // a granted lease that abort_n.lua settles in mode "release" (as it does a
 // grant whose reply was lost).
 func TestSemaphore_AcquireN_manyTokensComeBackOnce(t *testing.T) {
+	// Serial: beside the parallel tests, the 2100-token collection on
+	// miniredis did not reach its last token within 90 s.
 	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 30*time.Second)
+		ctx := ctxT(t, 2*time.Minute)
 		const size = 2100
 		s := newSem(t, b, "many-back", size)
 		healthy := func() {
@@ -290,7 +294,9 @@ func TestSemaphore_AcquireN_manyTokensComeBackOnce(t *testing.T) {
 			_, err := s.AcquireN(cctx, size)
 			errc <- err
 		}()
-		require.Eventually(t, func() bool { return len(collecting(t, s)) == size-1 }, 20*time.Second, 10*time.Millisecond)
+		// Polled slowly: a Status of 2100 holders is a large reply, and
+		// polled every 10ms it crowded out the collection it waits for.
+		require.Eventually(t, func() bool { return len(collecting(t, s)) == size-1 }, 90*time.Second, 250*time.Millisecond)
 		cancel()
 		require.ErrorIs(t, <-errc, context.Canceled)
 		requireInventory(t, s, size-1, 1)
@@ -493,13 +499,14 @@ func TestSemaphore_AcquireN_noDeadlock(t *testing.T) {
 // instant the permits held sum to at most the size, no token is held twice,
 // the size is reached, and afterwards exactly size tokens are free. It runs
 // for dur and then on until the size was reached and every k was granted
-// (the checks could not fail otherwise), 20s at most: on a loaded machine
-// 1.5s was not always enough for both.
+// (the checks could not fail otherwise), two minutes at most: on a loaded
+// machine 1.5s was not always enough for both, nor 20s beside other tests.
 func TestSemaphore_AcquireN_hammer(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const size, workers = 5, 10
 		dur := 1500 * time.Millisecond
-		ctx := ctxT(t, 30*time.Second)
+		ctx := ctxT(t, 3*time.Minute)
 		var (
 			mu       sync.Mutex
 			holding  = map[string]bool{}
@@ -508,7 +515,7 @@ func TestSemaphore_AcquireN_hammer(t *testing.T) {
 			grants   [6]int
 			problems []string
 		)
-		deadline, hardStop := time.Now().Add(dur), time.Now().Add(20*time.Second)
+		deadline, hardStop := time.Now().Add(dur), time.Now().Add(2*time.Minute)
 		going := func() bool {
 			if time.Now().Before(deadline) {
 				return true
@@ -877,8 +884,9 @@ func TestSemaphore_AcquireN_partialLeasesOutliveTheirBackstop(t *testing.T) {
 // tokens) are collected and sealed over several runs: all at once, from
 // releases one by one, and given back whole when cancelled half way.
 func TestSemaphore_AcquireN_large(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 30*time.Second)
+		ctx := ctxT(t, 2*time.Minute)
 		const size = 300
 		s := newSem(t, b, "large-n", size)
 		check := func(l *Lease) {
@@ -910,7 +918,7 @@ func TestSemaphore_AcquireN_large(t *testing.T) {
 
 		hs := holdN(t, ctx, s.Acquire, size)
 		got := acquireAsync(ctx, func(ctx context.Context) (*Lease, error) { return s.AcquireN(ctx, size) })
-		require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) == 1 }, 5*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) == 1 }, 60*time.Second, 5*time.Millisecond)
 		time.Sleep(50 * time.Millisecond) // its BLMOVE reaches Redis
 		for _, h := range hs {
 			require.NoError(t, h.Release(ctx))
@@ -926,7 +934,7 @@ func TestSemaphore_AcquireN_large(t *testing.T) {
 			_, err := s.AcquireN(cctx, size)
 			errc <- err
 		}()
-		require.Eventually(t, func() bool { return len(collecting(t, s)) == size/2 }, 5*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { return len(collecting(t, s)) == size/2 }, 60*time.Second, 5*time.Millisecond)
 		cancel()
 		require.ErrorIs(t, <-errc, context.Canceled)
 		requireInventory(t, s, size/2, size/2)

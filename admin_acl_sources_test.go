@@ -234,6 +234,7 @@ func goCommands(t *testing.T) map[string][]string {
 // privilege). INFO, sent only by CheckServer, and SCAN, sent only by the
 // fleet view, are optional by design.
 func TestAdmin_ACLCommands_matchSources(t *testing.T) {
+	t.Parallel()
 	used := luaCommands(t)
 	for cmd, where := range goCommands(t) {
 		used[cmd] = append(used[cmd], where...)
@@ -277,6 +278,7 @@ func dedupe(s []string) []string {
 }
 
 func TestAdmin_ACLCommands_sortedLowerCase(t *testing.T) {
+	t.Parallel()
 	cmds := admin.ACLCommands()
 	assert.True(t, sort.StringsAreSorted(cmds))
 	for _, c := range cmds {

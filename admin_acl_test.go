@@ -242,7 +242,7 @@ func runEveryOperation(t *testing.T, pool *redis.Pool, prefix string) {
 	// background, and a failing abort is swallowed: the ctx error is what
 	// the caller sees): it left its tombstone, and nobody collects or waits.
 	require.Eventually(t, func() bool { return tombstones(t, pool, w.k.waits) == 1 },
-		10*time.Second, 10*time.Millisecond, "the cancelled AcquireN's tombstone")
+		time.Minute, 10*time.Millisecond, "the cancelled AcquireN's tombstone")
 	l5, err := w.TryAcquireN(ctx, 3)
 	require.NoError(t, err, "the queue is empty again")
 

@@ -36,6 +36,7 @@ func unfakePending(t *testing.T, b *backend, s *Semaphore) {
 }
 
 func TestHandle_Check_reportsInventory(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "check", 4)
@@ -84,6 +85,7 @@ func TestHandle_Check_reportsInventory(t *testing.T) {
 }
 
 func TestHandle_Check_refusesWrongTypes(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "check-types", 2)
@@ -104,6 +106,7 @@ func TestHandle_Check_refusesWrongTypes(t *testing.T) {
 }
 
 func TestHandle_Repair_restoresInventory(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		const size = 3
@@ -147,6 +150,7 @@ func TestHandle_Repair_restoresInventory(t *testing.T) {
 // Repair mints more tokens than one command takes (a thousand at a time)
 // once each.
 func TestHandle_Repair_mintsManyOnce(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		const size = 2100
@@ -167,6 +171,7 @@ func TestHandle_Repair_mintsManyOnce(t *testing.T) {
 // a lease, a lease record or a pending token it drops the junk, mints
 // nothing and says why.
 func TestHandle_Repair_refusesWhileHeldOrInFlight(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "repair-unsafe", 3)
@@ -218,16 +223,22 @@ func TestHandle_Repair_refusesWhileHeldOrInFlight(t *testing.T) {
 // Repair gives back what expired first, so a crashed holder does not block
 // it for longer than its lease.
 func TestHandle_Repair_reclaimsExpiredFirst(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 10*time.Second)
-		s := newSem(t, b, "repair-expired", 2, WithTTL(50*time.Millisecond), WithFixedTTL())
+		ctx := ctxT(t, 60*time.Second)
+		// A TTL the first Repair comes well within, however slow the
+		// machine; the second waits for the server's clock to pass it.
+		s := newSem(t, b, "repair-expired", 2, WithTTL(3*time.Second), WithFixedTTL())
 		held, err := s.TryAcquire(ctx)
 		require.NoError(t, err)
 		lost, err := redis.String(b.do(t, "LPOP", s.k.tokens), nil)
 		require.NoError(t, err)
 		_, err = s.Repair(ctx)
 		require.ErrorIs(t, err, ErrRepairUnsafe)
-		time.Sleep(120 * time.Millisecond)
+		require.Eventually(t, func() bool {
+			st, err := s.Status(ctx)
+			return err == nil && len(st.Holders) == 1 && st.ServerTime.After(st.Holders[0].Deadline)
+		}, 30*time.Second, 20*time.Millisecond, "the lease expires")
 		r, err := s.Repair(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, 1, r.Reclaimed)

@@ -11,6 +11,7 @@ import (
 )
 
 func TestHandle_Delete_basics(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "deleted", 2)

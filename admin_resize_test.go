@@ -76,6 +76,7 @@ func TestHandle_Resize_validatesAndCreates(t *testing.T) {
 // A client of the old size gets the mismatch error after a Resize; a client
 // made WithAdoptSize takes the stored size, and creates with its own.
 func TestHandle_Resize_staleAndAdoptingClients(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s5 := newSem(t, b, "adopt", 5)
@@ -171,6 +172,7 @@ func TestHandle_Resize_growWakesWaiters(t *testing.T) {
 // they come back, never granted again. Holders drain down to n: while
 // retired leases are out, as many valid tokens are withheld.
 func TestHandle_Resize_shrinkRetiresHeldTokens(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		// Free tokens above n leave the list at once.
@@ -375,6 +377,7 @@ func TestHandle_Resize_growSkipsTokensStillOut(t *testing.T) {
 // held twice at once, once the last shrink has drained the holders never
 // exceed its size, and afterwards exactly that many tokens are free.
 func TestHandle_Resize_hammer(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const workers = 10
 		sizes := []int{4, 6, 2, 5, 3} // sizes[i] is in force after i resizes
@@ -511,8 +514,9 @@ func TestHandle_Resize_hammer(t *testing.T) {
 // collected above the new size (never granted), and a client of the old
 // size gives back what it collected and reports the mismatch.
 func TestHandle_Resize_withAcquireN(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 10*time.Second)
+		ctx := ctxT(t, time.Minute)
 		s := newSem(t, b, "resize-n", 2, WithAdoptSize())
 		require.NoError(t, s.Resize(ctx, 5))
 		l, err := s.AcquireN(ctx, 4)
@@ -526,7 +530,7 @@ func TestHandle_Resize_withAcquireN(t *testing.T) {
 		s = newSem(t, b, "resize-n2", 4, WithAdoptSize())
 		hs := holdN(t, ctx, s.Acquire, 3)
 		got := acquireAsync(ctx, func(ctx context.Context) (*Lease, error) { return s.AcquireN(ctx, 2) })
-		require.Eventually(t, func() bool { return len(collecting(t, s)) == 1 }, 5*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { return len(collecting(t, s)) == 1 }, 30*time.Second, 5*time.Millisecond)
 		retired := collecting(t, s)[0]
 		require.NoError(t, s.Resize(ctx, 3))
 		require.NoError(t, hs[0].Release(ctx))
@@ -551,10 +555,15 @@ func TestHandle_Resize_withAcquireN(t *testing.T) {
 			_, err := old.AcquireN(ctx, 3)
 			errc <- err
 		}()
-		require.Eventually(t, func() bool { return len(collecting(t, s)) == 2 }, 5*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { return len(collecting(t, s)) == 2 }, 30*time.Second, 5*time.Millisecond)
 		require.NoError(t, s.Resize(ctx, 4))
 		require.NoError(t, h.Release(ctx)) // wakes the collector
 		require.ErrorIs(t, <-errc, ErrSizeMismatch)
+		// The refused collector gives its tokens back in the background.
+		require.Eventually(t, func() bool {
+			st, err := s.Status(ctx)
+			return err == nil && st.Available == 4 && len(st.Holders) == 0
+		}, 30*time.Second, 10*time.Millisecond, "the refused collector's tokens come back")
 		requireInventory(t, s, 4, 0)
 	})
 }

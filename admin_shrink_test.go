@@ -210,8 +210,9 @@ func TestHandle_Resize_shrinkDoesNotRouteToACollector(t *testing.T) {
 // retired leases are out, grants nothing meanwhile, and gives every
 // withheld token back once the retired leases are in.
 func TestHandle_Resize_shrinkBookkeepingStaysSmall(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 30*time.Second)
+		ctx := ctxT(t, 2*time.Minute)
 		s := newSem(t, b, "shrink-small", 400, WithAdoptSize(), WithFixedTTL(), WithTTL(time.Minute))
 		held := takeAll(t, ctx, s)
 		require.Len(t, held, 400)
@@ -277,6 +278,7 @@ func TestHandle_Resize_shrinkBookkeepingStaysSmall(t *testing.T) {
 // drain still withholds from h:1 and loses no token, on the fast path of a
 // release as on its slow one.
 func TestHandle_Resize_negativeWithheldCountReadsAsNone(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, held := range []string{"-1", "-0.5"} {
 			ctx := ctxT(t, 10*time.Second)

@@ -20,6 +20,7 @@ import (
 // that page's Go block, which TestDocs_compile builds: so each signature the
 // page shows is one that compiles, not just one that reads well.
 func TestAPITableCompiled(t *testing.T) {
+	t.Parallel()
 	data, err := os.ReadFile(filepath.Join("docs", "api.md"))
 	require.NoError(t, err)
 	var code strings.Builder
@@ -47,6 +48,7 @@ func TestAPITableCompiled(t *testing.T) {
 // admin and every method of its Handle is named in a table of docs/api.md
 // (the reverse of TestAPITableCompiled), so the page's "every call" holds.
 func TestAPITableListsEveryAdminCall(t *testing.T) {
+	t.Parallel()
 	data, err := os.ReadFile(filepath.Join("docs", "api.md"))
 	require.NoError(t, err)
 	var cells strings.Builder

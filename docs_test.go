@@ -415,6 +415,7 @@ func goModRequires(gomod string) []string {
 // TestDocs_readmeStaysShort: the README is the front page, under 300 lines; the
 // deep material (failure modes, keys, benchmark tables) lives in docs/.
 func TestDocs_readmeStaysShort(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
 	require.NoError(t, err)
 	lines := strings.Count(string(b), "\n")
@@ -425,6 +426,7 @@ func TestDocs_readmeStaysShort(t *testing.T) {
 // ([text](path) or [text](path#anchor)) names a file or directory of the
 // repository.
 func TestDocs_linksResolve(t *testing.T) {
+	t.Parallel()
 	root := repoRoot(t)
 	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
 	n := 0

@@ -72,6 +72,7 @@ func blockedIn(t *testing.T, b *backend, name, cmd string, kill bool) {
 // are an hour, so "no leader" cannot come from the lease's expiry or a
 // re-read: only the resign rings the observer.
 func TestElection_failedCampaignResigns(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	lossy := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
@@ -107,6 +108,7 @@ func TestElection_failedCampaignResigns(t *testing.T) {
 // never reports the old leader as current once it is back: it reports the
 // changes it missed, in order, each once, and ends on the current leader.
 func TestElection_observeAfterGap(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	var cut atomic.Bool
@@ -144,6 +146,7 @@ func TestElection_observeAfterGap(t *testing.T) {
 // campaigner leads as soon as the seat is free, and the observer reports
 // every change once.
 func TestElection_killedCampaignerAndObserver(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	e := newElection(t, b.pool, "killed")

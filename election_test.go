@@ -83,6 +83,7 @@ func leader(l *Leadership, value string) Leader { return Leader{Term: l.Term(), 
 // A campaign leads, proclaims and resigns; the next leads with a greater
 // term, and Leader reads each state.
 func TestElection_campaignProclaimResign(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		e := newElection(t, b.pool, "job")
@@ -123,6 +124,7 @@ func TestElection_campaignProclaimResign(t *testing.T) {
 // miniredis serves none of several clients blocked on one list (a
 // Semaphore's waiters on connections of their own fare the same there).
 func TestElection_firstComeFirstServed(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	{
 		ctx := ctxT(t, 60*time.Second)
@@ -162,6 +164,7 @@ func TestElection_firstComeFirstServed(t *testing.T) {
 // An observer reports the current leader, then every change in order, each
 // once, even the ones made while it was busy in f.
 func TestElection_observeEveryChange(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		e := newElection(t, b.pool, "watched")
@@ -209,6 +212,7 @@ func TestElection_observeEveryChange(t *testing.T) {
 // and blocked every later campaigner): once the holder resigns, no lease,
 // holder record or queue entry of the campaign is left, only its tombstone.
 func TestElection_campaignContextEnds(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		e := newElection(t, b.pool, "ctx")
@@ -313,6 +317,7 @@ func TestElection_refusedArguments(t *testing.T) {
 // An observer that falls more than the log's 100 changes behind is given
 // the current leader next, once, and goes on from there.
 func TestElection_observeFarBehind(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		e := newElection(t, b.pool, "behind")

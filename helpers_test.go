@@ -2,7 +2,10 @@ package redsem
 
 import (
 	"context"
+	"flag"
 	"os"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +19,21 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// This package's parallel tests mostly wait (on a TTL, a stopped
+	// server, a blocked command), each on servers of its own: unless
+	// -parallel says otherwise, run more of them at once than go test's
+	// default of one per core.
+	flag.Parse()
+	if !flagSet("test.parallel") {
+		_ = flag.Set("test.parallel", strconv.Itoa(max(8, runtime.GOMAXPROCS(0))))
+	}
 	goleak.VerifyTestMain(m)
+}
+
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // backend is a Redis to run a behaviour test against: miniredis in process,

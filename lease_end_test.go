@@ -18,6 +18,7 @@ import (
 // says so: ErrLeaseExpired and the last refresh's error, for errors.Is
 // alike, in Err and in its Context's cause.
 func TestLease_Err_afterFailedRefreshesCarriesTheirError(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		s := newSem(t, b, "refresh-outage", 1, WithTTL(3*time.Second))
 		l, err := s.Acquire(ctxT(t, 10*time.Second))
@@ -44,6 +45,7 @@ func TestLease_Err_afterFailedRefreshesCarriesTheirError(t *testing.T) {
 // release failed, carrying that error, not "already released"; a later
 // Release that succeeds says so.
 func TestLease_Err_afterAFailedReleaseSaysSo(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		var down atomic.Bool

@@ -16,6 +16,7 @@ import (
 )
 
 func TestSemaphore_WithObserver_rejectsNil(t *testing.T) {
+	t.Parallel()
 	_, err := NewSemaphore(&hookPool{}, "x", 1, WithObserver(nil))
 	assert.ErrorIs(t, err, ErrInvalidOption)
 }
@@ -90,9 +91,14 @@ func TestSemaphore_WithObserver_seesWeightedAcquisitions(t *testing.T) {
 // on the wire (retried until the lease's local deadline, then the lease is
 // lost as expired), and one that finds the lease gone.
 func TestSemaphore_WithObserver_seesFailedAutoRefresh(t *testing.T) {
+	// Serial: it judges a refresh made in time, which the parallel
+	// tests' CPU delayed past even a TTL of seconds.
 	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 20*time.Second)
-		const ttl = 300 * time.Millisecond
+		ctx := ctxT(t, time.Minute)
+		// Auto-refresh runs a third of the TTL in; a TTL of seconds lets a
+		// loaded machine's late refresh still come before the lease's end
+		// (at 300ms, it came after, and found it expired, not lost).
+		const ttl = 2 * time.Second
 		var failing atomic.Bool
 		hp := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
 			if failing.Load() && isScript(engine.Refresh, cmd, args) {
@@ -110,7 +116,7 @@ func TestSemaphore_WithObserver_seesFailedAutoRefresh(t *testing.T) {
 		require.NoError(t, err)
 		select {
 		case <-l.Done():
-		case <-time.After(10 * time.Second):
+		case <-time.After(30 * time.Second):
 			t.Fatal("the lease outlived its local deadline without a refresh")
 		}
 		require.ErrorIs(t, l.Err(), ErrLeaseExpired)
@@ -129,7 +135,7 @@ func TestSemaphore_WithObserver_seesFailedAutoRefresh(t *testing.T) {
 		b.do(t, "HDEL", s.k.holders, "t:"+l.Token())
 		select {
 		case <-l.Done():
-		case <-time.After(10 * time.Second):
+		case <-time.After(30 * time.Second):
 			t.Fatal("auto-refresh never noticed the lease was gone")
 		}
 		require.ErrorIs(t, l.Err(), ErrLeaseLost)

@@ -3,6 +3,7 @@ package redsem
 import (
 	"context"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,33 +22,38 @@ import (
 // the holder then dies, its token is reclaimed by the next acquirer once the
 // shorter TTL has passed, not when the old one would have (issue 11, bug 4).
 func TestLease_Refresh_shorterTTLIsReclaimedInTime(t *testing.T) {
+	t.Parallel()
+	// The old TTL is far past every ceiling below, the shorter one long
+	// enough that a loaded machine's round trip does not outlast it (a
+	// Refresh to 200ms came back expired).
+	const oldTTL, shorter, within = 5 * time.Minute, 2 * time.Second, 30 * time.Second
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, k := range []int{1, 2} {
-			ctx := ctxT(t, 20*time.Second)
+			ctx := ctxT(t, 3*time.Minute)
 			name := "shorter-" + string(rune('0'+k))
-			s := newSem(t, b, name, k, WithTTL(20*time.Second), WithFixedTTL())
+			s := newSem(t, b, name, k, WithTTL(oldTTL), WithFixedTTL())
 			l, err := s.AcquireN(ctx, k)
 			require.NoError(t, err)
-			require.NoError(t, l.Refresh(ctx, 200*time.Millisecond))
+			require.NoError(t, l.Refresh(ctx, shorter))
 			// The holder dies here: nobody releases or refreshes l again.
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(shorter + 100*time.Millisecond)
 
 			other := newSem(t, b, name, k)
 			var got *Lease
-			for end := time.Now().Add(3 * time.Second); got == nil && time.Now().Before(end); {
+			for end := time.Now().Add(within); got == nil && time.Now().Before(end); {
 				if got, err = other.TryAcquireN(ctx, k); err != nil {
 					require.ErrorIs(t, err, ErrNoToken)
 					time.Sleep(50 * time.Millisecond)
 				}
 			}
-			require.NotNil(t, got, "k=%d: the expired lease was not reclaimed within 3s of its 200ms TTL", k)
+			require.NotNil(t, got, "k=%d: the expired lease was not reclaimed within %v of its %v TTL", k, within, shorter)
 			require.NoError(t, got.Release(ctx))
 
 			// An Acquire that must wait is woken by the shorter deadline too.
 			l, err = s.AcquireN(ctx, k)
 			require.NoError(t, err)
-			require.NoError(t, l.Refresh(ctx, 200*time.Millisecond))
-			actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			require.NoError(t, l.Refresh(ctx, shorter))
+			actx, cancel := context.WithTimeout(ctx, within)
 			got, err = other.AcquireN(actx, k)
 			cancel()
 			require.NoError(t, err, "k=%d", k)
@@ -111,8 +117,10 @@ func TestLease_Refresh_inTheGapOfAnother(t *testing.T) {
 func TestLease_Refresh_shorterTTLWithAWaiterBlocked(t *testing.T) {
 	t.Parallel()
 	b := realRedis(t)
-	ctx := ctxT(t, 30*time.Second)
-	const oldTTL = 3 * time.Second
+	ctx := ctxT(t, 2*time.Minute)
+	// Long enough that the holder, refreshing once the waiter blocks, is
+	// still live on a loaded machine (3s was not); the waiter waits it out.
+	const oldTTL = 10 * time.Second
 	s := newSem(t, b, "shorter-blocked", 1, WithTTL(oldTTL), WithFixedTTL())
 	l, err := s.Acquire(ctx)
 	require.NoError(t, err)
@@ -136,7 +144,7 @@ func TestLease_Refresh_shorterTTLWithAWaiterBlocked(t *testing.T) {
 			}
 		}
 		return err == nil && sweep > 0
-	}, 10*time.Second, 10*time.Millisecond, "the waiter registers")
+	}, 30*time.Second, 10*time.Millisecond, "the waiter registers")
 	assert.LessOrEqual(t, sweep, oldDeadline+1+DefaultGrace.Milliseconds(),
 		"the waiter's block ends after the holder's deadline")
 	time.Sleep(100 * time.Millisecond) // and blocks
@@ -167,16 +175,22 @@ func TestLease_Refresh_neverResurrects(t *testing.T) {
 }
 
 func TestLease_Refresh_extendsLease(t *testing.T) {
+	// Serial: it judges a refresh made in time, which the parallel
+	// tests' CPU delayed past even a TTL of seconds.
 	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 10*time.Second)
-		s := newSem(t, b, "refresh", 1, WithTTL(200*time.Millisecond), WithFixedTTL())
+		ctx := ctxT(t, time.Minute)
+		// Refreshed every 600ms on a 2s TTL: a loaded machine's late
+		// wake-up has 1.4s before the lease would end (at 100ms on 200ms,
+		// it had 100ms, and lost it).
+		const ttl = 2 * time.Second
+		s := newSem(t, b, "refresh", 1, WithTTL(ttl), WithFixedTTL())
 		l, err := s.Acquire(ctx)
 		require.NoError(t, err)
 		for i := 0; i < 4; i++ {
-			time.Sleep(100 * time.Millisecond)
-			require.NoError(t, l.Refresh(ctx, 200*time.Millisecond))
+			time.Sleep(600 * time.Millisecond)
+			require.NoError(t, l.Refresh(ctx, ttl))
 		}
-		assert.True(t, l.Valid(), "held for 400ms on a 200ms TTL by refreshing")
+		assert.True(t, l.Valid(), "held for 2.4s on a 2s TTL by refreshing")
 		require.ErrorIs(t, l.Refresh(ctx, 0), ErrInvalidTTL)
 		_, err = s.TryAcquire(ctx)
 		require.ErrorIs(t, err, ErrNoToken)
@@ -189,10 +203,14 @@ func TestLease_Refresh_extendsLease(t *testing.T) {
 // after its TTL unless refreshed by hand, and a later WithAutoRefresh
 // undoes it.
 func TestLease_Refresh_autoHoldsUntilRelease(t *testing.T) {
+	// Serial: it judges a refresh made in time, which the parallel
+	// tests' CPU delayed past even a TTL of seconds.
 	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 10*time.Second)
-		const ttl = 300 * time.Millisecond
-		for _, c := range []struct {
+		// Auto-refresh runs a third of the TTL in: at 2s, a loaded
+		// machine's late refresh still comes before the end (at 300ms it
+		// came after). The cases run side by side, on names of their own.
+		const ttl = 2 * time.Second
+		for i, c := range []struct {
 			name  string
 			opts  []Option
 			fixed bool
@@ -202,24 +220,28 @@ func TestLease_Refresh_autoHoldsUntilRelease(t *testing.T) {
 			{"WithFixedTTL", []Option{WithFixedTTL()}, true},
 			{"WithFixedTTL then WithAutoRefresh", []Option{WithFixedTTL(), WithAutoRefresh()}, false},
 		} {
-			s := newSem(t, b, "auto", 1, append([]Option{WithTTL(ttl)}, c.opts...)...)
-			l, err := s.Acquire(ctx)
-			require.NoError(t, err, c.name)
-			time.Sleep(4 * ttl)
-			if c.fixed {
-				assert.False(t, l.Valid(), "%s: the fixed lease ended after its TTL", c.name)
-				assert.ErrorIs(t, l.Err(), ErrLeaseExpired, c.name)
-				l2, err := s.TryAcquire(ctx) // reclaims the expired lease
+			t.Run(c.name, func(t *testing.T) {
+				t.Parallel()
+				ctx := ctxT(t, time.Minute)
+				s := newSem(t, b, "auto-"+strconv.Itoa(i), 1, append([]Option{WithTTL(ttl)}, c.opts...)...)
+				l, err := s.Acquire(ctx)
 				require.NoError(t, err, c.name)
-				require.NoError(t, l2.Release(ctx), c.name)
-				require.ErrorIs(t, l.Release(ctx), ErrLeaseLost, c.name)
-			} else {
-				assert.True(t, l.Valid(), "%s: auto-refresh kept the lease past four TTLs (%v)", c.name, l.Err())
-				_, err = s.TryAcquire(ctx)
-				require.ErrorIs(t, err, ErrNoToken, c.name)
-				require.NoError(t, l.Release(ctx), c.name)
-			}
-			requireInventory(t, s, 1, 0)
+				time.Sleep(4 * ttl)
+				if c.fixed {
+					assert.False(t, l.Valid(), "%s: the fixed lease ended after its TTL", c.name)
+					assert.ErrorIs(t, l.Err(), ErrLeaseExpired, c.name)
+					l2, err := s.TryAcquire(ctx) // reclaims the expired lease
+					require.NoError(t, err, c.name)
+					require.NoError(t, l2.Release(ctx), c.name)
+					require.ErrorIs(t, l.Release(ctx), ErrLeaseLost, c.name)
+				} else {
+					assert.True(t, l.Valid(), "%s: auto-refresh kept the lease past four TTLs (%v)", c.name, l.Err())
+					_, err = s.TryAcquire(ctx)
+					require.ErrorIs(t, err, ErrNoToken, c.name)
+					require.NoError(t, l.Release(ctx), c.name)
+				}
+				requireInventory(t, s, 1, 0)
+			})
 		}
 		// goleak in TestMain proves the refreshers stopped.
 	})

@@ -31,6 +31,7 @@ func warmSemaphore(t *testing.T, p Pool, name string) *Semaphore {
 // gets an error reply (here READONLY: the node was demoted meanwhile).
 // Redis gave the token back, so the lease must not stay Valid.
 func TestLease_Release_retriedIntoAnErrorReplyEndsTheLease(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 20*time.Second)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -62,6 +63,7 @@ func TestLease_Release_retriedIntoAnErrorReplyEndsTheLease(t *testing.T) {
 // check fails, the first attempt had most likely released the lease: it
 // ends.
 func TestLease_Release_whoseEpochCheckFailsEndsTheLease(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 20*time.Second)
 	var lose, hgetDown atomic.Bool

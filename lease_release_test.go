@@ -19,6 +19,7 @@ import (
 // lease, and that must not pass for "the first attempt released it". The
 // release reports ErrLeaseLost and leaves the new holder alone.
 func TestLease_Release_afterRestartWithoutPersistenceIsLost(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 20*time.Second)
 	old := newSem(t, b, "restart-release", 1)
@@ -113,7 +114,7 @@ func TestLease_Release_againstHungServerIsBounded(t *testing.T) {
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			s := newSem(t, b, "release-hung-"+strings.ReplaceAll(mode.name, " ", "-"), 1, mode.opts...)
-			l, err := s.Acquire(ctxT(t, 5*time.Second))
+			l, err := s.Acquire(ctxT(t, 30*time.Second))
 			require.NoError(t, err)
 			time.Sleep(150 * time.Millisecond) // auto-refresh's first call is near
 			require.NoError(t, b.srv.Signal(syscall.SIGSTOP))
@@ -130,7 +131,7 @@ func TestLease_Release_againstHungServerIsBounded(t *testing.T) {
 			t.Logf("Release took %v (releaseTimeout %v)", took, releaseTimeout)
 			assert.False(t, resumed.Load(), "Release waited for Redis to answer again")
 			assert.False(t, l.Valid())
-			l2, err := s.Acquire(ctxT(t, 5*time.Second))
+			l2, err := s.Acquire(ctxT(t, 30*time.Second))
 			require.NoError(t, err, "the slot is free again once the lease ran out")
 			require.NoError(t, l2.Release(context.Background()))
 		})
@@ -139,6 +140,7 @@ func TestLease_Release_againstHungServerIsBounded(t *testing.T) {
 
 // FM-06: double release must never add a token.
 func TestLease_Release_twiceAddsNoToken(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "double", 2)

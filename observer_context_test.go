@@ -88,6 +88,7 @@ func (tr *tracer) got() []string {
 // context: its kind and name as it begins, its outcome with the fence, and
 // its lease's end, each call given what the previous one returned.
 func TestContextObserver_everyKind(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := context.WithValue(ctxT(t, 10*time.Second), traceKey{}, "caller")
 		tr := &tracer{}

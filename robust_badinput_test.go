@@ -111,6 +111,7 @@ func TestSemaphore_WithTTL_tooShortIsRefused(t *testing.T) {
 
 // FM-20: malformed arguments to a script change nothing.
 func TestSemaphore_Scripts_rejectBadArgs(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "args", 2)
@@ -149,6 +150,7 @@ func TestSemaphore_Scripts_rejectBadArgs(t *testing.T) {
 
 // FM-20: malformed arguments to the weighted scripts change nothing.
 func TestSemaphore_Scripts_weightedRejectBadArgs(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "args-n", 3)
@@ -196,6 +198,7 @@ func TestSemaphore_Scripts_weightedRejectBadArgs(t *testing.T) {
 // taken and the value just past it refused (REDSEM_ARG), in the fast paths
 // as in the scripts behind them.
 func TestSemaphore_Scripts_argumentBounds(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		c, err := redis.Dial("tcp", b.addr)
 		require.NoError(t, err)

@@ -20,6 +20,7 @@ import (
 // The client settles the acquisition by its id: it adopts the lease it was
 // granted instead of leaking it or taking a second token.
 func TestSemaphore_Acquire_lostReplyIsResolved(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		hp, lose := loseReply(b.pool, engine.Acquire, true)
@@ -45,6 +46,7 @@ func TestSemaphore_Acquire_lostReplyIsResolved(t *testing.T) {
 // FM-19: a Release whose reply is lost is retried safely: the token is back
 // exactly once, and the caller is told the truth.
 func TestLease_Release_lostReplyRetry(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		hp, lose := loseReply(b.pool, engine.Release, false)
@@ -208,6 +210,7 @@ func TestSemaphore_Acquire_waitersReclaimAbandonedLeases(t *testing.T) {
 // FM-22: forged, stale and duplicated tokens pushed by a rogue client never
 // make an (N+1)-th holder and are dropped when popped.
 func TestSemaphore_Acquire_forgedTokensNeverGrantExtra(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		const size = 2
@@ -285,11 +288,12 @@ func TestSemaphore_Acquire_shortReadTimeoutPool(t *testing.T) {
 	ws, err := NewSemaphore(short, "short-read", 1)
 	require.NoError(t, err)
 	got := acquireAsync(ctx, ws.Acquire)
-	time.Sleep(2500 * time.Millisecond) // at least one wait cut by the read timeout
+	// At least one wait cut by the read timeout: the block shrinks to fit.
+	require.Eventually(t, func() bool { return time.Duration(ws.maxBlock.Load()) < engine.MaxBlock }, 25*time.Second,
+		10*time.Millisecond, "the block shrank to fit the read timeout")
 	require.NoError(t, holder.Release(ctx))
 	l, ok := <-got
 	require.True(t, ok, "the waiter acquired despite the short read timeout")
-	assert.Less(t, time.Duration(ws.maxBlock.Load()), engine.MaxBlock, "the block shrank to fit the read timeout")
 	require.NoError(t, l.Release(ctx))
 	requireInventory(t, s, 1, 0)
 }
@@ -297,6 +301,7 @@ func TestSemaphore_Acquire_shortReadTimeoutPool(t *testing.T) {
 // CLIENT KILL of a blocked waiter's connection: the wait is settled and
 // retried on a fresh connection; the waiter still gets the token.
 func TestSemaphore_Acquire_blockedWaiterConnectionKilled(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	s := newSem(t, b, "killed", 1)
@@ -322,6 +327,7 @@ func TestSemaphore_Acquire_blockedWaiterConnectionKilled(t *testing.T) {
 
 // A weighted lease's Release whose reply is lost is retried safely.
 func TestLease_Release_weightedLostReplyRetry(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		hp, lose := loseReply(b.pool, engine.Release, false)
@@ -340,6 +346,7 @@ func TestLease_Release_weightedLostReplyRetry(t *testing.T) {
 // A weighted grant whose reply is lost is resolved by its id: the client
 // adopts the lease instead of leaking it.
 func TestSemaphore_AcquireN_lostGrantReplyIsResolved(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		hp, _ := loseReply(b.pool, engine.AcquireN, true)
@@ -420,6 +427,7 @@ func TestSemaphore_Acquire_reclaimsEachLapsedLeaseInTime(t *testing.T) {
 // are residue, not a semaphore to create afresh: an acquisition refuses
 // them with ErrCorrupt and writes nothing (Repair is for that).
 func TestSemaphore_Acquire_residueWithoutMetaIsCorrupt(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "residue", 2)

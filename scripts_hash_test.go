@@ -18,6 +18,7 @@ import (
 // .ci/run runs this test under GODEBUG=fips140=only, with a full acquire
 // and release.
 func TestScripts_hashFromRedis(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 10*time.Second)
 	c := b.pool.Get()

@@ -581,7 +581,7 @@ func TestRateGateCancelledWaitersLoseNothing(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const n = 3
 		per := 200 * time.Millisecond
-		ctx := ctxT(t, 10*time.Second)
+		ctx := ctxT(t, time.Minute)
 		g := newGate(t, b, "cancel", n, per)
 		// Take the n starts (not n+1: on a loaded machine n Allows can
 		// outlast per, and the first comes back).
@@ -615,12 +615,14 @@ func TestRateGateCancelledWaitersLoseNothing(t *testing.T) {
 		// Every token is back per after the last grant: nothing started,
 		// everything free or due, nobody queued. (Counting what Allow grants
 		// would depend on speed: a slow burst of Allows outlasts per.)
+		// Polled until all of it holds: the cancelled waiters leave the
+		// queue in the background, after the starts have returned.
 		var st Status
-		for until := time.Now().Add(5 * time.Second); time.Now().Before(until); time.Sleep(10 * time.Millisecond) {
+		for until := time.Now().Add(30 * time.Second); time.Now().Before(until); time.Sleep(10 * time.Millisecond) {
 			var err error
 			st, err = g.Status(ctx)
 			require.NoError(t, err)
-			if st.Started == 0 {
+			if st.Started == 0 && st.Waiting == 0 && st.Available == n {
 				break
 			}
 		}

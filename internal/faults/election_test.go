@@ -273,7 +273,7 @@ func TestElectionKillAndStopLeaders(t *testing.T) {
 func TestElectionSentinelFailover(t *testing.T) {
 	t.Parallel()
 	set := redistest.StartSentinels(t, redistest.SentinelOptions{})
-	ctx := ctxT(t, 60*time.Second)
+	ctx := ctxT(t, 3*time.Minute)
 	newPool := func() *sentinel.Pool {
 		p, err := sentinel.New(ctx, set.Addrs(), redistest.SentinelName, sentinel.WithWait(1, time.Second))
 		require.NoError(t, err)
@@ -281,7 +281,7 @@ func TestElectionSentinelFailover(t *testing.T) {
 		return p
 	}
 	election := func() *redsem.Election {
-		e, err := redsem.NewElection(newPool(), "failover", redsem.WithTTL(10*time.Second))
+		e, err := redsem.NewElection(newPool(), "failover", redsem.WithTTL(failoverCeiling))
 		require.NoError(t, err)
 		return e
 	}
@@ -320,7 +320,7 @@ func TestElectionSentinelFailover(t *testing.T) {
 	}()
 	old := set.Master()
 	require.True(t, waitFor(20*time.Second, func() bool { return blockedOn(t, set, old) == 1 }), "the campaigner never waited")
-	m, took, err := set.Failover(30 * time.Second)
+	m, took, err := set.Failover(failoverCeiling)
 	require.NoError(t, err)
 	require.NoError(t, a.Proclaim(ctx, "a2"), "the leader leads on the new master")
 	require.NoError(t, a.Resign(ctx))

@@ -207,6 +207,15 @@ func (r *run) stopAll() {
 	}
 }
 
+// stopFile is the file that workers spawned with "-stopfile" watch: once it
+// exists they start no more acquisitions and exit.
+func (r *run) stopFile() string { return filepath.Join(filepath.Dir(r.hist), "stop") }
+
+// stop creates the stop file.
+func (r *run) stop() {
+	require.NoError(r.t, os.WriteFile(r.stopFile(), nil, 0o644))
+}
+
 // waitAll waits for every worker not killed by the test to exit by itself,
 // and asserts that each exited 0.
 func (r *run) waitAll(timeout time.Duration) {

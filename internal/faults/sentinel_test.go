@@ -60,6 +60,19 @@ func acquiredAfter(r *run, evs []history.Event, t int64) []int {
 	return missing
 }
 
+// stopOnceGranted lets the workers of r (spawned with "-stopfile") run
+// until each has a grant at or after since (µs of Redis TIME) and until
+// notBefore, at most ceiling from now, then stops them. A failover takes as
+// long as the machine's load makes it: the workers wait for it rather than
+// run out first.
+func stopOnceGranted(r *run, since int64, notBefore time.Time, ceiling time.Duration) {
+	waitFor(ceiling, func() bool {
+		evs, _, err := history.Read(r.hist)
+		return err == nil && len(acquiredAfter(r, evs, since)) == 0 && !time.Now().Before(notBefore)
+	})
+	r.stop()
+}
+
 // blockedOn counts the clients blocked in BLMOVE on srv.
 func blockedOn(t *testing.T, set *redistest.Sentinels, srv *redistest.Server) int {
 	v, err := redis.String(set.Do(srv, "CLIENT", "LIST"))
@@ -77,21 +90,23 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	set := redistest.StartSentinels(t, redistest.SentinelOptions{})
 	r, sem := newSentinelRun(t, set, n, 2*time.Second, 300*time.Millisecond)
 	runFor := scaled(8*time.Second, 5)
+	begin := time.Now()
 	for i := 0; i < 5; i++ {
-		r.spawn("-dur", runFor.String(), "-holdmin", "5ms", "-holdmax", "40ms")
+		r.spawn("-dur", (runFor + failoverCeiling).String(), "-stopfile", r.stopFile(), "-holdmin", "5ms", "-holdmax", "40ms")
 	}
 	time.Sleep(runFor / 4)
 	old := set.Master()
 	blocked := 0
-	waitFor(5*time.Second, func() bool { blocked = blockedOn(t, set, old); return blocked > 0 })
+	waitFor(30*time.Second, func() bool { blocked = blockedOn(t, set, old); return blocked > 0 })
 	start := time.Now()
-	m, took, err := set.Failover(20 * time.Second)
+	m, took, err := set.Failover(failoverCeiling)
 	require.NoError(t, err)
 	switched := start.Add(took).UnixMicro()
+	stopOnceGranted(r, switched, begin.Add(runFor), failoverCeiling)
 	r.waitAll(40 * time.Second)
 	evs := r.events()
 	rep := r.check(history.Options{})
-	st, lost, _ := quiesce(t, r.ops(), sem, 15*time.Second)
+	st, lost, _ := quiesce(t, r.ops(), sem, time.Minute)
 	t.Logf("SENTINEL FAILOVER under load: %s -> %s in %v, %d waiters were blocked on the old master; clients=%d %s; tokens lost=%d rejected=%d",
 		old.Addr, m.Addr, took.Round(time.Millisecond), blocked, len(r.procs), rep.Summary(), lost, st.Rejected)
 	assert.Positive(t, blocked, "no waiter was blocked on the old master")
@@ -132,13 +147,14 @@ func TestSentinelKillMaster(t *testing.T) {
 			r, sem := newSentinelRun(t, set, n, ttl, 300*time.Millisecond, extra...)
 			mine := testHolder(t, set, r, popts...)
 			runFor := scaled(10*time.Second, 5)
+			begin := time.Now()
 			for i := 0; i < 5; i++ {
-				r.spawn("-dur", runFor.String(), "-holdmin", "5ms", "-holdmax", "40ms")
+				r.spawn("-dur", (runFor + failoverCeiling).String(), "-stopfile", r.stopFile(), "-holdmin", "5ms", "-holdmax", "40ms")
 			}
 			time.Sleep(runFor / 5)
 			old := set.Master()
 			blocked := 0
-			waitFor(5*time.Second, func() bool { blocked = blockedOn(t, set, old); return blocked > 0 })
+			waitFor(30*time.Second, func() bool { blocked = blockedOn(t, set, old); return blocked > 0 })
 
 			// Cut replication: stop the replicas and kill their links (the
 			// master's writes from now on reach no one), acquire, kill the
@@ -157,7 +173,7 @@ func TestSentinelKillMaster(t *testing.T) {
 			for _, s := range set.Data[1:] {
 				require.NoError(t, s.Signal(syscall.SIGCONT))
 			}
-			m, err := set.WaitNewMaster(old, 30*time.Second)
+			m, err := set.WaitNewMaster(old, failoverCeiling)
 			require.NoError(t, err)
 			took := time.Since(killed)
 			switched := time.Now().UnixMicro()
@@ -166,7 +182,7 @@ func TestSentinelKillMaster(t *testing.T) {
 			if l != nil {
 				// Hold on until the new master has given the token to a
 				// worker (its stale lease there, if any, expires first),
-				regranted = waitFor(8*time.Second, func() bool {
+				regranted = waitFor(failoverCeiling, func() bool {
 					_, err := redis.Int64(set.Do(m, "ZSCORE", mine.k.Leases, l.Token()))
 					return err == nil
 				})
@@ -176,11 +192,12 @@ func TestSentinelKillMaster(t *testing.T) {
 				relErr = mine.release(l)
 			}
 
+			stopOnceGranted(r, switched, begin.Add(runFor), failoverCeiling)
 			r.waitAll(40 * time.Second)
 			evs := r.events()
 			rep := history.Check(evs, history.Options{N: n})
 			inWindow := count(evs, history.KAcq, func(e history.Event) bool { return e.T >= cut && e.T < killed.UnixMicro() })
-			st, lost, _ := quiesce(t, r.ops(), sem, 20*time.Second)
+			st, lost, _ := quiesce(t, r.ops(), sem, time.Minute)
 			t.Logf("kill -9 of the master (WAIT=%v): new master %s %v after the kill; %d waiters were blocked on the old one; grants after replication was cut=%d (the test's: %v); clients=%d %s; tokens lost after quiescence=%d rejected=%d",
 				tc.wait, m.Addr, took.Round(time.Millisecond), blocked, inWindow, acqErr, len(r.procs), rep.Summary(), lost, st.Rejected)
 			for i, v := range rep.Violations {
@@ -219,8 +236,15 @@ type holder struct {
 }
 
 // holderTTL is the TTL of the test's own lease: long enough to outlive the
-// failover and the workers' stale leases on the new master.
-const holderTTL = 10 * time.Second
+// failover and the workers' stale leases on the new master, however long
+// the load makes them (failoverCeiling).
+const holderTTL = 3 * time.Minute
+
+// failoverCeiling bounds each wait for a failover's outcome: a new master,
+// the lost token granted again, every worker granted after the switch. A
+// failover takes a few seconds on a quiet machine and has taken 13 s on a
+// loaded one; a wait ends as soon as its state is reached.
+const failoverCeiling = 90 * time.Second
 
 func testHolder(t *testing.T, set *redistest.Sentinels, r *run, opts ...sentinel.Option) *holder {
 	p, err := sentinel.New(ctxT(t, 20*time.Second), set.Addrs(), redistest.SentinelName, opts...)

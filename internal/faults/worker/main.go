@@ -57,6 +57,7 @@ var (
 	id        = flag.Int("id", 0, "worker id")
 	iters     = flag.Int("iters", 0, "acquisitions to make (0: until -dur)")
 	dur       = flag.Duration("dur", 5*time.Second, "stop starting acquisitions after this")
+	stopFile  = flag.String("stopfile", "", "also stop starting acquisitions once this file exists")
 	holdMin   = flag.Duration("holdmin", 5*time.Millisecond, "shortest hold")
 	holdMax   = flag.Duration("holdmax", 30*time.Millisecond, "longest hold")
 	gapMax    = flag.Duration("gapmax", 10*time.Millisecond, "longest pause between holds")
@@ -638,9 +639,19 @@ func runActors(sem *redsem.Semaphore) int {
 	return 0
 }
 
+// stopped reports whether the -stopfile exists: the test has seen what it
+// waited for and ends the run.
+func stopped() bool {
+	if *stopFile == "" {
+		return false
+	}
+	_, err := os.Stat(*stopFile)
+	return err == nil
+}
+
 func (a *actor) loop(sem *redsem.Semaphore) int {
 	end := time.Now().Add(*dur)
-	for i := 0; (*iters == 0 || i < *iters) && time.Now().Before(end); {
+	for i := 0; (*iters == 0 || i < *iters) && time.Now().Before(end) && !stopped(); {
 		k := 1
 		if weights != nil {
 			k = weights[rand.IntN(len(weights))]
