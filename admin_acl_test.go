@@ -241,7 +241,9 @@ func runEveryOperation(t *testing.T, pool *redis.Pool, prefix string) {
 	// The cancelled AcquireN was settled in full (it settles in the
 	// background, and a failing abort is swallowed: the ctx error is what
 	// the caller sees): it left its tombstone, and nobody collects or waits.
-	require.Eventually(t, func() bool { return tombstones(t, pool, w.k.waits) == 1 },
+	// At least one: on a loaded machine a waiter of this test may also be
+	// swept and come back as a new acquisition, leaving a tombstone more.
+	require.Eventually(t, func() bool { return tombstones(t, pool, w.k.waits) >= 1 },
 		time.Minute, 10*time.Millisecond, "the cancelled AcquireN's tombstone")
 	l5, err := w.TryAcquireN(ctx, 3)
 	require.NoError(t, err, "the queue is empty again")
