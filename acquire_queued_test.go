@@ -3,7 +3,6 @@ package redsem
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,16 +13,7 @@ import (
 
 // registered counts the waiters registered in s's waits (not tombstones).
 func registered(t *testing.T, b *backend, s *Semaphore) int {
-	t.Helper()
-	ms, err := redis.Strings(b.do(t, "ZRANGE", s.k.waits, 0, -1), nil)
-	require.NoError(t, err)
-	n := 0
-	for _, m := range ms {
-		if strings.HasPrefix(m, "w:") {
-			n++
-		}
-	}
-	return n
+	return prefixedMembers(t, b.pool.Get(), s.k.waits, "w:")
 }
 
 // waitOnce makes w wait once behind a holder of s (size 1), so that its

@@ -409,14 +409,19 @@ func runEveryOperation(t *testing.T, pool *redis.Pool, prefix string) {
 // tombstones counts the "x:" members of the waits zset key: one per
 // cancelled acquisition whose abort script ran to the end.
 func tombstones(t *testing.T, pool *redis.Pool, key string) int {
+	return prefixedMembers(t, pool.Get(), key, "x:")
+}
+
+// prefixedMembers counts the members of zset key that start with prefix,
+// on c, which it closes.
+func prefixedMembers(t *testing.T, c redis.Conn, key, prefix string) int {
 	t.Helper()
-	c := pool.Get()
 	defer c.Close()
 	members, err := redis.Strings(c.Do("ZRANGE", key, 0, -1))
 	require.NoError(t, err)
 	n := 0
 	for _, m := range members {
-		if strings.HasPrefix(m, "x:") {
+		if strings.HasPrefix(m, prefix) {
 			n++
 		}
 	}
