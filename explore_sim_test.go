@@ -660,14 +660,17 @@ func (w *simWorld) nextEvent(extra []time.Time) (time.Time, bool) {
 			consider(maxTime(c.blockUntil.Add(-w.skew), w.now.Add(time.Microsecond)))
 		}
 	}
+	// A timer or a WaitOrDone can fall behind the clock the same way (a
+	// restart's commands ran after it was set): it fires a microsecond on.
+	soon := w.now.Add(time.Microsecond)
 	for _, tm := range w.timers {
 		if !tm.off {
-			consider(tm.at)
+			consider(maxTime(tm.at, soon))
 		}
 	}
 	for _, sw := range w.waits {
 		if !sw.woken && !sw.at.IsZero() {
-			consider(sw.at)
+			consider(maxTime(sw.at, soon))
 		}
 	}
 	for _, t := range extra {
