@@ -10,8 +10,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/redsem/redsem/internal/engine"
 )
 
 func TestSemaphore_Acquire_basics(t *testing.T) {
@@ -134,27 +132,6 @@ func TestSemaphore_Acquire_creationRace(t *testing.T) {
 		}
 		s := newSem(t, b, "race", size)
 		requireInventory(t, s, size, 0)
-	})
-}
-
-// Odd names are encoded so that all keys of one semaphore share one hash tag
-// and two different names never share keys.
-func TestSemaphore_New_oddNames(t *testing.T) {
-	t.Parallel()
-	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 10*time.Second)
-		names := []string{"}", "{", "{a}", "a}b", "x y", "new\nline", "\xff\xfe", "%7D", "ключ", "a:b", strings.Repeat("n", engine.MaxNameLen)}
-		for _, name := range names {
-			s := newSem(t, b, name, 1)
-			l, err := s.Acquire(ctx)
-			require.NoError(t, err, "%q", name)
-			_, err = s.TryAcquire(ctx)
-			require.ErrorIs(t, err, ErrNoToken, "%q is held", name)
-			require.NoError(t, l.Release(ctx))
-		}
-		// "}" and "%7D" must not collide: both were held at once above only
-		// if their keys differ; check directly too.
-		assert.NotEqual(t, newKeys("p:", "}").meta, newKeys("p:", "%7D").meta)
 	})
 }
 
