@@ -647,6 +647,7 @@ func (w *simWorld) advanceTo(t time.Time) (fire []func()) {
 // reaches them on the clients' clock only).
 func (w *simWorld) nextEvent(extra []time.Time) (time.Time, bool) {
 	var best time.Time
+	soon := w.now.Add(time.Microsecond)
 	consider := func(t time.Time) {
 		if t.After(w.now) && (best.IsZero() || t.Before(best)) {
 			best = t
@@ -657,12 +658,11 @@ func (w *simWorld) nextEvent(extra []time.Time) (time.Time, bool) {
 			// Commands take virtual time too (10µs each), so a timeout can
 			// fall behind the clock: Redis times such a command out at its
 			// next tick, here a microsecond on.
-			consider(maxTime(c.blockUntil.Add(-w.skew), w.now.Add(time.Microsecond)))
+			consider(maxTime(c.blockUntil.Add(-w.skew), soon))
 		}
 	}
-	// A timer or a WaitOrDone can fall behind the clock the same way (a
-	// restart's commands ran after it was set): it fires a microsecond on.
-	soon := w.now.Add(time.Microsecond)
+	// A timer or a WaitOrDone can fall behind the clock the same way
+	// (commands ran after it was set): it fires a microsecond on too.
 	for _, tm := range w.timers {
 		if !tm.off {
 			consider(maxTime(tm.at, soon))
