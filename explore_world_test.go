@@ -231,10 +231,21 @@ type run struct {
 
 const exploreName = "ex"
 
-// newRun builds the world for sc on m (flushed) and runs the setup.
+// newRun builds the world for sc on m (flushed) and runs the setup. Every
+// walk starts with each script loaded, as a service long at work finds
+// them, never with what the walk before left: so a walk replays alone as
+// it ran among others.
 func newRun(env *exploreEnv, sc scenario) (*run, error) {
 	m, exec := env.m, env.exec
 	m.FlushAll()
+	if _, err := exec.Do("SCRIPT", "FLUSH"); err != nil {
+		return nil, err
+	}
+	for _, s := range explorerScripts {
+		if err := s.Load(exec); err != nil {
+			return nil, err
+		}
+	}
 	nclients := len(sc.progs)
 	w := newSimWorld(m, exec, nclients, scriptNames())
 	r := &run{sc: sc, w: w, m: m, saved: map[string]string{}, savedTTL: map[string]bool{}, forged: map[string]int{},
@@ -1199,19 +1210,23 @@ func (r *run) teardown() {
 	engine.Clk = engine.RealClock{}
 }
 
-// scriptNames maps every script's SHA1 to its file, for the schedule.
+// explorerScripts are the scripts a walk runs, by file.
+var explorerScripts = map[string]*engine.Script{
+	"acquire.lua": engine.Acquire, "release.lua": engine.Release, "refresh.lua": engine.Refresh,
+	"abort.lua": engine.Abort, "reclaim.lua": engine.Reclaim, "register.lua": engine.Register,
+	"status.lua": engine.Status, "acquire_n.lua": engine.AcquireN, "abort_n.lua": engine.AbortN,
+	"resize.lua": engine.Resize, "repair.lua": engine.Repair, "check.lua": engine.Check,
+	"rw_acquire.lua": engine.RWAcquire, "rw_abort.lua": engine.RWAbort, "rw_release.lua": engine.RWRelease,
+	"rw_refresh.lua": engine.RWRefresh, "rate_take.lua": engine.RateTake, "rate_abort.lua": engine.RateAbort,
+	"rate_set.lua": engine.RateSet, "rate_status.lua": engine.RateStatus,
+	"election.lua": engine.Election, "election_observe.lua": engine.ElectionObserve,
+}
+
+// scriptNames maps every script's SHA1 (and source) to its file, for the
+// schedule.
 func scriptNames() map[string]string {
 	out := map[string]string{}
-	for name, s := range map[string]*engine.Script{
-		"acquire.lua": engine.Acquire, "release.lua": engine.Release, "refresh.lua": engine.Refresh,
-		"abort.lua": engine.Abort, "reclaim.lua": engine.Reclaim, "register.lua": engine.Register,
-		"status.lua": engine.Status, "acquire_n.lua": engine.AcquireN, "abort_n.lua": engine.AbortN,
-		"resize.lua": engine.Resize, "repair.lua": engine.Repair, "check.lua": engine.Check,
-		"rw_acquire.lua": engine.RWAcquire, "rw_abort.lua": engine.RWAbort, "rw_release.lua": engine.RWRelease,
-		"rw_refresh.lua": engine.RWRefresh, "rate_take.lua": engine.RateTake, "rate_abort.lua": engine.RateAbort,
-		"rate_set.lua": engine.RateSet, "rate_status.lua": engine.RateStatus,
-		"election.lua": engine.Election, "election_observe.lua": engine.ElectionObserve,
-	} {
+	for name, s := range explorerScripts {
 		out[s.Hash()] = name
 		out[engine.Source(name)] = name
 	}

@@ -335,3 +335,41 @@ func TestIdleExpiry_tombstoneWithoutGate(t *testing.T) {
 		assert.Equal(t, -1, b.num(t, "PTTL", g.q.k.waits), "the gate made keeps its waits")
 	})
 }
+
+// TestIdleExpiry_startsASetRateGrantsKeepTheirWindow: a start SetRate
+// grants to a waiter (a rate change serves the queue) whose client is gone
+// keeps the keys as long as a start of the client's own rate would, its
+// window plus the idle time: a client that creates the gate again once the
+// keys expire follows its own rate, and must still see that start.
+func TestIdleExpiry_startsASetRateGrantsKeepTheirWindow(t *testing.T) {
+	// On miniredis alone: the steps need a clock that stands still.
+	eachBackend(t, func(t *testing.T, b *backend) {
+		if b.mini == nil {
+			return
+		}
+		ctx := ctxT(t, time.Minute)
+		const per, idle = time.Second, 100 * time.Millisecond
+		g := newGate(t, b, "served", 1, per, WithIdleExpiry(idle), WithGrace(100*time.Millisecond))
+		c := stopClock(b)
+		_, err := g.Allow(ctx)
+		require.NoError(t, err)
+		// A waiter that registers and never runs again (its process died).
+		conn, err := b.pool.GetContext(ctx)
+		require.NoError(t, err)
+		acq := engine.NewAcqID()
+		r, err := (&takeUnits{q: g.q, units: []int{1}}).First(ctx, conn, acq, 10*time.Second)
+		require.NoError(t, conn.Close())
+		require.NoError(t, err)
+		require.EqualValues(t, engine.CodeWaiting, r.Code)
+		c.advance(per / 2)
+		require.NoError(t, g.SetRate(ctx, 2, per/5)) // serves the waiter now
+		require.Equal(t, 1, b.num(t, "HEXISTS", g.q.k.holders, "g:"+acq), "the waiter was not served")
+		requireOneExpiry(t, b, g, c.now.Add(per+idle))
+		// Once the keys expire, the gate made again with the client's own
+		// rate admits nothing in the served start's window.
+		c.advance(time.Duration(requireOneExpiry(t, b, g, c.now)-c.now.UnixMilli())*time.Millisecond + time.Millisecond)
+		require.Empty(t, rateKeysOf(t, b, g))
+		_, err = g.Allow(ctx)
+		require.NoError(t, err)
+	})
+}

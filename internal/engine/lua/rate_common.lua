@@ -194,8 +194,9 @@ local function upgrade(m)
   return nil
 end
 
--- rate_state reads meta into {L, n, per, sum, back, fence, set, idle, exp}:
--- nil when the gate does not exist; nil, err when meta is unusable.
+-- rate_state reads meta into {L, n, per, sum, back, fence, set, idle, exp,
+-- fence_read (the fence as read)}: nil when the gate does not exist; nil,
+-- err when meta is unusable.
 local function rate_state()
   local m = redis.call('HMGET', KEYS[1], 'limits', 'fence', 'set', 'epoch', 'size', 'per', 'idle', 'exp')
   if not m[1] and not m[2] and not m[4] and not m[5] then return nil, nil end
@@ -212,7 +213,7 @@ local function rate_state()
     return nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' holds grant time ' .. m[2] .. ', too large to grow'
   end
   local st = {L = L, n = {}, per = {}, sum = {}, back = {}, fence = fence, set = m[3] == '1',
-    idle = tonumber(m[7]) or 0, exp = m[8]}
+    idle = tonumber(m[7]) or 0, exp = m[8], fence_read = fence}
   local f = {}
   for i = 1, L do
     for _, name in ipairs({'size', 'per', 'sum', 'back'}) do f[#f + 1] = name .. sfx(i) end

@@ -10,8 +10,9 @@
 --   fence + the longest per (stored, or the start's own: the rate a gate
 --   created afresh gets), and the highest score in waits,
 -- plus the idle time; a script that is no start (rate_set.lua,
--- rate_abort.lua) knows no client's own per, and keeps exp where it was
--- if that is later. Every script that writes calls settle_idle last, so
+-- rate_abort.lua) knows no client's own per, and moves exp on by as much
+-- as it moved the fence (the starts it grants to waiters), if that is
+-- later: exp stays as far past the last grant as the last start put it. Every script that writes calls settle_idle last, so
 -- a key it creates gets the others' expiry, and a later use moves it on.
 -- Nothing in a window is ever lost: the expiry is past every grant's
 -- window, also under the own rate of the start that creates the gate
@@ -51,7 +52,10 @@ local function settle_idle(st, now, own)
   local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
   if last[2] then at = math.max(at, tonumber(last[2])) end
   at = math.ceil(at / 1000) + st.idle
-  if not own then at = math.max(at, tonumber(st.exp) or 0) end
+  local exp = tonumber(st.exp)
+  if not own and exp then
+    at = math.max(at, exp + math.ceil((st.fence - (st.fence_read or st.fence)) / 1000))
+  end
   -- Idle for long enough already (a waiter dropped as dead): expire, all
   -- at once, rather than delete meta with a PEXPIREAT in the past.
   at = math.max(at, math.floor(now / 1000) + 1)
