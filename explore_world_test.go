@@ -241,7 +241,7 @@ func newRun(env *exploreEnv, sc scenario) (*run, error) {
 	if _, err := exec.Do("SCRIPT", "FLUSH"); err != nil {
 		return nil, err
 	}
-	for _, s := range explorerScripts {
+	for _, s := range explorerScripts() {
 		if err := s.Load(exec); err != nil {
 			return nil, err
 		}
@@ -1210,23 +1210,26 @@ func (r *run) teardown() {
 	engine.Clk = engine.RealClock{}
 }
 
-// explorerScripts are the scripts a walk runs, by file.
-var explorerScripts = map[string]*engine.Script{
-	"acquire.lua": engine.Acquire, "release.lua": engine.Release, "refresh.lua": engine.Refresh,
-	"abort.lua": engine.Abort, "reclaim.lua": engine.Reclaim, "register.lua": engine.Register,
-	"status.lua": engine.Status, "acquire_n.lua": engine.AcquireN, "abort_n.lua": engine.AbortN,
-	"resize.lua": engine.Resize, "repair.lua": engine.Repair, "check.lua": engine.Check,
-	"rw_acquire.lua": engine.RWAcquire, "rw_abort.lua": engine.RWAbort, "rw_release.lua": engine.RWRelease,
-	"rw_refresh.lua": engine.RWRefresh, "rate_take.lua": engine.RateTake, "rate_abort.lua": engine.RateAbort,
-	"rate_set.lua": engine.RateSet, "rate_status.lua": engine.RateStatus,
-	"election.lua": engine.Election, "election_observe.lua": engine.ElectionObserve,
+// explorerScripts are the scripts a walk runs, by file (as the package's
+// variables hold them now: a test may have put a broken one in).
+func explorerScripts() map[string]*engine.Script {
+	return map[string]*engine.Script{
+		"acquire.lua": engine.Acquire, "release.lua": engine.Release, "refresh.lua": engine.Refresh,
+		"abort.lua": engine.Abort, "reclaim.lua": engine.Reclaim, "register.lua": engine.Register,
+		"status.lua": engine.Status, "acquire_n.lua": engine.AcquireN, "abort_n.lua": engine.AbortN,
+		"resize.lua": engine.Resize, "repair.lua": engine.Repair, "check.lua": engine.Check,
+		"rw_acquire.lua": engine.RWAcquire, "rw_abort.lua": engine.RWAbort, "rw_release.lua": engine.RWRelease,
+		"rw_refresh.lua": engine.RWRefresh, "rate_take.lua": engine.RateTake, "rate_abort.lua": engine.RateAbort,
+		"rate_set.lua": engine.RateSet, "rate_status.lua": engine.RateStatus,
+		"election.lua": engine.Election, "election_observe.lua": engine.ElectionObserve,
+	}
 }
 
 // scriptNames maps every script's SHA1 (and source) to its file, for the
 // schedule.
 func scriptNames() map[string]string {
 	out := map[string]string{}
-	for name, s := range explorerScripts {
+	for name, s := range explorerScripts() {
 		out[s.Hash()] = name
 		out[engine.Source(name)] = name
 	}
