@@ -204,7 +204,7 @@ func TestExplore_defaults(t *testing.T) {
 		sc := inProcesses(withDefaults(randomScenario(rng)), seed)
 		sc.name = fmt.Sprintf("random seed %d, defaults", seed)
 		return sc
-	}, exploreBudget(3*time.Second, 40*time.Second))
+	}, exploreBudget(time.Second, 40*time.Second))
 	require.Positive(t, exploreSeen.autoRefreshs.Load(), "auto-refresh never ran")
 	require.Positive(t, exploreSeen.pumpWaits.Load(), "no pump ever waited")
 }
@@ -226,6 +226,6 @@ func TestExplore_defaultsRW(t *testing.T) {
 		sc := withDefaults(randomRWScenario(rng))
 		sc.name = fmt.Sprintf("random rw seed %d, defaults", seed)
 		return sc
-	}, exploreBudget(2*time.Second, 20*time.Second))
+	}, exploreBudget(time.Second, 20*time.Second))
 	require.Positive(t, exploreSeen.autoRefreshs.Load(), "auto-refresh never ran")
 }

@@ -592,7 +592,7 @@ func randomElectionScenario(rng *rand.Rand, seed int64) scenario {
 
 func TestExplore_elections(t *testing.T) {
 	env := newExploreEnv(t)
-	budget := exploreBudget(5*time.Second, 40*time.Second)
+	budget := exploreBudget(1500*time.Millisecond, 40*time.Second)
 	exploreScenarios(t, env, budget, electionScenarios())
 	exploreRandomPrograms(t, env, budget/2, func(seed int64, rng *rand.Rand) scenario {
 		sc := randomElectionScenario(rng, seed)

@@ -40,7 +40,7 @@ func idleScenarios() []scenario {
 // and every invariant must hold, fences across a recreation included.
 func TestExplore_idleExpiry(t *testing.T) {
 	env := newExploreEnv(t)
-	budget := exploreBudget(4*time.Second, 30*time.Second)
+	budget := exploreBudget(time.Second, 30*time.Second)
 	scs := idleScenarios()
 	for _, sc := range scs {
 		start := time.Now()

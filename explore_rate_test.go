@@ -833,7 +833,7 @@ func randomRateScenario(rng *rand.Rand) scenario {
 
 func TestExplore_rateGates(t *testing.T) {
 	env := newExploreEnv(t)
-	budget := exploreBudget(3*time.Second, 40*time.Second)
+	budget := exploreBudget(time.Second, 40*time.Second)
 	exploreScenarios(t, env, budget, rateScenarios())
 	exploreRandomPrograms(t, env, budget/2, func(seed int64, rng *rand.Rand) scenario {
 		sc := randomRateScenario(rng)

@@ -294,7 +294,7 @@ func randomRWScenario(rng *rand.Rand) scenario {
 
 func TestExplore_rwMutex(t *testing.T) {
 	env := newExploreEnv(t)
-	budget := exploreBudget(4*time.Second, 30*time.Second)
+	budget := exploreBudget(time.Second, 30*time.Second)
 	exploreScenarios(t, env, budget, rwScenarios())
 	exploreRandomPrograms(t, env, budget/2, func(seed int64, rng *rand.Rand) scenario {
 		sc := randomRWScenario(rng)

@@ -428,7 +428,7 @@ func randomWalks(t testing.TB, env *exploreEnv, seed int64, count int, until tim
 const exploreDepth = 9
 
 func TestExplore_seams(t *testing.T) {
-	exploreScenarios(t, newExploreEnv(t), exploreBudget(8*time.Second, 60*time.Second), seamScenarios())
+	exploreScenarios(t, newExploreEnv(t), exploreBudget(2*time.Second, 60*time.Second), seamScenarios())
 }
 
 // exploreScenarios gives each of scs an equal share of budget: half for
@@ -478,7 +478,7 @@ func exploreRandomPrograms(t *testing.T, env *exploreEnv, budget time.Duration, 
 
 func TestExplore_random(t *testing.T) {
 	env := newExploreEnv(t)
-	budget := exploreBudget(6*time.Second, 60*time.Second)
+	budget := exploreBudget(1500*time.Millisecond, 60*time.Second)
 	start := time.Now()
 	cx, n := randomWalks(t, env, firstSeed(t), 1<<30, start.Add(budget/2))
 	t.Logf("%d random walks in %v", n, time.Since(start).Round(time.Millisecond))
@@ -496,7 +496,7 @@ func TestExplore_weightedSteps(t *testing.T) {
 	engine.AcquireN = acquireNWith(t, "local STEP = 128\n", "local STEP = 1\n")
 	defer func() { engine.AcquireN = saved }()
 	env := newExploreEnv(t)
-	budget := exploreBudget(4*time.Second, 20*time.Second)
+	budget := exploreBudget(time.Second, 20*time.Second)
 	start := time.Now()
 	for _, sc := range seamScenarios() {
 		if !weighted(sc) {

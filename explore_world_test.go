@@ -238,13 +238,8 @@ const exploreName = "ex"
 func newRun(env *exploreEnv, sc scenario) (*run, error) {
 	m, exec := env.m, env.exec
 	m.FlushAll()
-	if _, err := exec.Do("SCRIPT", "FLUSH"); err != nil {
+	if err := loadScripts(exec); err != nil {
 		return nil, err
-	}
-	for _, s := range explorerScripts() {
-		if err := s.Load(exec); err != nil {
-			return nil, err
-		}
 	}
 	nclients := len(sc.progs)
 	w := newSimWorld(m, exec, nclients, scriptNames())
@@ -1223,6 +1218,39 @@ func explorerScripts() map[string]*engine.Script {
 		"rate_set.lua": engine.RateSet, "rate_status.lua": engine.RateStatus,
 		"election.lua": engine.Election, "election_observe.lua": engine.ElectionObserve,
 	}
+}
+
+// loadScripts loads every script the server lacks (a walk before may have
+// lost them): one SCRIPT EXISTS when none is missing, since a load costs
+// miniredis a compile.
+func loadScripts(exec redis.Conn) error {
+	var known []*engine.Script
+	args := []interface{}{"EXISTS"}
+	for _, s := range explorerScripts() {
+		if s.Hash() == "" {
+			if err := s.Load(exec); err != nil {
+				return err
+			}
+			continue
+		}
+		known = append(known, s)
+		args = append(args, s.Hash())
+	}
+	if len(known) == 0 {
+		return nil
+	}
+	there, err := redis.Ints(exec.Do("SCRIPT", args...))
+	if err != nil {
+		return err
+	}
+	for i, ok := range there {
+		if ok == 0 {
+			if err := known[i].Load(exec); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // scriptNames maps every script's SHA1 (and source) to its file, for the
