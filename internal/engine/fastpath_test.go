@@ -114,6 +114,7 @@ func diffScripts(t *testing.T, env diffEnv, file, a, b string, gen diffGen, n in
 	conn := env.pool.Get()
 	defer conn.Close()
 	rng := rand.New(rand.NewSource(seed))
+	scripts := map[[2]int]*Script{} // by source and key count: loaded once
 	for i := 0; i < n; i++ {
 		// A whole second of Redis TIME in the near future, and random µs.
 		nowMs := (time.Now().Unix()+60)*1000 + rng.Int63n(1000)
@@ -131,7 +132,11 @@ func diffScripts(t *testing.T, env diffEnv, file, a, b string, gen diffGen, n in
 			for _, c := range setup {
 				mustDo(t, conn, c[0].(string), c[1:]...)
 			}
-			script := Lua(len(keys), atTime+src)
+			script := scripts[[2]int{db, len(keys)}]
+			if script == nil {
+				script = Lua(len(keys), atTime+src)
+				scripts[[2]int{db, len(keys)}] = script
+			}
 			v, err := script.Do(conn, append(strSlice(keys), args...)...)
 			got[db] = replyString(v, err)
 			mustDo(t, conn, "DEL", diffNow)
