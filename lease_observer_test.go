@@ -90,9 +90,7 @@ func TestSemaphore_WithObserver_seesWeightedAcquisitions(t *testing.T) {
 // Failed background refreshes reach a RefreshObserver: a refresh that fails
 // on the wire (retried until the lease's local deadline, then the lease is
 // lost as expired), and one that finds the lease gone.
-func TestSemaphore_WithObserver_seesFailedAutoRefresh(t *testing.T) {
-	// Serial: it judges a refresh made in time, which the parallel
-	// tests' CPU delayed past even a TTL of seconds.
+func observerSeesFailedAutoRefresh(t *testing.T) { // run by TestLease_Refresh_inTime
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, time.Minute)
 		// Auto-refresh runs a third of the TTL in; a TTL of seconds lets a

@@ -174,9 +174,7 @@ func TestLease_Refresh_neverResurrects(t *testing.T) {
 	})
 }
 
-func TestLease_Refresh_extendsLease(t *testing.T) {
-	// Serial: it judges a refresh made in time, which the parallel
-	// tests' CPU delayed past even a TTL of seconds.
+func refreshExtendsLease(t *testing.T) { // run by TestLease_Refresh_inTime
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, time.Minute)
 		// Refreshed every 600ms on a 2s TTL: a loaded machine's late
@@ -202,9 +200,7 @@ func TestLease_Refresh_extendsLease(t *testing.T) {
 // Redisson's watchdog and etcd's sessions; WithFixedTTL makes the lease end
 // after its TTL unless refreshed by hand, and a later WithAutoRefresh
 // undoes it.
-func TestLease_Refresh_autoHoldsUntilRelease(t *testing.T) {
-	// Serial: it judges a refresh made in time, which the parallel
-	// tests' CPU delayed past even a TTL of seconds.
+func refreshAutoHoldsUntilRelease(t *testing.T) { // run by TestLease_Refresh_inTime
 	eachBackend(t, func(t *testing.T, b *backend) {
 		// Auto-refresh runs a third of the TTL in: at 2s, a loaded
 		// machine's late refresh still comes before the end (at 300ms it
@@ -282,4 +278,26 @@ func goroutinesIn(fn string) int {
 		}
 	}
 	return n
+}
+
+// TestLease_Refresh_inTime runs the tests that judge a refresh made in
+// time: beside no parallel test of the package (their CPU delayed such a
+// refresh past even a TTL of seconds), and all at once, since they mostly
+// sleep.
+func TestLease_Refresh_inTime(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		f    func(*testing.T)
+	}{
+		{"extendsLease", refreshExtendsLease},
+		{"autoHoldsUntilRelease", refreshAutoHoldsUntilRelease},
+		{"weighted", refreshWeighted},
+		{"rwLeaseContract", rwLeaseContract},
+		{"observerSeesFailedAutoRefresh", observerSeesFailedAutoRefresh},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.f(t)
+		})
+	}
 }

@@ -38,9 +38,7 @@ func TestLease_Release_weightedAfterReclaim(t *testing.T) {
 
 // Refresh extends every token of a weighted lease, or reports it lost if
 // any is lost, and then extends none.
-func TestLease_Refresh_weighted(t *testing.T) {
-	// Serial: it judges a refresh made in time, which the parallel
-	// tests' CPU delayed past even a TTL of seconds.
+func refreshWeighted(t *testing.T) { // run by TestLease_Refresh_inTime
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, time.Minute)
 		// TTLs of seconds: a loaded machine's late wake-ups cannot let the

@@ -244,9 +244,7 @@ func TestRWMutex_Lock_deadWaiterGrantIsShort(t *testing.T) {
 	})
 }
 
-func TestRWMutex_Lock_leaseContract(t *testing.T) {
-	// Serial: it judges a refresh made in time, which the parallel
-	// tests' CPU delayed past even a TTL of seconds.
+func rwLeaseContract(t *testing.T) { // run by TestLease_Refresh_inTime
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, time.Minute)
 		// TTLs of a second and more: a loaded machine's slow round trip or
