@@ -3,6 +3,7 @@ package rate
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -363,13 +364,18 @@ func TestIdleExpiry_startsASetRateGrantsKeepTheirWindow(t *testing.T) {
 		require.EqualValues(t, engine.CodeWaiting, r.Code)
 		c.advance(per / 2)
 		require.NoError(t, g.SetRate(ctx, 2, per/5)) // serves the waiter now
-		require.Equal(t, 1, b.num(t, "HEXISTS", g.q.k.holders, "g:"+acq), "the waiter was not served")
-		requireOneExpiry(t, b, g, c.now.Add(per+idle))
-		// Once the keys expire, the gate made again with the client's own
-		// rate admits nothing in the served start's window.
-		c.advance(time.Duration(requireOneExpiry(t, b, g, c.now)-c.now.UnixMilli())*time.Millisecond + time.Millisecond)
-		require.Empty(t, rateKeysOf(t, b, g))
-		_, err = g.Allow(ctx)
+		rec, err := redis.String(b.do(t, "HGET", g.q.k.holders, "g:"+acq), nil)
+		require.NoError(t, err, "the waiter was not served")
+		servedUs, err := strconv.ParseInt(strings.Fields(rec)[0], 10, 64)
 		require.NoError(t, err)
+		served := time.UnixMicro(servedUs)
+		exp := requireOneExpiry(t, b, g, served.Add(per+idle))
+		// Once the keys expire, the gate made again with the client's own
+		// rate starts after the served start's window.
+		c.advance(time.UnixMilli(exp).Sub(c.now) + time.Millisecond)
+		require.Empty(t, rateKeysOf(t, b, g))
+		again, err := g.Allow(ctx)
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, again.At.Sub(served), per, "a start in the served start's window")
 	})
 }

@@ -11,12 +11,16 @@
 --   created afresh gets), and the highest score in waits,
 -- plus the idle time; a script that is no start (rate_set.lua,
 -- rate_abort.lua) knows no client's own per, and moves exp on by as much
--- as it moved the fence (the starts it grants to waiters), if that is
--- later: exp stays as far past the last grant as the last start put it. Every script that writes calls settle_idle last, so
--- a key it creates gets the others' expiry, and a later use moves it on.
--- Nothing in a window is ever lost: the expiry is past every grant's
+-- as it moved the fence (a rate change, the starts it grants to waiters;
+-- up to 1ms more, rounded up), if that is later: exp stays at least as far
+-- past the fence as the last start put it. Every script that writes calls
+-- settle_idle last, so a key it creates gets the others' expiry, and a
+-- later use moves it on. Nothing in a window is ever lost while the
+-- clients of a gate share their limits: the expiry is past every grant's
 -- window, also under the own rate of the start that creates the gate
--- again (after a rate set at run time, with a shorter per). A live waiter
+-- again (after a rate set at run time, with a shorter per). Clients with
+-- other limits (followers of a rate set) are not covered: the last start's
+-- own per decides. A live waiter
 -- runs its script before its deadline and so moves exp on; one that does
 -- not is dead by the gate's own rule (sweep).
 
