@@ -37,18 +37,18 @@ func ExampleNew() {
 		panic(err)
 	}
 	lease.Release(ctx)
-	request.End()
 
 	// The hold's span is recorded just after the lease ends, on a goroutine
 	// of its own (as Observer.Released is).
-	for i := 0; i < 1000 && len(exp.GetSpans()) < 3; i++ {
+	for i := 0; i < 10000 && len(exp.GetSpans()) < 2; i++ {
 		time.Sleep(time.Millisecond)
 	}
+	request.End()
 	for _, s := range exp.GetSpans() {
 		fmt.Println(s.Name)
 	}
 	// Output:
 	// redsem.wait
-	// request
 	// redsem.hold
+	// request
 }
