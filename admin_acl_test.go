@@ -370,7 +370,7 @@ func runEveryOperation(t *testing.T, pool *redis.Pool, prefix string) {
 	require.Empty(t, drain(errs))
 
 	t.Log("Election: Observe, Campaign, a second Campaign waiting, Proclaim, Leader, Resign, a crashed leader's deadline")
-	el, err := NewElection(pool, "el", WithPrefix(prefix), WithTTL(200*time.Millisecond))
+	el, err := NewElection(pool, "el", WithPrefix(prefix), WithTTL(2*time.Second)) // long enough that a loaded machine keeps its leader
 	require.NoError(t, err)
 	changes := make(chan Leader, 16)
 	octx, ocancel := context.WithCancel(ctx)
