@@ -350,3 +350,68 @@ func (set *Sentinels) WaitReplicas(master *Server, n int, timeout time.Duration)
 	}
 	return fmt.Errorf("%s has not %d online replicas after %v: %s", master.Addr, n, timeout, info)
 }
+
+// WaitSynced waits until every replica master reports has acknowledged
+// master's replication offset as it stands when called: every write made
+// before the call is on them. (WAIT on a fresh connection would not do:
+// it waits only for that connection's own writes.)
+func (set *Sentinels) WaitSynced(master *Server, timeout time.Duration) error {
+	info, err := redis.String(set.do(master, "INFO", "replication"))
+	if err != nil {
+		return err
+	}
+	want, ok := replOffsets(info)["master"]
+	if !ok {
+		return fmt.Errorf("%s reports no master_repl_offset: %s", master.Addr, info)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		offsets := replOffsets(info)
+		behind := len(offsets) == 1 // no replica at all
+		for name, off := range offsets {
+			if name != "master" && off < want {
+				behind = true
+			}
+		}
+		if !behind {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s's replicas have not reached offset %d after %v: %s", master.Addr, want, timeout, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if info, err = redis.String(set.do(master, "INFO", "replication")); err != nil {
+			return err
+		}
+	}
+}
+
+// replOffsets reads INFO replication: "master" for master_repl_offset,
+// and each "slaveN" line's offset.
+func replOffsets(info string) map[string]int64 {
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		name, val, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		if name == "master_repl_offset" {
+			if n, err := strconv.ParseInt(val, 10, 64); err == nil {
+				out["master"] = n
+			}
+			continue
+		}
+		if !strings.HasPrefix(name, "slave") {
+			continue
+		}
+		for _, kv := range strings.Split(val, ",") {
+			if k, v, ok := strings.Cut(kv, "="); ok && k == "offset" {
+				if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+					out[name] = n
+				}
+			}
+		}
+	}
+	return out
+}
