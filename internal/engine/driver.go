@@ -677,5 +677,11 @@ func queueThenRun(ctx context.Context, conn redis.Conn, reg *Script, regArgs []i
 	if waitErr != nil {
 		return nil, &waitReplyErr{waitErr}
 	}
+	if err == nil && ctx.Err() != nil {
+		// Ended while the replies were read: a read under an ended
+		// context may have got them or not, so fail it either way, as
+		// above; the driver gives the grant back by id.
+		return nil, ctx.Err()
+	}
 	return v, err
 }
