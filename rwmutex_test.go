@@ -2,6 +2,7 @@ package redsem
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -241,6 +242,37 @@ func TestRWMutex_Lock_deadWaiterGrantIsShort(t *testing.T) {
 		l, err := m.Lock(ctx)
 		require.NoError(t, err, "the ghost's grant lasts about a second, not the TTL")
 		require.NoError(t, l.Release(ctx))
+	})
+}
+
+// A waiter that dies in the queue behind a holder is forgotten by the next
+// acquisition once its liveness deadline passes: it neither stays in the
+// queue nor waits there for the holder to let it in.
+func TestRWMutex_Lock_deadWaiterIsForgotten(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 30*time.Second)
+		m := newRW(t, b, "forgotten", WithGrace(0), WithTTL(time.Minute))
+		w, err := m.Lock(ctx)
+		require.NoError(t, err)
+		// A reader registers as waiting for 100 ms, then its process dies.
+		ghost := &rwSide{oneToken: oneToken{s: m.s}, mode: "r"}
+		conn := b.pool.Get()
+		r, err := ghost.First(ctx, conn, "0123456789abcdef0123456789abcdef", 100*time.Millisecond)
+		conn.Close()
+		require.NoError(t, err)
+		require.EqualValues(t, 0, r.Code)
+		st, err := m.Status(ctx)
+		require.NoError(t, err)
+		require.Len(t, st.Queue, 1)
+		require.Eventually(t, func() bool {
+			_, err := m.TryRLock(ctx) // refused behind the writer; forgets the dead
+			if !errors.Is(err, ErrNoToken) {
+				return false
+			}
+			st, err := m.Status(ctx)
+			return err == nil && len(st.Queue) == 0 && b.zcard(t, m.s.k.waits) == 0
+		}, 20*time.Second, 20*time.Millisecond, "the dead waiter is still queued")
+		require.NoError(t, w.Release(ctx))
 	})
 }
 
