@@ -179,7 +179,11 @@ func TestSemaphore_Acquire_cancelAfterTokenServed(t *testing.T) {
 func TestSemaphore_Acquire_cancellationStorm(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
-		const size, callers, calls = 2, 40, 50
+		const size, callers = 2, 40
+		calls := 50
+		if b.mini != nil && realRedisRuns() {
+			calls = 25 // the volume is real Redis's to carry; miniredis's Lua costs 3x its CPU
+		}
 		ctx := ctxT(t, 120*time.Second)
 		var timeouts, grants, unknown atomic.Int64
 		var wg sync.WaitGroup

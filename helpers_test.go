@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -95,6 +96,13 @@ func eachBackend(t *testing.T, f func(t *testing.T, b *backend)) {
 // test still runs, with budgets that fit the README's test command; CI runs
 // the long ones in a step of their own (.ci/run).
 func longRun() bool { return os.Getenv("REDSEM_LONG") == "1" }
+
+// realRedisRuns reports whether eachBackend runs its tests on a real
+// redis-server too: one is on PATH and REDSEM_BACKENDS leaves it in.
+func realRedisRuns() bool {
+	_, err := exec.LookPath("redis-server")
+	return err == nil && backendSelected("redis")
+}
 
 func backendSelected(name string) bool {
 	only := os.Getenv("REDSEM_BACKENDS")

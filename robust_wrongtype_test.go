@@ -231,7 +231,15 @@ func TestSemaphore_WrongType_writesNothing(t *testing.T) {
 				// Untouched, the state is sound and the operation works.
 				ctx := ctxT(t, 2*time.Minute)
 				require.NoError(t, op.prepare(t, b, ctx).run(ctx), op.name)
-				for _, typ := range []string{"string", "list", "hash", "set", "zset"} {
+				types := []string{"string", "list", "hash", "set", "zset"}
+				if b.mini != nil && realRedisRuns() {
+					// Real Redis runs the whole matrix, and its WRONGTYPE
+					// answers are the ones that count; miniredis, whose Lua
+					// made this test the suite's costliest, checks two
+					// types, so every key is still tried under a wrong one.
+					types = []string{"string", "hash"}
+				}
+				for _, typ := range types {
 					t.Run(typ, func(t *testing.T) {
 						b.do(t, "FLUSHALL")
 						ctx := ctxT(t, 2*time.Minute)
