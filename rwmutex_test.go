@@ -223,16 +223,7 @@ func TestRWMutex_Lock_cancelledWaitLeavesQueue(t *testing.T) {
 func TestRWMutex_Lock_deadWaiterGrantIsShort(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
-		m := newRW(t, b, "ghost", WithGrace(0), WithTTL(time.Minute))
-		w, err := m.Lock(ctx)
-		require.NoError(t, err)
-		// A reader registers as waiting, then its process dies.
-		ghost := &rwSide{oneToken: oneToken{s: m.s}, mode: "r"}
-		conn := b.pool.Get()
-		r, err := ghost.First(ctx, conn, "0123456789abcdef0123456789abcdef", 20*time.Second)
-		conn.Close()
-		require.NoError(t, err)
-		require.EqualValues(t, 0, r.Code)
+		m, w := ghostBehindWriter(t, ctx, b, "ghost", 20*time.Second)
 		require.NoError(t, w.Release(ctx)) // the ghost is granted, provisionally
 		st, err := m.Status(ctx)
 		require.NoError(t, err)
@@ -251,16 +242,7 @@ func TestRWMutex_Lock_deadWaiterGrantIsShort(t *testing.T) {
 func TestRWMutex_Lock_deadWaiterIsForgotten(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 30*time.Second)
-		m := newRW(t, b, "forgotten", WithGrace(0), WithTTL(time.Minute))
-		w, err := m.Lock(ctx)
-		require.NoError(t, err)
-		// A reader registers as waiting for 100 ms, then its process dies.
-		ghost := &rwSide{oneToken: oneToken{s: m.s}, mode: "r"}
-		conn := b.pool.Get()
-		r, err := ghost.First(ctx, conn, "0123456789abcdef0123456789abcdef", 100*time.Millisecond)
-		conn.Close()
-		require.NoError(t, err)
-		require.EqualValues(t, 0, r.Code)
+		m, w := ghostBehindWriter(t, ctx, b, "forgotten", 100*time.Millisecond)
 		st, err := m.Status(ctx)
 		require.NoError(t, err)
 		require.Len(t, st.Queue, 1)
@@ -274,6 +256,23 @@ func TestRWMutex_Lock_deadWaiterIsForgotten(t *testing.T) {
 		}, 20*time.Second, 20*time.Millisecond, "the dead waiter is still queued")
 		require.NoError(t, w.Release(ctx))
 	})
+}
+
+// ghostBehindWriter makes an RWMutex name (no grace, TTL a minute) that a
+// writer holds and a reader waits on for block, as its process would
+// before it dies.
+func ghostBehindWriter(t *testing.T, ctx context.Context, b *backend, name string, block time.Duration) (*RWMutex, *Lease) {
+	t.Helper()
+	m := newRW(t, b, name, WithGrace(0), WithTTL(time.Minute))
+	w, err := m.Lock(ctx)
+	require.NoError(t, err)
+	ghost := &rwSide{oneToken: oneToken{s: m.s}, mode: "r"}
+	conn := b.pool.Get()
+	defer conn.Close()
+	r, err := ghost.First(ctx, conn, "0123456789abcdef0123456789abcdef", block)
+	require.NoError(t, err)
+	require.EqualValues(t, 0, r.Code, "the ghost waits")
+	return m, w
 }
 
 func rwLeaseContract(t *testing.T) { // run by TestLease_Refresh_inTime
