@@ -427,10 +427,10 @@ func NewAcqID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// failed settles an acquisition whose reply was not read: the script may
-// have run and granted, or a blocking command may still be registered. With
-// the context ended everything goes back and the context's error is
-// returned. Otherwise a grant is kept (returned), and without one a
+// failed settles an acquisition whose reply was not read (or was read as
+// its context ended): the script may have run and granted, or a blocking
+// command may still be registered. With the context ended everything goes
+// back and the context's error is returned. Otherwise a grant is kept (returned), and without one a
 // *brokenWait tells Drive to start over on a fresh connection; settling
 // that fails because Redis is unreachable is tried again with backoff
 // until Redis answers or the context ends.
@@ -674,14 +674,14 @@ func queueThenRun(ctx context.Context, conn redis.Conn, reg *Script, regArgs []i
 	if noScript(err) {
 		v, err = redis.DoContext(conn, ctx, "EVAL", script.args(script.src, scriptArgs)...)
 	}
-	if waitErr != nil {
-		return nil, &waitReplyErr{waitErr}
-	}
-	if err == nil && ctx.Err() != nil {
+	if cerr := ctx.Err(); cerr != nil {
 		// Ended while the replies were read: a read under an ended
 		// context may have got them or not, so fail it either way, as
-		// above; the driver gives the grant back by id.
-		return nil, ctx.Err()
+		// above; the driver gives back by id whatever it was granted.
+		return nil, cerr
+	}
+	if waitErr != nil {
+		return nil, &waitReplyErr{waitErr}
 	}
 	return v, err
 }
