@@ -182,6 +182,50 @@ func TestSemaphore_AcquireN_holdsTheHead(t *testing.T) {
 	})
 }
 
+// A waiter behind the collector that gives up leaves the ticket where it
+// is: the collector keeps collecting and is served before the one behind.
+func TestSemaphore_AcquireN_cancelledWaiterLeavesTheTicket(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 20*time.Second)
+		s := newSem(t, b, "ticket-kept", 4)
+		hs := holdN(t, ctx, s.Acquire, 4)
+		type grant struct {
+			who string
+			l   *Lease
+			err error
+		}
+		got := make(chan grant, 3)
+		bctx, cancelB := context.WithCancel(ctx)
+		for i, w := range []struct {
+			who string
+			ctx context.Context
+			k   int
+		}{{"collector", ctx, 3}, {"leaver", bctx, 2}, {"behind", ctx, 2}} {
+			go func() {
+				l, err := s.AcquireN(w.ctx, w.k)
+				got <- grant{w.who, l, err}
+			}()
+			require.Eventually(t, func() bool { return b.zcard(t, s.k.waits) == i+1 }, 10*time.Second, 5*time.Millisecond)
+		}
+		cancelB()
+		g := <-got
+		require.Equal(t, "leaver", g.who)
+		require.ErrorIs(t, g.err, context.Canceled)
+		for _, h := range hs {
+			require.NoError(t, h.Release(ctx))
+		}
+		g = <-got
+		require.NoError(t, g.err)
+		require.Equal(t, "collector", g.who, "the first served")
+		require.NoError(t, g.l.Release(ctx))
+		g = <-got
+		require.NoError(t, g.err)
+		require.Equal(t, "behind", g.who)
+		require.NoError(t, g.l.Release(ctx))
+		requireInventory(t, s, 4, 0)
+	})
+}
+
 // Weighted requests get the collector ticket first come, first served.
 func TestSemaphore_AcquireN_ticketOrder(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
