@@ -123,7 +123,8 @@ func TestSemaphore_Acquire_cancelledWaitsShareOneBound(t *testing.T) {
 
 // FM-02: the context ends while the BLMOVE is in flight and Redis has
 // already handed the waiter a token (and, behind it, recorded the lease).
-// The client never reads it; it must give the token back.
+// The client reads the grant only once its context has ended: it must fail
+// with the context's error and give the token back.
 func TestSemaphore_Acquire_cancelAfterTokenServed(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
@@ -132,8 +133,9 @@ func TestSemaphore_Acquire_cancelAfterTokenServed(t *testing.T) {
 		require.NoError(t, err)
 
 		served := make(chan struct{})
-		hp := &hookPool{Pool: b.pool, BeforeReceive: func(wctx context.Context) {
-			// A waiter too slow to read: it reads only once its ctx is done.
+		hp := &hookPool{Pool: b.pool, ReadPastContext: true, BeforeReceive: func(wctx context.Context) {
+			// A waiter too slow to read: it reads only once its ctx is
+			// done, and gets the reply.
 			<-served
 			<-wctx.Done()
 		}}

@@ -205,7 +205,7 @@ func TestElection_observeEveryChange(t *testing.T) {
 		assert.Equal(t, want, list())
 		// Observe waits SettleWait for its leave, which goes on in the
 		// background if that is not enough (a loaded machine).
-		require.Eventually(t, func() bool { return b.zcard(t, e.s.k.base+"observers") == 0 }, 10*time.Second, time.Millisecond,
+		require.Eventually(t, func() bool { return b.zcard(t, e.s.k.base+"observers") == 0 }, 10*time.Second, 10*time.Millisecond,
 			"the observer took its registration back")
 	})
 }

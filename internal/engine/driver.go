@@ -430,10 +430,10 @@ func NewAcqID() string {
 // failed settles an acquisition whose reply was not read (or was read as
 // its context ended): the script may have run and granted, or a blocking
 // command may still be registered. With the context ended everything goes
-// back and the context's error is returned. Otherwise a grant is kept (returned), and without one a
-// *brokenWait tells Drive to start over on a fresh connection; settling
-// that fails because Redis is unreachable is tried again with backoff
-// until Redis answers or the context ends.
+// back and the context's error is returned. Otherwise a grant is kept
+// (returned), and without one a *brokenWait tells Drive to start over on a
+// fresh connection; settling that fails because Redis is unreachable is
+// tried again with backoff until Redis answers or the context ends.
 //
 // After an error reply nothing read is in doubt. A first script refuses
 // before it writes anything, so there is nothing to settle (and bad input

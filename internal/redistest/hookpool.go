@@ -23,6 +23,9 @@ type HookPool struct {
 	AfterDo func(cmd string, args []interface{}) error
 	// BeforeReceive runs before a pipelined reply is read.
 	BeforeReceive func(ctx context.Context)
+	// ReadPastContext reads a pipelined reply even once its context has
+	// ended, as redigo's ReceiveContext does or not at random.
+	ReadPastContext bool
 }
 
 // GetContext returns a connection of Pool wrapped in the hooks.
@@ -85,6 +88,9 @@ func (c *hookConn) DoWithTimeout(d time.Duration, cmd string, args ...interface{
 func (c *hookConn) ReceiveContext(ctx context.Context) (interface{}, error) {
 	if c.p.BeforeReceive != nil {
 		c.p.BeforeReceive(ctx)
+	}
+	if c.p.ReadPastContext {
+		return c.Conn.Receive()
 	}
 	return redis.ReceiveContext(c.Conn, ctx)
 }
