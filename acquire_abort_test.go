@@ -15,6 +15,7 @@ import (
 // neither removes that holder's lease ("release") nor hands it over
 // ("resolve").
 func TestSemaphore_Acquire_abortLeavesAnotherHoldersLease(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, mode := range []string{"release", "resolve"} {
 			ctx := ctxT(t, 10*time.Second)
@@ -49,6 +50,7 @@ func TestSemaphore_Acquire_abortLeavesAnotherHoldersLease(t *testing.T) {
 // expires, not at the next lease deadline: abort.lua lowers due to the
 // tombstone's expiry, as every script that sets a deadline must.
 func TestSemaphore_Acquire_abortTombstoneLowersDue(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		s := newSem(t, b, "abort-due", 1, WithTTL(time.Minute))
@@ -83,6 +85,7 @@ func TestSemaphore_Acquire_abortTombstoneLowersDue(t *testing.T) {
 // "resolve" hands the grant over as it was, token, fence and deadline,
 // and keeps it; mode "release" then gives it back.
 func TestSemaphore_Acquire_abortResolvesAGrant(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "abort-resolve", 2, WithTTL(time.Minute))

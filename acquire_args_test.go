@@ -11,6 +11,7 @@ import (
 // acquire.lua's optional arguments are left out at their defaults (each
 // costs Redis time on every call): 6 keys and 8 arguments.
 func TestSemaphore_acquireArgs_defaultsLeftOut(t *testing.T) {
+	t.Parallel()
 	s, err := NewSemaphore(newPool(t, miniredisT(t).Addr()), "arity", 2)
 	require.NoError(t, err)
 	require.Len(t, s.acquireArgs(engine.NewAcqID(), 0, "fresh"), 14)

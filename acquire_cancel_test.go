@@ -126,6 +126,7 @@ func TestSemaphore_Acquire_cancelledWaitsShareOneBound(t *testing.T) {
 // The client reads the grant only once its context has ended: it must fail
 // with the context's error and give the token back.
 func TestSemaphore_Acquire_cancelAfterTokenServed(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "cancel-served", 1)

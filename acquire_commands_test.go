@@ -23,6 +23,7 @@ import (
 // bench/instructions measure as what those commands cost unchecked, must
 // run the very same commands.
 func TestSemaphore_Acquire_uncontendedPairRunsTenCommands(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ctx := ctxT(t, 10*time.Second)
 	tenCommands := map[string]float64{"hmget": 2, "time": 1, "hset": 2, "lpop": 1, "zadd": 1, "hdel": 1, "lpush": 1, "zrem": 1}
@@ -124,6 +125,7 @@ func floorPair(t *testing.T, addr, name string) func() {
 // record, ZREM waits, HSET fence). Counted with the holder's release (4
 // commands) that hands it the token.
 func TestSemaphore_Acquire_contendedRunsTwelveCommands(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ctx := ctxT(t, 20*time.Second)
 	s, err := NewSemaphore(srv.Pool(t), "paircost-contended", 1)

@@ -19,6 +19,7 @@ import (
 // writes the fence refuses it with ErrCorrupt and writes nothing, so no two
 // grants ever share a fence (issue 11, bug 7).
 func TestSemaphore_Acquire_fenceTooLargeIsCorrupt(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, fence := range []string{"9007199254740992", "9007199254740993", "1e300", "9000000000000000"} {
 			ctx := ctxT(t, 10*time.Second)
@@ -83,6 +84,7 @@ func TestSemaphore_Acquire_fenceGrowsBelowTheBound(t *testing.T) {
 // still gives every grant a fence above the last: TIME's digits are not
 // compared with the stored fence's as strings then.
 func TestSemaphore_Acquire_fenceGrowsWithAShortClock(t *testing.T) {
+	t.Parallel()
 	m := miniredis.RunT(t)
 	b := &backend{name: "miniredis", mini: m, addr: m.Addr(), pool: newPool(t, m.Addr())}
 	ctx := ctxT(t, 10*time.Second)
@@ -135,6 +137,7 @@ func TestHandle_Check_sizeTooLargeIsCorrupt(t *testing.T) {
 // swept) behind its BLMOVE, a weighted collector's seal. Each writes its
 // fence to meta, or the next grant repeats it.
 func TestSemaphore_Acquire_fenceGrowsWithAFrozenClock(t *testing.T) {
+	t.Parallel()
 	m := miniredis.RunT(t)
 	b := &backend{name: "miniredis", mini: m, addr: m.Addr(), pool: newPool(t, m.Addr())}
 	ctx := ctxT(t, 10*time.Second)

@@ -39,6 +39,7 @@ func waitOnce(t *testing.T, ctx context.Context, b *backend, s, w *Semaphore) *L
 // its own and with shared waiting; with the Release that hands it the
 // token, two a pair, as the raw BLPOP/LPUSH pass.
 func TestSemaphore_Acquire_queuedIsOneRoundTrip(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	s := newSem(t, b, "queued-trips", 1)
@@ -65,6 +66,7 @@ func TestSemaphore_Acquire_queuedIsOneRoundTrip(t *testing.T) {
 // acquisition starts over with acquire.lua: it creates the semaphore, or
 // says the size differs. Nothing is left behind.
 func TestSemaphore_Acquire_queuedRegistrationRefused(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	s := newSem(t, b, "queued-refused", 1)
@@ -97,6 +99,7 @@ func TestSemaphore_Acquire_queuedRegistrationRefused(t *testing.T) {
 // A queued waiter blocks no longer than the earliest lease deadline Redis
 // last told it of: a holder that died is reclaimed by the waiter itself.
 func TestSemaphore_Acquire_queuedWakesForADeadHolder(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 60*time.Second)
 	s := newSem(t, b, "queued-dead", 1, WithTTL(2*time.Second), WithFixedTTL())

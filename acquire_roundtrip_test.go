@@ -64,6 +64,7 @@ func (c *countConn) DoWithTimeout(d time.Duration, cmd string, args ...interface
 // an uncontended Acquire, a TryAcquire and a Release are one each; a waiter
 // served by a Release spends one write on the fast path and one on its wait.
 func TestSemaphore_Acquire_roundTrips(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 10*time.Second)
 	cp := &countPool{Pool: b.pool}
@@ -110,6 +111,7 @@ func TestSemaphore_Acquire_roundTrips(t *testing.T) {
 // WithBlockingPool: the blocking wait runs on its own pool, the try, the
 // release and everything else on the main one.
 func TestSemaphore_WithBlockingPool_carriesTheWait(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 10*time.Second)
 	holder := newSem(t, b, "split", 1)

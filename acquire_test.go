@@ -13,6 +13,7 @@ import (
 )
 
 func TestSemaphore_Acquire_basics(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "basics", 3, WithLabel("test-holder"))
@@ -136,6 +137,7 @@ func TestSemaphore_Acquire_creationRace(t *testing.T) {
 }
 
 func TestMutex_Lock_basics(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		mu, err := NewMutex(b.pool, "mutex")

@@ -106,6 +106,7 @@ func sharedWaitFIFO(t *testing.T, pumps int) {
 // A waiter whose context ends leaves the local queue without a round trip;
 // the others keep their places.
 func TestSemaphore_Acquire_sharedWaitCancelCostsNoRoundTrip(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	holder := newSem(t, b, "leave", 1)
@@ -160,6 +161,7 @@ func TestSemaphore_Acquire_sharedWaitCancelCostsNoRoundTrip(t *testing.T) {
 // each of those must be granted: nobody who waits long enough is left
 // waiting while tokens are free, however many leave around it.
 func TestSemaphore_Acquire_sharedWaitCancellationStorm(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const size, waiters = 2, 200
 		ctx := ctxT(t, 60*time.Second)
@@ -239,6 +241,7 @@ func TestSemaphore_Acquire_sharedWaitCancellationStorm(t *testing.T) {
 // An error that ends the pump's wait reaches every waiter: here the
 // semaphore is deleted and recreated with another size under them.
 func TestSemaphore_Acquire_sharedWaitErrorReachesWaiters(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	holder := newSem(t, b, "shifting", 1, WithFixedTTL()) // its lease is dropped
@@ -290,6 +293,7 @@ func TestSemaphore_WithWaitConnections_rejectsBadValues(t *testing.T) {
 // others try plainly and queue, so none has to take a registration back
 // (about one round trip each while they wait, not two).
 func TestSemaphore_Acquire_sharedWaitBurstRegistersOnce(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	holder := newSem(t, b, "burst", 1)

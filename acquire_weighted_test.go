@@ -115,6 +115,7 @@ func TestSemaphore_AcquireN_basics(t *testing.T) {
 // All or nothing: a weighted request that times out or finds too few tokens
 // holds none afterwards, and the semaphore is exactly as before.
 func TestSemaphore_AcquireN_allOrNothing(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "all-or-nothing", 4)
@@ -147,6 +148,7 @@ func TestSemaphore_AcquireN_allOrNothing(t *testing.T) {
 // Head of the queue: once a weighted request holds a token, released tokens
 // go to it, and a single-permit Acquire that came later waits behind it.
 func TestSemaphore_AcquireN_holdsTheHead(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "head", 3)
@@ -185,6 +187,7 @@ func TestSemaphore_AcquireN_holdsTheHead(t *testing.T) {
 // A waiter behind the collector that gives up leaves the ticket where it
 // is: the collector keeps collecting and is served before the one behind.
 func TestSemaphore_AcquireN_cancelledWaiterLeavesTheTicket(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		s := newSem(t, b, "ticket-kept", 4)
@@ -228,6 +231,7 @@ func TestSemaphore_AcquireN_cancelledWaiterLeavesTheTicket(t *testing.T) {
 
 // Weighted requests get the collector ticket first come, first served.
 func TestSemaphore_AcquireN_ticketOrder(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "ticket-order", 4)
@@ -318,8 +322,11 @@ func TestSemaphore_AcquireN_cancelReturnsTokensAtOnce(t *testing.T) {
 // a granted lease that abort_n.lua settles in mode "release" (as it does a
 // grant whose reply was lost).
 func TestSemaphore_AcquireN_manyTokensComeBackOnce(t *testing.T) {
-	// Serial: beside the parallel tests, the 2100-token collection on
-	// miniredis did not reach its last token within 90 s.
+	if !alone(t) {
+		return
+	}
+	// Alone: beside the parallel tests in one process, the 2100-token
+	// collection on miniredis did not reach its last token within 90 s.
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 2*time.Minute)
 		const size = 2100
@@ -362,6 +369,7 @@ func TestSemaphore_AcquireN_manyTokensComeBackOnce(t *testing.T) {
 // script and vanishes) loses its tokens and the ticket within one block plus
 // the grace: the next weighted request takes over.
 func TestSemaphore_AcquireN_crashedCollector(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		const grace = 100 * time.Millisecond
@@ -423,6 +431,7 @@ func TestSemaphore_AcquireN_crashedCollector(t *testing.T) {
 // No starvation: a stream of single-permit acquirers keeps a size-4
 // semaphore busy; a request for 3 still completes within a bound.
 func TestSemaphore_AcquireN_notStarved(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		const size, workers = 4, 8
@@ -494,6 +503,7 @@ func TestSemaphore_AcquireN_notStarved(t *testing.T) {
 // Two weighted requests that together want more than the size never
 // deadlock, with or without single-permit traffic around them.
 func TestSemaphore_AcquireN_noDeadlock(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		const size, rounds = 4, 15
@@ -706,6 +716,9 @@ func freezeCollector(t *testing.T, ctx context.Context, b *backend, s *Semaphore
 // a weighted request around, Acquire callers get the tokens. How soon, in
 // Redis time: TestSemaphore_AcquireN_deadCollectorHandOnInRedisTime.
 func TestSemaphore_AcquireN_deadCollectorHandsOn(t *testing.T) {
+	if !alone(t) {
+		return
+	}
 	b := realRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	s := newSem(t, b, "dead-collector", 4)
@@ -750,6 +763,7 @@ func TestSemaphore_AcquireN_deadCollectorHandsOn(t *testing.T) {
 // release went to C meanwhile, whose registration had not lapsed yet), an
 // Acquire waiter sweeps C's partial lease and is granted its token.
 func TestSemaphore_AcquireN_deadCollectorHandOnInRedisTime(t *testing.T) {
+	t.Parallel()
 	for _, weighted := range []bool{true, false} {
 		m := miniredis.RunT(t)
 		b := &backend{name: "miniredis", mini: m, addr: m.Addr(), pool: newPool(t, m.Addr())}
@@ -827,6 +841,7 @@ func TestSemaphore_AcquireN_deadCollectorHandOnInRedisTime(t *testing.T) {
 // lapse. This is what made the faults test's kills take 2s (its TTL) now
 // and then: the release landed between its Status and its kill -9.
 func TestSemaphore_AcquireN_collectorSealsWithoutItsClient(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		const ttl = 2 * time.Second
@@ -884,6 +899,9 @@ func acquireNWith(t testing.TB, from, to string) *engine.Script {
 // (PARTIAL_MS, an hour; 3s here) keeps them: the collector pushes them
 // forward as it checks in, and the token it took first is granted.
 func TestSemaphore_AcquireN_partialLeasesOutliveTheirBackstop(t *testing.T) {
+	if !alone(t) {
+		return
+	}
 	saved := engine.AcquireN
 	engine.AcquireN = acquireNWith(t, "local PARTIAL_MS = 3600000\n", "local PARTIAL_MS = 3000\n")
 	defer func() { engine.AcquireN = saved }()

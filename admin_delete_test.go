@@ -40,6 +40,7 @@ func TestHandle_Delete_basics(t *testing.T) {
 
 // Delete removes the weighted queue and doorbells too.
 func TestHandle_Delete_removesWeightedKeys(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		s := newSem(t, b, "del-weighted", 2)

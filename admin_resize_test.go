@@ -44,6 +44,7 @@ func takeAll(t testing.TB, ctx context.Context, s *Semaphore) map[int]*Lease {
 }
 
 func TestHandle_Resize_validatesAndCreates(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "made", 4)
@@ -121,6 +122,7 @@ func TestHandle_Resize_staleAndAdoptingClients(t *testing.T) {
 // The waiters' blocks end by the holder's deadline (DefaultTTL, 30s); ctx
 // ends before that, so a waiter served only after its block fails the test.
 func TestHandle_Resize_growWakesWaiters(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, DefaultTTL*2/3)
 		s := newSem(t, b, "grow", 1, WithAdoptSize())
@@ -265,6 +267,7 @@ func TestHandle_Resize_shrinkRetiresHeldTokens(t *testing.T) {
 // exceed the new size once they have drained to it, no token is lost, and
 // the drain's bookkeeping in meta goes with it.
 func TestHandle_Resize_shrinkDrainsStrictly(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		s := newSem(t, b, "drain", 4, WithAdoptSize(), WithTTL(300*time.Millisecond), WithFixedTTL())
@@ -316,6 +319,7 @@ func TestHandle_Resize_shrinkDrainsStrictly(t *testing.T) {
 // earlier shrink retired it: that token comes back valid instead, and no
 // duplicate appears.
 func TestHandle_Resize_growSkipsTokensStillOut(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "regrow", 3, WithAdoptSize())

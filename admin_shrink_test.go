@@ -62,6 +62,7 @@ func blockedClients(t *testing.T, b *backend) int {
 // hold; it is withheld until the retired leases are back (issue 11, bug 1).
 // A pending token the shrink retired is dropped, and counts in nothing.
 func TestHandle_Resize_shrinkWithholdsAPendingToken(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, moved := range []int{1, 3} {
 			ctx := ctxT(t, 20*time.Second)
@@ -124,6 +125,7 @@ func TestHandle_Resize_shrinkWithholdsAPendingToken(t *testing.T) {
 // its pending list does not become one of its partial leases while more
 // than the new size hold.
 func TestHandle_Resize_shrinkWithholdsACollectorsPendingToken(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		s := newSem(t, b, "shrink-collector", 4, WithTTL(time.Minute), WithAdoptSize())
@@ -172,6 +174,7 @@ func TestHandle_Resize_shrinkWithholdsACollectorsPendingToken(t *testing.T) {
 // collector (which would make it one more holder above the new size): it is
 // withheld like any other. (Guards the route in release.lua.)
 func TestHandle_Resize_shrinkDoesNotRouteToACollector(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		s := newSem(t, b, "shrink-route", 4, WithTTL(time.Minute), WithAdoptSize())
@@ -305,6 +308,7 @@ func TestHandle_Resize_negativeWithheldCountReadsAsNone(t *testing.T) {
 // (found by the explorer, "random seed 736, defaults"). Both kinds of
 // acquisition drop it.
 func TestHandle_Resize_shrinkDropsACopyOfAWithheldToken(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "shrink-copy", 2, WithTTL(time.Minute), WithAdoptSize())
@@ -323,6 +327,7 @@ func TestHandle_Resize_shrinkDropsACopyOfAWithheldToken(t *testing.T) {
 }
 
 func TestHandle_Resize_shrinkDropsACopyOfAWithheldTokenWeighted(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "shrink-copy-n", 3, WithTTL(time.Minute), WithAdoptSize())

@@ -183,6 +183,7 @@ func TestElection_killedCampaignerAndObserver(t *testing.T) {
 // Observers learn that nobody leads within one TTL, with no campaign to tell
 // them.
 func TestElection_cutOffLeaderEndsBeforeTheNextLeads(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	const ttl = 300 * time.Millisecond
@@ -229,6 +230,7 @@ func (f *fencedResource) write(term int64) bool {
 // context ends, observers report that nobody leads, and the next leader's
 // term is above the lost one's.
 func TestElection_redisRestart(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	const ttl = 500 * time.Millisecond
@@ -254,6 +256,7 @@ func TestElection_redisRestart(t *testing.T) {
 // Nobody polls: with a leader, a campaigner and an observer waiting, Redis
 // runs no command until something changes.
 func TestElection_idleWaitersSendNothing(t *testing.T) {
+	t.Parallel()
 	b := realRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	e := newElection(t, b.pool, "idle")

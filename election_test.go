@@ -264,9 +264,12 @@ func nameKeys(t testing.TB, b *backend, base string) []string {
 	return out
 }
 
-// A Campaign granted as its context ends gives the seat back. Not in
-// parallel: the failpoint is the process's.
+// A Campaign granted as its context ends gives the seat back. Alone: the
+// failpoint is the process's.
 func TestElection_campaignContextEndsAtGrant(t *testing.T) {
+	if !alone(t) {
+		return
+	}
 	for _, b := range []*backend{{name: "miniredis", mini: miniredisT(t)}, realRedis(t)} {
 		if b.mini != nil {
 			b.addr = b.mini.Addr()
@@ -295,6 +298,7 @@ func TestElection_campaignContextEndsAtGrant(t *testing.T) {
 
 // The options that cannot apply are refused, and so is a value too long.
 func TestElection_refusedArguments(t *testing.T) {
+	t.Parallel()
 	m := miniredisT(t)
 	p := newPool(t, m.Addr())
 	for _, o := range []Option{WithFixedTTL(), WithAdoptSize(), WithIdleExpiry(time.Second)} {
@@ -362,6 +366,7 @@ func TestElection_observeFarBehind(t *testing.T) {
 // Election, behind its pump) at once: it leads while the resigned
 // leadership's TTL of an hour has barely begun, with a greater term.
 func TestElection_resignWakesACampaignerOfTheSameProcess(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 30*time.Second)
 		e := newElection(t, b.pool, "local", WithTTL(time.Hour))

@@ -199,6 +199,9 @@ func exploreEach(t *testing.T, env *exploreEnv, scs []scenario, random func(rng 
 // shared waiting among goroutines of one process, auto-refresh, the default
 // TTL.
 func TestExplore_defaults(t *testing.T) {
+	if !alone(t) {
+		return
+	}
 	exploreSeen = seenCounts{}
 	exploreEach(t, newExploreEnv(t), defaultsScenarios(), func(rng *rand.Rand, seed int64) scenario {
 		sc := inProcesses(withDefaults(randomScenario(rng)), seed)
@@ -212,6 +215,9 @@ func TestExplore_defaults(t *testing.T) {
 // TestExplore_defaultsRW explores the read-write lock with the default
 // options: auto-refresh, the default TTL.
 func TestExplore_defaultsRW(t *testing.T) {
+	if !alone(t) {
+		return
+	}
 	exploreSeen = seenCounts{}
 	scs := []scenario{rwFirst(scenario{
 		name:  "rw: auto-refresh of a reader beside a user's Refresh, a writer waiting, connections dropping",

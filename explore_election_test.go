@@ -591,6 +591,9 @@ func randomElectionScenario(rng *rand.Rand, seed int64) scenario {
 }
 
 func TestExplore_elections(t *testing.T) {
+	if !alone(t) {
+		return
+	}
 	env := newExploreEnv(t)
 	budget := exploreBudget(1500*time.Millisecond, 40*time.Second)
 	exploreScenarios(t, env, budget, electionScenarios())
@@ -606,6 +609,9 @@ func TestExplore_elections(t *testing.T) {
 // one scenario (the same every run) to find it, through the invariant the
 // case names.
 func TestExplorer_catchesBrokenElection(t *testing.T) {
+	if !alone(t) {
+		return
+	}
 	for _, c := range []struct {
 		name     string
 		plant    func(t *testing.T) (undo func())

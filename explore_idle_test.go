@@ -39,6 +39,9 @@ func idleScenarios() []scenario {
 // WithIdleExpiry: the keys' expiry is one of the steps (time passes to it),
 // and every invariant must hold, fences across a recreation included.
 func TestExplore_idleExpiry(t *testing.T) {
+	if !alone(t) {
+		return
+	}
 	env := newExploreEnv(t)
 	budget := exploreBudget(time.Second, 30*time.Second)
 	scs := idleScenarios()
@@ -80,6 +83,9 @@ func TestExplore_idleExpiry(t *testing.T) {
 // release then leaves a token list without a semaphore, which the next
 // creation refuses as corrupt.
 func TestExplorer_catchesMissingPersist(t *testing.T) {
+	if !alone(t) {
+		return
+	}
 	src := engine.Source("acquire.lua")
 	for _, cut := range []string{"  if exp then", "idle_setting(idle)\nwake()\n"} {
 		require.Contains(t, src, cut)

@@ -832,6 +832,9 @@ func randomRateScenario(rng *rand.Rand) scenario {
 }
 
 func TestExplore_rateGates(t *testing.T) {
+	if !alone(t) {
+		return
+	}
 	env := newExploreEnv(t)
 	budget := exploreBudget(time.Second, 40*time.Second)
 	exploreScenarios(t, env, budget, rateScenarios())
@@ -868,6 +871,9 @@ var rateRegressions = []struct {
 }
 
 func TestExplore_rateRegressions(t *testing.T) {
+	if !alone(t) {
+		return
+	}
 	env := newExploreEnv(t)
 	for _, rg := range rateRegressions {
 		sc := randomRateScenario(rand.New(rand.NewSource(rg.seed)))
@@ -903,6 +909,9 @@ func rateScriptWith(t testing.TB, file, old, new string) *engine.Script {
 // same every run) to find it, through the invariant the case names, within
 // a few schedules; the depth-first search must find the first one too.
 func TestExplorer_catchesBrokenRateGate(t *testing.T) {
+	if !alone(t) {
+		return
+	}
 	for i, c := range []struct {
 		name, old, new string
 		scenario       int // in rateScenarios
@@ -953,6 +962,9 @@ func TestExplorer_catchesBrokenRateGate(t *testing.T) {
 // left behind), is found in seeded random schedules of the idle scenario,
 // or in the schedule of a random program (seed) that found it.
 func TestExplorer_catchesBrokenRateIdleExpiry(t *testing.T) {
+	if !alone(t) {
+		return
+	}
 	const idleScenario = 7
 	require.Positive(t, rateScenarios()[idleScenario].idle)
 	for _, c := range []struct {

@@ -293,6 +293,9 @@ func randomRWScenario(rng *rand.Rand) scenario {
 }
 
 func TestExplore_rwMutex(t *testing.T) {
+	if !alone(t) {
+		return
+	}
 	env := newExploreEnv(t)
 	budget := exploreBudget(time.Second, 30*time.Second)
 	exploreScenarios(t, env, budget, rwScenarios())
@@ -309,6 +312,9 @@ func TestExplore_rwMutex(t *testing.T) {
 // under REDSEM_LONG=1 the depth-first search must find it too (after some
 // 600 schedules, 20 s on a 2-core machine).
 func TestExplorer_catchesBrokenRWLock(t *testing.T) {
+	if !alone(t) {
+		return
+	}
 	src := engine.Source("rw_acquire.lua")
 	const guard = "(mode == 'r' or not any_lease())"
 	require.Contains(t, src, guard)

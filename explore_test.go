@@ -428,6 +428,9 @@ func randomWalks(t testing.TB, env *exploreEnv, seed int64, count int, until tim
 const exploreDepth = 9
 
 func TestExplore_seams(t *testing.T) {
+	if !alone(t) {
+		return
+	}
 	exploreScenarios(t, newExploreEnv(t), exploreBudget(2*time.Second, 60*time.Second), seamScenarios())
 }
 
@@ -477,6 +480,9 @@ func exploreRandomPrograms(t *testing.T, env *exploreEnv, budget time.Duration, 
 }
 
 func TestExplore_random(t *testing.T) {
+	if !alone(t) {
+		return
+	}
 	env := newExploreEnv(t)
 	budget := exploreBudget(1500*time.Millisecond, 60*time.Second)
 	start := time.Now()
@@ -492,6 +498,9 @@ func TestExplore_random(t *testing.T) {
 // explorer's small requests pass through every state a large one does,
 // partial leases taken over several runs and a grant sealed over several.
 func TestExplore_weightedSteps(t *testing.T) {
+	if !alone(t) {
+		return
+	}
 	saved := engine.AcquireN
 	engine.AcquireN = acquireNWith(t, "local STEP = 128\n", "local STEP = 1\n")
 	defer func() { engine.AcquireN = saved }()
@@ -618,6 +627,9 @@ func seamScenario(t testing.TB, name string) scenario {
 }
 
 func TestExplore_regressions(t *testing.T) {
+	if !alone(t) {
+		return
+	}
 	env := newExploreEnv(t)
 	for _, rg := range exploreRegressions {
 		sc := seamScenario(t, rg.scenario)
@@ -636,6 +648,9 @@ var exploreOld embed.FS
 // that cannot fail: with an old bug brought back (the old refresh.lua), or
 // a promise broken in a copy of a script, it finds it.
 func TestExplorer_catchesReintroducedBugs(t *testing.T) {
+	if !alone(t) {
+		return
+	}
 	t.Run("refresh leaves due late", func(t *testing.T) {
 		old, err := exploreOld.ReadFile("testdata/explore/refresh_due_unchanged.lua")
 		require.NoError(t, err)

@@ -1,10 +1,12 @@
 package redsem
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -29,6 +31,43 @@ func TestMain(m *testing.M) {
 		_ = flag.Set("test.parallel", strconv.Itoa(max(8, runtime.GOMAXPROCS(0))))
 	}
 	goleak.VerifyTestMain(m)
+}
+
+// alone runs the calling test by itself, in a child process of the test
+// binary, and reports the child's outcome as its own; in that child it
+// returns true and the test goes on. It is for the tests that swap what the
+// whole process shares (engine.Clk, the scripts, failpoints) or judge a
+// timer against the clock: in a process of their own they need not run
+// serially, holding up every other test, and no parallel test of this
+// package shares their Go scheduler. Call it first:
+//
+//	if !alone(t) {
+//		return
+//	}
+func alone(t *testing.T) bool {
+	t.Helper()
+	if os.Getenv("REDSEM_ALONE") == t.Name() {
+		return true
+	}
+	t.Parallel()
+	args := []string{"-test.run=^" + regexp.QuoteMeta(t.Name()) + "$", "-test.count=1", "-test.v"}
+	if d, ok := t.Deadline(); ok {
+		args = append(args, "-test.timeout="+(time.Until(d)*9/10).Round(time.Second).String())
+	}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "REDSEM_ALONE="+t.Name())
+	out, err := cmd.CombinedOutput()
+	switch {
+	case err != nil:
+		t.Fatalf("%s, in a process of its own: %v\n%s", t.Name(), err, out)
+	case bytes.Contains(out, []byte("--- SKIP: "+t.Name()+" ")):
+		t.Skipf("skipped in a process of its own:\n%s", out)
+	case !bytes.Contains(out, []byte("--- PASS: "+t.Name()+" ")):
+		t.Fatalf("%s did not run in a process of its own:\n%s", t.Name(), out)
+	case testing.Verbose():
+		t.Logf("in a process of its own:\n%s", out)
+	}
+	return false
 }
 
 func flagSet(name string) bool {

@@ -20,6 +20,7 @@ import (
 // them) must not turn the next call into a bare EOF. Each call either
 // succeeds or gives its lease-level answer, while Redis is reachable.
 func TestEveryPooledConnectionKilled(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	pool := &redis.Pool{
 		MaxIdle: 8,

@@ -57,6 +57,7 @@ func (r *recorder) count(ev string) (int, []error) {
 // Weighted acquisitions reach the observer like any other: grants, refusals,
 // bad input, and the end of the lease.
 func TestSemaphore_WithObserver_seesWeightedAcquisitions(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		var c admin.Counters

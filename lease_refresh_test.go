@@ -68,6 +68,9 @@ func TestLease_Refresh_shorterTTLIsReclaimedInTime(t *testing.T) {
 // gap open; the hook is process-wide, so the backends run one after the
 // other.)
 func TestLease_Refresh_inTheGapOfAnother(t *testing.T) {
+	if !alone(t) {
+		return
+	}
 	for _, name := range []string{"miniredis", "redis"} {
 		t.Run(name, func(t *testing.T) {
 			var b *backend
@@ -156,6 +159,7 @@ func TestLease_Refresh_shorterTTLWithAWaiterBlocked(t *testing.T) {
 // FM-09 on the server: refresh.lua refuses a lease whose server deadline has
 // passed even when the client still believes in it.
 func TestLease_Refresh_neverResurrects(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "resurrect", 1, WithTTL(time.Minute))
@@ -247,6 +251,7 @@ func refreshAutoHoldsUntilRelease(t *testing.T) { // run by TestLease_Refresh_in
 // many leases (a large semaphore, AcquireN's callers) runs no goroutine for
 // each until a refresh is due.
 func TestLease_Refresh_autoCostsNoGoroutinePerLease(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		const n = 300
@@ -281,10 +286,13 @@ func goroutinesIn(fn string) int {
 }
 
 // TestLease_Refresh_inTime runs the tests that judge a refresh made in
-// time: beside no parallel test of the package (their CPU delayed such a
-// refresh past even a TTL of seconds), and all at once, since they mostly
-// sleep.
+// time: alone, in a process of their own (beside the package's parallel
+// tests in one process, their CPU delayed such a refresh past even a TTL of
+// seconds), and all at once, since they mostly sleep.
 func TestLease_Refresh_inTime(t *testing.T) {
+	if !alone(t) {
+		return
+	}
 	for _, c := range []struct {
 		name string
 		f    func(*testing.T)

@@ -97,6 +97,7 @@ func TestLease_Release_whoseEpochCheckFailsEndsTheLease(t *testing.T) {
 // Once a lease has ended, Err says why and keeps saying it: a later
 // Release does not rewrite it, and it agrees with the Context's cause.
 func TestLease_Err_ofAnEndedLeaseStays(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		s := newSem(t, b, "err-stays", 1, WithFixedTTL(), WithTTL(200*time.Millisecond))

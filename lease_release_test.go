@@ -47,6 +47,7 @@ func TestLease_Release_afterRestartWithoutPersistenceIsLost(t *testing.T) {
 // release must still give the token back instead of failing with ctx's
 // error and leaving the slot held until the TTL.
 func TestLease_Release_withEndedContextFreesTheSlot(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		s := newSem(t, b, "release-ended", 1)
 		for _, end := range []string{"cancelled", "deadline passed"} {
@@ -74,6 +75,7 @@ func TestLease_Release_withEndedContextFreesTheSlot(t *testing.T) {
 // are back, the next release drops the field, the semaphore is whole again
 // and its keys are what they were before the shrink.
 func TestLease_Release_fastPathAfterShrink(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "fast-after-shrink", 3, WithAdoptSize(), WithFixedTTL())

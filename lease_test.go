@@ -12,6 +12,7 @@ import (
 // token is reclaimed and handed on; its late Release and Refresh fail with
 // ErrLeaseLost and push nothing.
 func TestLease_Valid_stalledHolderLosesLease(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "stall", 1, WithTTL(150*time.Millisecond), WithFixedTTL())
@@ -44,6 +45,7 @@ func TestLease_Valid_stalledHolderLosesLease(t *testing.T) {
 // is an hour off from the server's still gets a local deadline one TTL
 // ahead on its own clock, and expiry follows the server's clock.
 func TestLease_Deadline_serverClockDecidesExpiry(t *testing.T) {
+	t.Parallel()
 	b := &backend{name: "miniredis"}
 	eachBackend := func(f func()) { f() }
 	eachBackend(func() {

@@ -17,6 +17,7 @@ import (
 // A weighted lease whose TTL passed and whose tokens were reclaimed: Release
 // reports ErrLeaseLost and pushes nothing.
 func TestLease_Release_weightedAfterReclaim(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "lost-n", 3, WithTTL(150*time.Millisecond), WithFixedTTL())
@@ -97,6 +98,7 @@ func refreshWeighted(t *testing.T) { // run by TestLease_Refresh_inTime
 // release.lua; when some of its tokens were reclaimed, the rest still go
 // back and Release reports the lease lost.
 func TestLease_Release_largeLeaseInChunks(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 30*time.Second)
 		const size = 2*releaseChunk + 50
@@ -128,6 +130,7 @@ func TestLease_Release_largeLeaseInChunks(t *testing.T) {
 // this side already (its first run's tokens may be another's by then), and
 // a second Release goes on with the tokens not given back yet.
 func TestLease_Release_halfDoneEndsTheLease(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 30*time.Second)
 		const size = 300
@@ -195,6 +198,7 @@ func TestLease_Release_ofUnknownOutcomeEndsTheLease(t *testing.T) {
 // refresh.lua, each extending its share: afterwards every token's server
 // deadline is the new one, and the local deadline moved up with them.
 func TestLease_Refresh_largeLeaseInRuns(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 30*time.Second)
 		const size = 2*refreshChunk + 50
@@ -224,6 +228,7 @@ func TestLease_Refresh_largeLeaseInRuns(t *testing.T) {
 // those an earlier run extended included: they do not stay held one more
 // TTL.
 func TestLease_Refresh_lostHalfWayGivesBack(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 30*time.Second)
 		const size = 2*refreshChunk + 50
@@ -248,6 +253,7 @@ func TestLease_Refresh_lostHalfWayGivesBack(t *testing.T) {
 // no further run, and gives back the tokens Redis still records for it (the
 // first run extended part of them by a new TTL).
 func TestLease_Refresh_endedBetweenRunsExtendsNoMore(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 30*time.Second)
 		const size = 2*refreshChunk + 50
@@ -283,6 +289,7 @@ func TestLease_Refresh_endedBetweenRunsExtendsNoMore(t *testing.T) {
 // runs' deadlines, not the first run's: a later run's Redis TIME may be
 // behind (a clock stepped back, another node after a failover).
 func TestLease_Refresh_runsTakeTheEarliestDeadline(t *testing.T) {
+	t.Parallel()
 	m := miniredis.RunT(t)
 	b := &backend{name: "miniredis", mini: m, addr: m.Addr(), pool: newPool(t, m.Addr())}
 	ctx := ctxT(t, 30*time.Second)

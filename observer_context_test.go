@@ -177,6 +177,7 @@ func goroutineID() uint64 {
 // acquisition runs under the caller's context, not WaitStarted's (here a
 // cancelled one).
 func TestContextObserver_orderAndCallersContext(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := &sequencer{started: make(chan uint64, 4)}

@@ -41,6 +41,7 @@ func tagKeys(t *testing.T, b *backend, s *Semaphore) []string {
 // time, and Check then reports it as not existing; until then Status shows
 // how long it has left.
 func TestSemaphore_WithIdleExpiry_leavesNoKeys(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "idle-once", 3, WithIdleExpiry(idleTime))
@@ -72,6 +73,7 @@ func TestSemaphore_WithIdleExpiry_leavesNoKeys(t *testing.T) {
 // the next acquisition writes it back, so the release after it still sets
 // the expiry and the keys still go.
 func TestSemaphore_WithIdleExpiry_afterHoldersLost(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "idle-holders-lost", 2, WithIdleExpiry(idleTime))
@@ -95,6 +97,7 @@ func TestSemaphore_WithIdleExpiry_afterHoldersLost(t *testing.T) {
 // held, waited on, collected for by a weighted request, or draining after a
 // shrink. Once it is idle again, its keys expire.
 func TestSemaphore_WithIdleExpiry_neverWhileInUse(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		s := newSem(t, b, "idle-busy", 3, WithIdleExpiry(idleTime), WithTTL(10*time.Second))
@@ -166,6 +169,7 @@ func TestSemaphore_WithIdleExpiry_neverWhileInUse(t *testing.T) {
 // Fences keep increasing across an expiry: the semaphore created again
 // takes them from Redis TIME in µs, past every fence of the old epoch.
 func TestSemaphore_WithIdleExpiry_fencesIncrease(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "idle-fence", 2, WithIdleExpiry(idleTime))
@@ -192,6 +196,7 @@ func TestSemaphore_WithIdleExpiry_fencesIncrease(t *testing.T) {
 
 // A weighted lease and an aborted acquisition leave the semaphore idle too.
 func TestSemaphore_WithIdleExpiry_afterWeightedAndAbort(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "idle-n", 3, WithIdleExpiry(idleTime))
@@ -214,6 +219,7 @@ func TestSemaphore_WithIdleExpiry_afterWeightedAndAbort(t *testing.T) {
 }
 
 func TestSemaphore_WithIdleExpiry_validates(t *testing.T) {
+	t.Parallel()
 	m := miniredisT(t)
 	p := newPool(t, m.Addr())
 	for _, d := range []time.Duration{-time.Second, time.Millisecond, minIdleExpiry - 1, MaxTTL + 1} {
@@ -230,6 +236,7 @@ func TestSemaphore_WithIdleExpiry_validates(t *testing.T) {
 // expiry is set again on every key (found by the explorer: the new list
 // outlived meta). A resize that creates the semaphore leaves it idle.
 func TestSemaphore_WithIdleExpiry_afterResizeAndRepair(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "idle-resize", 2, WithIdleExpiry(idleTime), WithAdoptSize())
@@ -258,6 +265,7 @@ func TestSemaphore_WithIdleExpiry_afterResizeAndRepair(t *testing.T) {
 // writes again outlives the others (found by the explorer: the token list,
 // pushed back without a TTL, outlived meta).
 func TestSemaphore_WithIdleExpiry_wrongTypeLeavesKeysTogether(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "idle-wt", 1, WithIdleExpiry(idleTime))
@@ -287,6 +295,7 @@ func TestSemaphore_WithIdleExpiry_wrongTypeLeavesKeysTogether(t *testing.T) {
 // one-token fast release skipped the expiry while holders still had the
 // shrink's "slow" flag.)
 func TestSemaphore_WithIdleExpiry_afterAShrinkDrains(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, releaseFirst := range []bool{false, true} {
 			ctx := ctxT(t, 10*time.Second)
@@ -317,6 +326,7 @@ func TestSemaphore_WithIdleExpiry_afterAShrinkDrains(t *testing.T) {
 // client that closed while blocked, so a BLMOVE left behind would still
 // take the released token there (Redis drops it with the client).
 func TestSemaphore_WithIdleExpiry_withATombstoneInWaits(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		s := newSem(t, b, "idle-tomb", 1, WithIdleExpiry(idleTime))
@@ -368,6 +378,7 @@ func TestSemaphore_WithIdleExpiry_withATombstoneInWaits(t *testing.T) {
 // the idle expiry in place: the run took it off while it looked, and puts
 // it back.
 func TestSemaphore_WithIdleExpiry_lateWeightedRunKeepsIt(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "late-weighted-idle", 300, WithIdleExpiry(time.Minute))

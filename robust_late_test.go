@@ -35,6 +35,7 @@ func lateWaiter(t *testing.T, b *backend, s *Semaphore) string {
 }
 
 func TestSemaphore_Acquire_sweptWaiterLeavesATombstone(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		s := newSem(t, b, "late-tomb", 1, WithTTL(300*time.Millisecond), WithGrace(0), WithFixedTTL())
 		acq := lateWaiter(t, b, s)
@@ -53,6 +54,7 @@ func TestSemaphore_Acquire_sweptWaiterLeavesATombstone(t *testing.T) {
 // A late BLMOVE followed by its lease script: the script sees the
 // tombstone, gives the token back and grants nothing.
 func TestSemaphore_Acquire_lateWaitScriptGrantsNothing(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		s := newSem(t, b, "late-script", 1, WithTTL(300*time.Millisecond), WithGrace(0), WithFixedTTL())
@@ -77,6 +79,7 @@ func TestSemaphore_Acquire_lateWaitScriptGrantsNothing(t *testing.T) {
 // Redis TIME by a minute, so it runs on miniredis (the tombstone's presence
 // and life on a real redis-server are checked above).
 func TestSemaphore_Acquire_lateBlmoveTokenComesBack(t *testing.T) {
+	t.Parallel()
 	m := miniredis.RunT(t)
 	b := &backend{name: "miniredis", mini: m, addr: m.Addr(), pool: newPool(t, m.Addr())}
 	{

@@ -71,6 +71,7 @@ func TestLease_Release_lostReplyRetry(t *testing.T) {
 // back after the wait's block time plus the grace, with no one calling
 // Reclaim: the next Acquire sweeps it.
 func TestSemaphore_Acquire_strandedPendingTokenReturns(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "stranded", 1, WithGrace(100*time.Millisecond))
@@ -111,6 +112,7 @@ func TestSemaphore_Acquire_strandedPendingTokenReturns(t *testing.T) {
 // waiter gets it, and the frozen waiter, once it runs again, never uses the
 // stale grant: it gives it back and waits on.
 func TestSemaphore_Acquire_frozenWaiterNeverUsesStaleGrant(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		const ttl = 300 * time.Millisecond
@@ -162,6 +164,7 @@ func TestSemaphore_Acquire_frozenWaiterNeverUsesStaleGrant(t *testing.T) {
 // in Redis. The waiters wake at the earliest lease deadline, reclaim the
 // tokens themselves and acquire, with no Reclaim call and no daemon.
 func TestSemaphore_Acquire_waitersReclaimAbandonedLeases(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		const ttl, size, waiters = 300 * time.Millisecond, 2, 4
@@ -251,6 +254,7 @@ func TestSemaphore_Acquire_forgedTokensNeverGrantExtra(t *testing.T) {
 // pipelined EVALSHA fails and falls back to EVAL with the token still in its
 // pending list.
 func TestSemaphore_Acquire_scriptFlushWhileBlocked(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "flush", 1)
@@ -365,6 +369,7 @@ func TestSemaphore_AcquireN_lostGrantReplyIsResolved(t *testing.T) {
 // A weighted waiter blocked while the script cache is flushed: the script
 // queued behind its wait answers NOSCRIPT and is run again with EVAL.
 func TestSemaphore_AcquireN_scriptFlushWhileBlocked(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "flush-n", 2)
@@ -394,6 +399,7 @@ func TestSemaphore_AcquireN_scriptFlushWhileBlocked(t *testing.T) {
 // (a later grant by acquire.lua does not raise it, a sweep sets it to the
 // next one), so the next TryAcquire sweeps. miniredis with its clock set.
 func TestSemaphore_Acquire_reclaimsEachLapsedLeaseInTime(t *testing.T) {
+	t.Parallel()
 	m := miniredis.RunT(t)
 	b := &backend{name: "miniredis", mini: m, addr: m.Addr(), pool: newPool(t, m.Addr())}
 	ctx := ctxT(t, 10*time.Second)
@@ -448,6 +454,7 @@ func TestSemaphore_Acquire_residueWithoutMetaIsCorrupt(t *testing.T) {
 // collector's pending list by its BLMOVE (here a copy of a held token), is
 // dropped, never collected: no grant includes a token someone else holds.
 func TestSemaphore_AcquireN_forgedTokensNeverGrantExtra(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "forged-n", 2)

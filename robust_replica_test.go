@@ -29,6 +29,7 @@ func (p *switchPool) GetContext(ctx context.Context) (redis.Conn, error) {
 // find nothing to do, write nothing, and Redis runs them on the replica
 // without a word.
 func TestLease_Release_onAReplicaIsNotALostLease(t *testing.T) {
+	t.Parallel()
 	master := redistest.Start(t)
 	empty := redistest.Start(t)
 	replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(empty.Port))

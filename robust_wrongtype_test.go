@@ -334,6 +334,7 @@ func mapErr(err error, mapping func(string, error) error, op string) error {
 // Bad input: a semaphore key overwritten with another type surfaces as
 // ErrWrongType from every operation, with nothing written or lost.
 func TestSemaphore_WrongType_keys(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		s := newSem(t, b, "typed", 2)

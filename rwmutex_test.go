@@ -170,6 +170,7 @@ func writes(q []admin.RWWaiter) []bool {
 // the waiters themselves: one that is never reclaimed fails granted when
 // ctx ends.
 func TestRWMutex_Lock_waitersReclaimAbandonedLeases(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		const ttl = 300 * time.Millisecond
@@ -192,6 +193,7 @@ func TestRWMutex_Lock_waitersReclaimAbandonedLeases(t *testing.T) {
 // A wait whose context ends leaves the queue at once and lets in whoever it
 // held up.
 func TestRWMutex_Lock_cancelledWaitLeavesQueue(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		m := newRW(t, b, "cancel")
@@ -221,6 +223,7 @@ func TestRWMutex_Lock_cancelledWaitLeavesQueue(t *testing.T) {
 // A waiter that dies in the queue and is then let in holds the lock only
 // for the short grant a waiter's own script has to confirm, not one TTL.
 func TestRWMutex_Lock_deadWaiterGrantIsShort(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		m, w := ghostBehindWriter(t, ctx, b, "ghost", 20*time.Second)
@@ -240,6 +243,7 @@ func TestRWMutex_Lock_deadWaiterGrantIsShort(t *testing.T) {
 // acquisition once its liveness deadline passes: it neither stays in the
 // queue nor waits there for the holder to let it in.
 func TestRWMutex_Lock_deadWaiterIsForgotten(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 30*time.Second)
 		m, w := ghostBehindWriter(t, ctx, b, "forgotten", 100*time.Millisecond)
@@ -315,6 +319,7 @@ func rwLeaseContract(t *testing.T) { // run by TestLease_Refresh_inTime
 }
 
 func TestRWMutex_New_options(t *testing.T) {
+	t.Parallel()
 	m := miniredisT(t)
 	p := newPool(t, m.Addr())
 	_, err := NewRWMutex(p, "x", WithAdoptSize())
@@ -375,6 +380,7 @@ func TestRWMutex_Lock_fenceTooLargeIsCorrupt(t *testing.T) {
 // after a lost reply) reports the lease as it is, deadline included, and
 // does not extend it.
 func TestRWMutex_Lock_confirmedGrantResolvesAsItIs(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		m := newRW(t, b, "rw-confirmed")

@@ -45,6 +45,7 @@ func TestSemaphore_New_oddNames(t *testing.T) {
 // implement the other's unexported method. The table lists every option of
 // both packages.
 func TestSemaphore_Options_typedPerPackage(t *testing.T) {
+	t.Parallel()
 	pool := &redis.Pool{}
 	semOption := reflect.TypeOf((*Option)(nil)).Elem()
 	rateOption := reflect.TypeOf((*rate.Option)(nil)).Elem()
@@ -67,6 +68,7 @@ func TestSemaphore_Options_typedPerPackage(t *testing.T) {
 }
 
 func TestSemaphore_New_rejectsBadInput(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		cases := []struct {
 			name string
@@ -110,6 +112,7 @@ func TestSemaphore_New_rejectsBadInput(t *testing.T) {
 // any I/O: with 1-2ms every grant was already invalid on arrival and
 // TryAcquire spun on Redis for ever.
 func TestSemaphore_WithTTL_tooShortIsRefused(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		for _, ttl := range []time.Duration{time.Millisecond, 2 * time.Millisecond, MinTTL - time.Microsecond} {

@@ -51,6 +51,7 @@ func freeNow(ctx context.Context, t testing.TB, g *Gate, limit int) int {
 }
 
 func TestRateGateBadInput(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, c := range []struct {
 			n    int
@@ -117,6 +118,7 @@ func TestRateGateBadInput(t *testing.T) {
 }
 
 func TestRateGateAllowAndRetryAfter(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		// An hour: no start comes back while this part runs, however slow
@@ -197,6 +199,7 @@ func (f *fixedWindow) allow() (bool, error) {
 // part asserts the sliding-window limit and that the first start came back,
 // not how many Allows a burst got (a slow burst straddles a token's return).
 func TestRateGateCheckerCatchesFixedWindowBurst(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const n = 5
 		per := 200 * time.Millisecond
@@ -361,6 +364,7 @@ func (h *helperRun) starts(n int) (grants, seen []time.Time, errs []string) {
 // on 2 shared cores) the clients fall behind the gate, which says nothing
 // about the gate. bench/ measures throughput (`cd bench && go run . -only rate`).
 func TestRateGateProcessesSlidingWindow(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const n, procs, workers, target = 8, 3, 6, 7 * 8
 		per := 200 * time.Millisecond
@@ -443,6 +447,7 @@ func TestRateGateProcessesSlidingWindow(t *testing.T) {
 // build beside CPU hogs reached 4% of the rate), and bench/ is where
 // throughput is measured.
 func TestRateGateThroughput64(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const n, workers, target = 20, 64, 5 * 20
 		per := 250 * time.Millisecond
@@ -507,6 +512,7 @@ func TestRateGateThroughput64(t *testing.T) {
 // back per after it was taken. A waiter that dies while it keeps time for
 // the queue does not stall the others for long.
 func TestRateGateCrashedClientLosesNothing(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const n = 4
 		per := 300 * time.Millisecond
@@ -578,6 +584,7 @@ func sortTimes(ts []time.Time) {
 // Cancelled waiters lose nothing: many waiters give up, some right as tokens
 // come back; afterwards every token is free again and the queue is empty.
 func TestRateGateCancelledWaitersLoseNothing(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const n = 3
 		per := 200 * time.Millisecond
@@ -642,6 +649,7 @@ func TestRateGateCancelledWaitersLoseNothing(t *testing.T) {
 // A grant whose reply is lost while the caller's context ends is given back:
 // the caller never started, so the gate does not count it.
 func TestRateGateLostGrantOfCancelledWaiterIsGivenBack(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 5*time.Second)
 		// The hook loses the reply of EVALSHA: the script must be loaded, or
@@ -695,6 +703,7 @@ func TestRateGateLostGrantOfCancelledWaiterIsGivenBack(t *testing.T) {
 
 // Waiters are served first come, first served.
 func TestRateGateFIFO(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		per := 150 * time.Millisecond
 		ctx := ctxT(t, 10*time.Second)
@@ -732,6 +741,7 @@ func TestRateGateFIFO(t *testing.T) {
 // without a record (a stranger's) goes at the next start, counted in
 // Rejected.
 func TestRateGateForgetsEndedGrants(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		g := newGate(t, b, "forget", 2, 100*time.Millisecond)
@@ -762,6 +772,7 @@ func TestRateGateForgetsEndedGrants(t *testing.T) {
 // its units: a start that needs it to leave is told to retry per from now,
 // not at once.
 func TestRateGateRecordlessEntryCountsForPer(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		g := newGate(t, b, "recordless", 2, time.Hour)
@@ -784,6 +795,7 @@ func TestRateGateRecordlessEntryCountsForPer(t *testing.T) {
 // head); the others sleep on their doorbells, waking every max(per, 1s)
 // to notice a head that died.
 func TestRateGateQueueHasOneHead(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		g := newGate(t, b, "one-head", 1, 500*time.Millisecond)
@@ -809,6 +821,7 @@ func TestRateGateQueueHasOneHead(t *testing.T) {
 // grant moves the log and the sums down (Lua numbers are exact to 2^53),
 // and the window holds what it held.
 func TestRateGateRebasesItsSums(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		g := newGate(t, b, "rebase", 3, time.Hour)

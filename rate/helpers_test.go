@@ -2,7 +2,10 @@ package rate
 
 import (
 	"context"
+	"flag"
 	"os"
+	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -22,7 +25,20 @@ func TestMain(m *testing.M) {
 		// while its Waits settle in the background: not a leak check.
 		os.Exit(m.Run())
 	}
+	// The parallel tests mostly wait (on a per, a TTL, a blocked
+	// command), each on servers of its own: unless -parallel says
+	// otherwise, run more of them at once than one per core.
+	flag.Parse()
+	if !flagSet("test.parallel") {
+		_ = flag.Set("test.parallel", strconv.Itoa(max(8, runtime.GOMAXPROCS(0))))
+	}
 	goleak.VerifyTestMain(m)
+}
+
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // backend is a Redis a gate test runs against: miniredis in process (mini

@@ -66,6 +66,7 @@ func (c *clock) advance(d time.Duration) {
 }
 
 func TestIdleExpiry_badInput(t *testing.T) {
+	t.Parallel()
 	for _, d := range []time.Duration{-time.Second, time.Millisecond, 99 * time.Millisecond, MaxPer + time.Second} {
 		_, err := New(noPool{}, "api", 1, time.Second, WithIdleExpiry(d))
 		require.ErrorIs(t, err, ErrInvalidOption, "%v", d)
@@ -81,6 +82,7 @@ func TestIdleExpiry_badInput(t *testing.T) {
 // idle time, and no key of the name is left after it; the next start
 // creates the gate again, with a later grant time.
 func TestIdleExpiry_keysGoOnceIdle(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, time.Minute)
 		per, idle := slowWindow(b), 100*time.Millisecond
@@ -118,6 +120,7 @@ func TestIdleExpiry_keysGoOnceIdle(t *testing.T) {
 // registered, keeps every key, however long the idle time has passed since
 // the last start; the waiter then gets its start within the gate's rule.
 func TestIdleExpiry_gateInUseKeepsItsKeys(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, time.Minute)
 		per, idle := slowWindow(b), 100*time.Millisecond
@@ -190,6 +193,7 @@ func onlyWaiter(t testing.TB, b *backend, g *Gate) string {
 // milliseconds never finds a gate whose keys went while its last start was
 // in the window: no two starts are closer than per, as without the expiry.
 func TestIdleExpiry_busyGateKeepsItsWindow(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, time.Minute)
 		const per = 300 * time.Millisecond
@@ -215,6 +219,7 @@ func TestIdleExpiry_busyGateKeepsItsWindow(t *testing.T) {
 // TTL, and a start without it turns off the expiry another client's start
 // set (the last start's setting applies).
 func TestIdleExpiry_offByDefault(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, time.Minute)
 		plain := newGate(t, b, "mixed", 5, time.Second)
@@ -245,6 +250,7 @@ func TestIdleExpiry_offByDefault(t *testing.T) {
 // time and moves the expiry with its change; once the keys expire the rate
 // set is gone, and the next start creates the gate with its own rate.
 func TestIdleExpiry_setRateLastsWhileInUse(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, time.Minute)
 		const per, idle = 200 * time.Millisecond, 100 * time.Millisecond
@@ -284,6 +290,7 @@ func (noPool) GetContext(context.Context) (redis.Conn, error) { panic("no I/O ex
 // grants it can no longer see as taken, as any longer per does: nothing is
 // admitted until the new window has left them behind.
 func TestIdleExpiry_longerPerAfterExpiryCountsTheOldGrants(t *testing.T) {
+	t.Parallel()
 	// On miniredis alone: the steps need a clock that stands still.
 	eachBackend(t, func(t *testing.T, b *backend) {
 		if b.mini == nil {
@@ -314,6 +321,7 @@ func TestIdleExpiry_longerPerAfterExpiryCountsTheOldGrants(t *testing.T) {
 // waits key that expires with the tombstone; the gate made next keeps
 // waits for as long as it lives (no TTL without the option).
 func TestIdleExpiry_tombstoneWithoutGate(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, time.Minute)
 		g := newGate(t, b, "ghost", 1, time.Second)
@@ -346,6 +354,7 @@ func TestIdleExpiry_tombstoneWithoutGate(t *testing.T) {
 // window plus the idle time: a client that creates the gate again once the
 // keys expire follows its own rate, and must still see that start.
 func TestIdleExpiry_startsASetRateGrantsKeepTheirWindow(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, time.Minute)
 		const per, idle = time.Second, 100 * time.Millisecond

@@ -51,6 +51,7 @@ func (tr *tracer) WaitEnded(ctx context.Context, fence int64, err error) context
 // A gate's starts reach an Observer with WaitStarted and WaitEnded, kind
 // "rate", with the caller's context, granted or refused.
 func TestObserver_context(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := context.WithValue(ctxT(t, 10*time.Second), callerKey{}, 1)
 		tr := &tracer{}

@@ -15,6 +15,7 @@ import (
 )
 
 func TestQuotaBadInput(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, c := range []struct {
 			limits []Limit
@@ -44,6 +45,7 @@ func TestQuotaBadInput(t *testing.T) {
 // A start takes from every limit or from none: refused by one limit, it
 // takes nothing of the others.
 func TestQuotaTakesFromAllOrNone(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		q, err := NewQuota(b.pool, "llm", []Limit{{N: 3, Per: time.Hour}, {N: 100, Per: time.Hour}})
@@ -82,6 +84,7 @@ func TestQuotaTakesFromAllOrNone(t *testing.T) {
 // Waiters of a quota of two limits with different windows: every start
 // holds to both, checked by the sliding-window checker on each limit.
 func TestQuotaWaitNHoldsEveryLimit(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 30*time.Second)
 		req := Limit{N: 5, Per: 100 * time.Millisecond}
@@ -137,6 +140,7 @@ func TestQuotaWaitNHoldsEveryLimit(t *testing.T) {
 // A weighted grant whose reply is lost while the caller's context ends is
 // given back, every unit of every limit.
 func TestLostWeightedGrantIsGivenBack(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		wctx, cancel := context.WithCancel(ctx)
@@ -174,6 +178,7 @@ func TestLostWeightedGrantIsGivenBack(t *testing.T) {
 // Giving back a lost grant that others were granted after keeps their
 // windows: the running sums of the later grants move down.
 func TestGivenBackGrantKeepsLaterOnes(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		g := newGate(t, b, "refund", 10, time.Hour)
@@ -206,6 +211,7 @@ func TestGivenBackGrantKeepsLaterOnes(t *testing.T) {
 // start: the old window counts as full until per after its last grant, and
 // the old keys go.
 func TestUpgradeFromTokenLayout(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		per := 300 * time.Millisecond
@@ -240,6 +246,7 @@ func TestUpgradeFromTokenLayout(t *testing.T) {
 
 // A limit is written without Go's trailing zero units, as rate set takes it.
 func TestLimit_String(t *testing.T) {
+	t.Parallel()
 	for l, want := range map[Limit]string{
 		{10, time.Minute}: "10 per 1m", {3, time.Hour}: "3 per 1h", {7, 90 * time.Second}: "7 per 1m30s",
 		{1, 90 * time.Minute}: "1 per 1h30m", {5, time.Second}: "5 per 1s", {20, 250 * time.Millisecond}: "20 per 250ms",

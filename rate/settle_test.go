@@ -62,6 +62,7 @@ func TestRateGateCancelledWaitDoesNotOutliveContext(t *testing.T) {
 // while Allow refused everyone behind it. (Found by the protocol explorer,
 // "random rate seed 11832".)
 func TestRateGate_givenBackStartRetimesTheHead(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		g := newGate(t, b, "retime", 2, time.Minute)

@@ -28,6 +28,7 @@ func requireAllFree(t *testing.T, ctx context.Context, sem *redsem.Semaphore) {
 // flight and at most n starts per interval; a cancelled wait or a refused
 // AllowHolding holds nothing.
 func TestHoldingKeepsInFlightAndRate(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const inflight, n = 2, 4
 		per := 200 * time.Millisecond
@@ -113,6 +114,7 @@ func TestHoldingKeepsInFlightAndRate(t *testing.T) {
 // A rate gate and a Semaphore of the same name are two things: they share
 // the hash tag (one cluster slot) but no key.
 func TestGateAndSemaphoreOfOneNameShareNoKey(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 5*time.Second)
 		rg := newGate(t, b, "partner", 2, time.Minute)

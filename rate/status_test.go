@@ -13,6 +13,7 @@ import (
 
 // A blocked Wait counts as waiting in the gate's status until it leaves.
 func TestStatusCountsWaiters(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		gate := newGate(t, b, "slow", 1, time.Hour)
@@ -65,6 +66,7 @@ func TestStatusCountsWaiters(t *testing.T) {
 // Units whose window has passed but that no script has let go yet are
 // available: Status says what the next AllowN can take, no more, no less.
 func TestStatusAvailableCountsDueUnits(t *testing.T) {
+	t.Parallel()
 	m := miniredis.RunT(t)
 	b := &backend{name: "miniredis", addr: m.Addr(), mini: m}
 	b.pool = &redis.Pool{Dial: func() (redis.Conn, error) { return redis.Dial("tcp", m.Addr()) }}

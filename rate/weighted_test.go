@@ -16,6 +16,7 @@ import (
 // as many units fit again: at the end of the window of the grant whose
 // leaving frees enough.
 func TestAllowNRetryAfterIsExact(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		per := time.Hour // nothing leaves the window while this runs
@@ -51,6 +52,7 @@ func TestAllowNRetryAfterIsExact(t *testing.T) {
 // A start larger than the whole quota fails at once with ErrTooLarge and
 // writes nothing; bad unit counts fail before any I/O.
 func TestTooLargeFailsAtOnce(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		g := newGate(t, b, "big", 10, time.Hour)
@@ -80,6 +82,7 @@ func TestTooLargeFailsAtOnce(t *testing.T) {
 // behind it, though units come back one at a time and each would fit a
 // small one.
 func TestWaitNLargeHeadIsNotOvertaken(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const n = 6
 		per := 400 * time.Millisecond
@@ -132,6 +135,7 @@ func TestWaitNLargeHeadIsNotOvertaken(t *testing.T) {
 // A waiter whose request a lowered rate can never admit fails at once with
 // ErrTooLarge; a raised rate wakes a waiter at once.
 func TestSetRateRetimesWaiters(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
 		g := newGate(t, b, "retime", 10, time.Hour)
@@ -182,6 +186,7 @@ func TestSetRateRetimesWaiters(t *testing.T) {
 // Until SetRate writes the rate, a client that disagrees is refused; after,
 // every client follows the stored rate, whatever it was made with.
 func TestSetRateIsAdoptedByEveryClient(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		made := newGate(t, b, "adopt", 3, time.Hour)
@@ -217,6 +222,7 @@ func TestSetRateIsAdoptedByEveryClient(t *testing.T) {
 
 // SetRate on a gate nobody used creates it, already set.
 func TestSetRateCreates(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		g := newGate(t, b, "fresh", 3, time.Hour)
@@ -240,6 +246,7 @@ func TestSetRateCreates(t *testing.T) {
 // rate in force at its grant time over that rate's window (CheckWindows),
 // and the starts go on across every change.
 func TestSetRateRuleHoldsAcrossChanges(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 60*time.Second)
 		first := Limit{N: 12, Per: 200 * time.Millisecond}
@@ -306,6 +313,7 @@ func TestSetRateRuleHoldsAcrossChanges(t *testing.T) {
 // lengthened to 10 per second holds about 50 units in the new window, so it
 // admits nothing until the grants before the change are a second old.
 func TestSetRateLongerPerCountsForgottenGrants(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 30*time.Second)
 		old := Limit{N: 10, Per: 100 * time.Millisecond}
@@ -367,6 +375,7 @@ func TestSetRateLongerPerCountsForgottenGrants(t *testing.T) {
 // A gate younger than the old per has forgotten nothing: lengthening per
 // keeps admitting what the new window has room for.
 func TestSetRateLongerPerOnYoungGate(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		g := newGate(t, b, "young", 10, time.Minute)
@@ -385,6 +394,7 @@ func TestSetRateLongerPerOnYoungGate(t *testing.T) {
 // so that nothing is admitted until it leaves (h + per), as if the
 // forgotten grants had taken the new n.
 func TestSetRateLongerPerThenMoreStillCountsForgottenGrants(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		g := newGate(t, b, "longer-then-more", 2, 100*time.Millisecond)
@@ -405,6 +415,7 @@ func TestSetRateLongerPerThenMoreStillCountsForgottenGrants(t *testing.T) {
 // A change that does not lengthen per (n alone, or a shorter per) makes up
 // no forgotten grants: an empty window admits the new n at once.
 func TestSetRateNotLongerMakesUpNothing(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
 		g := newGate(t, b, "not-longer", 2, 100*time.Millisecond)

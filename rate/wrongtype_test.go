@@ -75,6 +75,7 @@ func gateOps() []gateOp {
 }
 
 func TestWrongTypeWritesNothing(t *testing.T) {
+	t.Parallel()
 	types := []string{"hash", "hash", "list", "zset", "zset", "zset", "zset", "zset", "list"}
 	roles := []string{"meta", "holders", "queue", "waits", "log1", "log2", "log3", "log4", "inbox"}
 	eachBackend(t, func(t *testing.T, b *backend) {
