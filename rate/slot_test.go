@@ -90,10 +90,10 @@ func TestHoldingKeepsInFlightAndRate(t *testing.T) {
 			_, err := spent.Allow(ctx)
 			require.NoError(t, err)
 		}
+		l, err := sem.Acquire(ctx)
+		require.NoError(t, err)
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
 		defer cancel()
-		l, err := sem.Acquire(cctx)
-		require.NoError(t, err)
 		_, err = spent.WaitHolding(cctx, l)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.ErrorIs(t, l.Err(), redsem.ErrReleased, "the slot was given back")
