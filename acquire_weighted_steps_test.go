@@ -2,6 +2,7 @@ package redsem
 
 import (
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -215,18 +216,40 @@ func TestSemaphore_TryAcquireN_leavesNoDoorbell(t *testing.T) {
 		ctx := ctxT(t, 30*time.Second)
 		const size = 300
 		if b.mini != nil {
-			// The try's ticket lives a second of server time; the 172
-			// acquisitions and releases below take about that on miniredis
-			// under -race beside other tests.
+			// The try's ticket lives a second of server time after its
+			// last run; the 172 acquisitions and releases below take
+			// about that on miniredis under -race beside other tests.
 			b.mini.SetTime(time.Now())
 		}
 		s := newSem(t, b, "try-bell", size)
 		acq, run := tryRuns(t, b, s, size)
 		r := run("fresh")
 		require.Equal(t, int64(modeMore), r.Mode)
-		singles := holdN(t, ctx, s.TryAcquire, size-tryStep)
-		for _, h := range singles {
-			require.NoError(t, h.Release(ctx)) // each goes to the try
+		// Four clients at once, so that on real Redis too a loaded machine
+		// takes well under that second (a try cannot check in meanwhile:
+		// with every other token held, it would give up).
+		var wg sync.WaitGroup
+		errs := make(chan error, size)
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range (size - tryStep) / 4 {
+					h, err := s.TryAcquire(ctx)
+					if err == nil {
+						err = h.Release(ctx) // goes to the try
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
 		}
 		require.Equal(t, 1, b.llen(t, s.k.bell(acq)), "rung by the release that completed it")
 		ttl, err := redis.Int(b.do(t, "PTTL", s.k.bell(acq)), nil)
