@@ -85,7 +85,10 @@ func TestWaitNLargeHeadIsNotOvertaken(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const n = 6
-		per := 400 * time.Millisecond
+		// Long enough that no unit comes back before the four waiters
+		// queue, however loaded the machine: then the large one would go
+		// at once, before the queue the test waits for forms.
+		per := 2 * time.Second
 		ctx := ctxT(t, 20*time.Second)
 		g := newGate(t, b, "fifo-n", n, per)
 		// Fill the window with starts of one unit, 20ms apart: they leave it
