@@ -149,8 +149,8 @@ func TestSemaphore_TryAcquireN_largeGivesUpHalfWay(t *testing.T) {
 		if b.mini != nil {
 			// The try's ticket lapses a second of server time after its
 			// last run; under -race beside other tests the 100
-			// acquisitions between two runs took more on miniredis (on
-			// real Redis they run on four clients at once).
+			// acquisitions between two runs took more on miniredis (they
+			// run on four clients at once, for real Redis's sake).
 			b.mini.SetTime(time.Now())
 		}
 		s := newSem(t, b, "try-gives-up", size)

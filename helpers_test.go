@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"regexp"
@@ -31,7 +33,16 @@ func TestMain(m *testing.M) {
 	if !flagSet("test.parallel") {
 		_ = flag.Set("test.parallel", strconv.Itoa(max(8, runtime.GOMAXPROCS(0))))
 	}
-	goleak.VerifyTestMain(m)
+	if os.Getenv("REDSEM_ALONE") != "" {
+		// A test's own process (alone): it ends with its parent, whose
+		// pipe on its stdin then reaches EOF.
+		go func() {
+			_, _ = io.Copy(io.Discard, os.Stdin)
+			fmt.Fprintln(os.Stderr, "the parent test process ended")
+			os.Exit(2)
+		}()
+	}
+	goleak.VerifyTestMain(m, goleak.IgnoreCurrent())
 }
 
 // alone runs the calling test by itself, in a child process of the test
@@ -40,24 +51,64 @@ func TestMain(m *testing.M) {
 // whole process shares (engine.Clk, the scripts, failpoints) or judge a
 // timer against the clock: in a process of their own they need not run
 // serially, holding up every other test, and no parallel test of this
-// package shares their Go scheduler. Call it first:
+// package shares their Go scheduler. Call it first, in a top-level test:
 //
 //	if !alone(t) {
 //		return
 //	}
+//
+// The child gets -short, -skip and the subtest part of -run; it exits when
+// the parent dies (its stdin, a pipe the parent holds, reaches EOF).
 func alone(t *testing.T) bool {
 	t.Helper()
 	if os.Getenv("REDSEM_ALONE") == t.Name() {
 		return true
 	}
-	t.Parallel()
-	args := []string{"-test.run=^" + regexp.QuoteMeta(t.Name()) + "$", "-test.count=1", "-test.v"}
-	if d, ok := t.Deadline(); ok {
-		args = append(args, "-test.timeout="+(time.Until(d)*9/10).Round(time.Second).String())
+	if strings.Contains(t.Name(), "/") {
+		t.Fatal("alone is for top-level tests")
 	}
+	t.Parallel()
+	run := "^" + regexp.QuoteMeta(t.Name()) + "$"
+	if f := flag.Lookup("test.run"); f != nil {
+		if _, sub, ok := strings.Cut(f.Value.String(), "/"); ok {
+			run += "/" + sub
+		}
+	}
+	args := []string{"-test.run=" + run, "-test.count=1", "-test.v"}
+	for _, name := range []string{"test.short", "test.skip"} {
+		if f := flag.Lookup(name); f != nil && flagSet(name) {
+			args = append(args, "-"+name+"="+f.Value.String())
+		}
+	}
+	if d, ok := t.Deadline(); ok {
+		args = append(args, "-test.timeout="+max(time.Until(d)*9/10, time.Second).Round(time.Second).String())
+	}
+	stdin, keep, err := os.Pipe()
+	require.NoError(t, err)
+	defer stdin.Close()
+	defer keep.Close()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "REDSEM_ALONE="+t.Name())
+	cmd.Stdin = stdin
+	// Say so while it runs, as a test of this process would by its output
+	// (a harness may take a minute of silence for a hang).
+	start, done, ticked := time.Now(), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ticked)
+		tick := time.NewTicker(15 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				t.Logf("running in a process of its own for %v", time.Since(start).Round(time.Second))
+			case <-done:
+				return
+			}
+		}
+	}()
 	out, err := cmd.CombinedOutput()
+	close(done)
+	<-ticked
 	switch {
 	case err != nil:
 		t.Fatalf("%s, in a process of its own: %v\n%s", t.Name(), err, out)

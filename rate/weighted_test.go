@@ -86,8 +86,8 @@ func TestWaitNLargeHeadIsNotOvertaken(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const n = 6
 		// Long enough that no unit comes back before the four waiters
-		// queue, however loaded the machine: then the large one would go
-		// at once, before the queue the test waits for forms.
+		// queue (a loaded machine took more than 400 ms): then the large
+		// one would go at once, before the queue the test waits for forms.
 		per := 2 * time.Second
 		ctx := ctxT(t, 20*time.Second)
 		g := newGate(t, b, "fifo-n", n, per)
