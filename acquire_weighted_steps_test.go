@@ -2,7 +2,6 @@ package redsem
 
 import (
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -145,14 +144,11 @@ func TestSemaphore_TryAcquireN_largeGivesUpHalfWay(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 30*time.Second)
-		const size = 300
-		if b.mini != nil {
-			// The try's ticket lapses a second of server time after its
-			// last run; under -race beside other tests the 100
-			// acquisitions between two runs took more on miniredis (they
-			// run on four clients at once, for real Redis's sake).
-			b.mini.SetTime(time.Now())
-		}
+		// One run takes tryStep; two tokens are left for the next. The
+		// test's steps between two runs are few: the try's ticket lapses a
+		// second after its last run (a loaded machine took that for a
+		// hundred acquisitions).
+		const size = tryStep + 2
 		s := newSem(t, b, "try-gives-up", size)
 		_, run := tryRuns(t, b, s, size)
 		r := run("fresh")
@@ -165,12 +161,13 @@ func TestSemaphore_TryAcquireN_largeGivesUpHalfWay(t *testing.T) {
 		o := other("fresh")
 		assert.Equal(t, [3]int64{engine.CodeWaiting, 0, 0}, [3]int64{o.Code, int64(o.Block), o.Mode},
 			"refused, not now, and nothing to wait for")
-		singles := holdNAtOnce(t, ctx, s.TryAcquire, 100)
+		single, err := s.TryAcquire(ctx) // one of the two left
+		require.NoError(t, err)
 
 		r = run("more")
 		assert.Equal(t, int64(engine.CodeWaiting), r.Code)
 		assert.Equal(t, int64(0), r.Mode, "refused")
-		requireInventory(t, s, size-100, 100)
+		requireInventory(t, s, size-1, 1)
 		assert.Equal(t, 0, extraKeys(t, b, s))
 		assert.Equal(t, 0, b.zcard(t, s.k.waits), "the refused try's registration went with it")
 
@@ -178,9 +175,7 @@ func TestSemaphore_TryAcquireN_largeGivesUpHalfWay(t *testing.T) {
 		l, err := s.TryAcquireN(ctx, 2)
 		require.NoError(t, err)
 		require.NoError(t, l.Release(ctx))
-		for _, h := range singles {
-			require.NoError(t, h.Release(ctx))
-		}
+		require.NoError(t, single.Release(ctx))
 		requireInventory(t, s, size, 0)
 
 		// Through the API: with a single holder, a try of all is refused
@@ -215,42 +210,18 @@ func TestSemaphore_TryAcquireN_leavesNoDoorbell(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 30*time.Second)
-		const size = 300
-		if b.mini != nil {
-			// The try's ticket lives a second of server time after its
-			// last run; the 172 acquisitions and releases below take
-			// about that on miniredis under -race beside other tests.
-			b.mini.SetTime(time.Now())
-		}
+		// One run takes tryStep, two releases bring the rest; the steps
+		// between two runs are few, as the try's ticket lapses a second
+		// after its last run (a loaded machine took that for 172
+		// acquisitions and releases).
+		const size = tryStep + 2
 		s := newSem(t, b, "try-bell", size)
 		acq, run := tryRuns(t, b, s, size)
 		r := run("fresh")
 		require.Equal(t, int64(modeMore), r.Mode)
-		// Four clients at once, so that on real Redis too a loaded machine
-		// takes well under that second (a try cannot check in meanwhile:
-		// with every other token held, it would give up).
-		var wg sync.WaitGroup
-		errs := make(chan error, size)
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range (size - tryStep) / 4 {
-					h, err := s.TryAcquire(ctx)
-					if err == nil {
-						err = h.Release(ctx) // goes to the try
-					}
-					if err != nil {
-						errs <- err
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			require.NoError(t, err)
+		singles := holdN(t, ctx, s.TryAcquire, size-tryStep)
+		for _, h := range singles {
+			require.NoError(t, h.Release(ctx)) // each goes to the try
 		}
 		require.Equal(t, 1, b.llen(t, s.k.bell(acq)), "rung by the release that completed it")
 		ttl, err := redis.Int(b.do(t, "PTTL", s.k.bell(acq)), nil)

@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -333,39 +332,6 @@ func holdN(t testing.TB, ctx context.Context, acquire func(context.Context) (*Le
 		l, err := acquire(ctx)
 		require.NoError(t, err)
 		ls = append(ls, l)
-	}
-	return ls
-}
-
-// holdNAtOnce is holdN on four goroutines at once, in no order: for a test
-// whose clock runs between two steps (a try's ticket lives a second after
-// its last run), so that a loaded machine takes a quarter of the time.
-func holdNAtOnce(t testing.TB, ctx context.Context, acquire func(context.Context) (*Lease, error), n int) []*Lease {
-	t.Helper()
-	var mu sync.Mutex
-	var ls []*Lease
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for c := 0; c < 4; c++ {
-		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			for i := c; i < n; i += 4 {
-				l, err := acquire(ctx)
-				if err != nil {
-					errs <- err
-					return
-				}
-				mu.Lock()
-				ls = append(ls, l)
-				mu.Unlock()
-			}
-		}(c)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
 	}
 	return ls
 }
