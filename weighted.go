@@ -114,11 +114,10 @@ func parseAcquireNReply(v interface{}, err error) (engine.Reply, error) {
 		return r, err
 	}
 	switch {
-	case r.Code == engine.CodeGranted && len(vals) >= 5:
-		_, err = redis.Scan(vals[1:4], &r.Fence, &r.DeadlineMs, &r.NowUs)
-		if err == nil {
-			r.Tokens, err = redis.Strings(vals[4:], nil)
-		}
+	case r.Code == engine.CodeGranted && len(vals) == 5: // the tokens in one string
+		var listed string
+		_, err = redis.Scan(vals[1:], &r.Fence, &r.DeadlineMs, &r.NowUs, &listed)
+		r.Tokens = strings.Fields(listed)
 	case r.Code == engine.CodeWaiting && len(vals) == 5:
 		var blockMs, have int64
 		_, err = redis.Scan(vals[1:], &blockMs, &r.NowUs, &r.Mode, &have)

@@ -3,7 +3,7 @@
 -- KEYS: meta, tokens, leases, holders, waits, pend, bell, queue (weighted.lua)
 -- ARGV: acqID, k, mode ("release" or "resolve"), tombMs
 -- If the acquisition was granted and still holds all k leases, mode
--- "resolve" keeps them and returns {1, fence, deadlineMs, nowUs, token...} as
+-- "resolve" keeps them and returns {1, fence, deadlineMs, nowUs, "token ..."} as
 -- acquire_n.lua does. Otherwise every token it holds (granted, or collected
 -- so far: its part list, sealed or not) and any token in its pending list
 -- goes back at once, it leaves the ticket queue or hands the ticket on, and
@@ -37,9 +37,7 @@ end
 if granted and mode == 'resolve' and #toks == k then
   local score = tonumber(redis.call('ZSCORE', KEYS[3], toks[1]))
   if score > now_ms then
-    local reply = {GRANTED, fence, score, now}
-    for _, tok in ipairs(toks) do reply[#reply + 1] = tok end
-    return reply
+    return {GRANTED, fence, score, now, table.concat(toks, ' ')}
   end
 end
 

@@ -14,7 +14,8 @@
 --       ("adopt": use the stored size; anything else: fail on a mismatch),
 --       idleMs (WithIdleExpiry; 0: off)
 -- Returns one of
---   {1, fence, deadlineMs, nowUs, token1, ..., tokenK}  granted
+--   {1, fence, deadlineMs, nowUs, "token1 ... tokenK"}  granted (one string:
+--                                    a reply of k elements cost Redis more)
 --   {0, blockMs, nowUs, mode, have}  not yet: block this long, then run again
 --                                    (phase "wait"); mode 0: queued for the
 --                                    ticket (BLPOP bell); 1: collector
@@ -249,14 +250,12 @@ if seal then
   -- The reply lists all k: a run that also took or sealed tokens answers
   -- only for a k small beside its budget left.
   if seal.sealed == k and (budget == STEP or budget >= k / 4) then
-    local toks = redis.call('LRANGE', part, 0, 99999)
-    redis.call('HSET', KEYS[4], 'a:' .. acq, table.concat(toks, ' '))
+    local listed = table.concat(redis.call('LRANGE', part, 0, 99999), ' ')
+    redis.call('HSET', KEYS[4], 'a:' .. acq, listed)
     redis.call('DEL', part)
     redis.call('ZREM', KEYS[5], 'w:' .. acq)
     pass_ticket(now_ms, acq)
-    local reply = {GRANTED, seal.fence, seal.deadline, now}
-    for _, tok in ipairs(toks) do reply[#reply + 1] = tok end
-    return reply
+    return {GRANTED, seal.fence, seal.deadline, now, listed}
   end
   redis.call('HSET', KEYS[1], 'seal', seal_string(seal))
   again = true

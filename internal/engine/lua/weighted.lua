@@ -233,13 +233,12 @@ end
 local function grant_n(run, toks)
   local deadline = run.now_ms + run.ttl
   lease_all(toks, deadline, run.acq .. '|' .. fmt_int(run.f) .. '|' .. run.now_ms .. '|' .. run.label)
-  redis.call('HSET', KEYS[4], 'a:' .. run.acq, table.concat(toks, ' '))
+  local listed = table.concat(toks, ' ')
+  redis.call('HSET', KEYS[4], 'a:' .. run.acq, listed)
   if not run.fenced then redis.call('HSET', KEYS[1], 'fence', fmt_int(run.f)) end
   lower_due(run, deadline)
   redis.call('ZREM', KEYS[5], 'w:' .. run.acq)
-  local reply = {GRANTED, run.f, deadline, run.now}
-  for _, tok in ipairs(toks) do reply[#reply + 1] = tok end
-  return reply
+  return {GRANTED, run.f, deadline, run.now, listed}
 end
 
 -- settle_all gives back all the run's acquisition holds, hands the ticket on
