@@ -483,3 +483,29 @@ func TestHandlerLostLease(t *testing.T) {
 	assert.True(t, errors.Is(<-cause, redsem.ErrLeaseLost), "the request's context ends when its lease is lost")
 	assert.Equal(t, http.StatusOK, <-held)
 }
+
+// TestAcquireDeadlineBeforeItsTimer: a wait whose deadline passed before its
+// context's timer fired (a read with that deadline fails first) is a full
+// limit, as its end is: a *FullError (429 and Retry-After), not an error of
+// a Redis that fails (503).
+func TestAcquireDeadlineBeforeItsTimer(t *testing.T) {
+	srv := redistest.Start(t)
+	lim, err := New(srv.Pool(t), Config{Name: "api", Limit: Limit{N: 1, Per: time.Minute}, Wait: time.Minute})
+	require.NoError(t, err)
+	ctx := ctxT(t, 30*time.Second)
+	_, err = lim.Acquire(ctx, "")
+	require.NoError(t, err)
+	began := time.Now()
+	_, err = lim.Acquire(lateTimer{Context: ctx, deadline: began.Add(100 * time.Millisecond)}, "")
+	var full *FullError
+	require.ErrorAs(t, err, &full, "%v", err)
+}
+
+// lateTimer is a context whose deadline passes before it says so: its Err
+// stays nil, as a context's does between its deadline and its timer firing.
+type lateTimer struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c lateTimer) Deadline() (time.Time, bool) { return c.deadline, true }

@@ -13,6 +13,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/rate"
 )
 
@@ -199,7 +200,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (*redsem.Lease, error
 		var st rate.Start
 		if wait {
 			st, err = k.gate.Wait(wctx)
-			if err != nil && ctx.Err() == nil && wctx.Err() != nil && !errors.Is(context.Cause(wctx), errRedisDown) {
+			if err != nil && ctx.Err() == nil && engine.CtxErr(wctx) != nil && !errors.Is(context.Cause(wctx), errRedisDown) {
 				// Wait ran out without a start, and without a figure: one
 				// Allow (which never jumps the queue) takes a start freed
 				// meanwhile, or says when one is due.
@@ -252,7 +253,7 @@ func (l *Limiter) refused(ctx, wctx context.Context, key string, retry time.Dura
 			return nil
 		}
 		return fmt.Errorf("httpgate: key %q: %w", key, context.Cause(wctx))
-	case wctx.Err() != nil:
+	case engine.CtxErr(wctx) != nil: // its deadline passed, if its timer has not fired yet
 		return &FullError{Key: key, RetryAfter: retry, Err: context.DeadlineExceeded}
 	case l.cfg.FailOpen:
 		return nil
