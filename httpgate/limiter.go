@@ -200,7 +200,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (*redsem.Lease, error
 		var st rate.Start
 		if wait {
 			st, err = k.gate.Wait(wctx)
-			if err != nil && ctx.Err() == nil && engine.CtxErr(wctx) != nil && !errors.Is(context.Cause(wctx), errRedisDown) {
+			if err != nil && engine.CtxErr(ctx) == nil && engine.CtxErr(wctx) != nil && !errors.Is(context.Cause(wctx), errRedisDown) {
 				// Wait ran out without a start, and without a figure: one
 				// Allow (which never jumps the queue) takes a start freed
 				// meanwhile, or says when one is due.
@@ -244,7 +244,7 @@ func (l *Limiter) Hold(ctx context.Context, key string) (context.Context, func()
 // refused maps a failed acquisition's err: nil when it fails open.
 func (l *Limiter) refused(ctx, wctx context.Context, key string, retry time.Duration, err error) error {
 	switch {
-	case ctx.Err() != nil:
+	case engine.CtxErr(ctx) != nil: // the caller's own context ended
 		return err
 	case errors.Is(err, redsem.ErrNoToken), errors.Is(err, rate.ErrRateLimited):
 		return &FullError{Key: key, RetryAfter: retry, Err: err}
