@@ -9,8 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,13 +23,8 @@ import (
 
 func TestMain(m *testing.M) {
 	// This package's parallel tests mostly wait (on a TTL, a stopped
-	// server, a blocked command), each on servers of its own: unless
-	// -parallel says otherwise, run more of them at once than go test's
-	// default of one per core.
-	flag.Parse()
-	if !flagSet("test.parallel") {
-		_ = flag.Set("test.parallel", strconv.Itoa(max(8, runtime.GOMAXPROCS(0))))
-	}
+	// server, a blocked command), each on servers of its own.
+	redistest.MoreParallel(8)
 	if os.Getenv("REDSEM_ALONE") != "" {
 		// A test's own process (alone): it ends with its parent, whose
 		// pipe on its stdin then reaches EOF.

@@ -2,10 +2,7 @@ package rate
 
 import (
 	"context"
-	"flag"
 	"os"
-	"runtime"
-	"strconv"
 	"testing"
 	"time"
 
@@ -26,19 +23,9 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run())
 	}
 	// The parallel tests mostly wait (on a per, a TTL, a blocked
-	// command), each on servers of its own: unless -parallel says
-	// otherwise, run more of them at once than one per core.
-	flag.Parse()
-	if !flagSet("test.parallel") {
-		_ = flag.Set("test.parallel", strconv.Itoa(max(8, runtime.GOMAXPROCS(0))))
-	}
+	// command), each on servers of its own.
+	redistest.MoreParallel(8)
 	goleak.VerifyTestMain(m)
-}
-
-func flagSet(name string) bool {
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }
 
 // backend is a Redis a gate test runs against: miniredis in process (mini

@@ -3,7 +3,6 @@ package faults
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -48,7 +47,10 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	moreParallel()
+	// The tests mostly wait on their worker processes and servers: about
+	// 30 s of CPU in a 38 s run on 2 cores with 12 at once (55 s with 6,
+	// 110 s at the default, GOMAXPROCS).
+	redistest.MoreParallel(12)
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -60,19 +62,6 @@ func goCommand() string {
 		return filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	}
 	return "go"
-}
-
-// moreParallel lets 12 of the suite's parallel tests run at once, unless
-// -parallel says otherwise: the tests mostly wait on their worker
-// processes and servers (about 30 s of CPU in a 38 s run on 2 cores; 55 s
-// with 6 at once, 110 s at the default, GOMAXPROCS).
-func moreParallel() {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		_ = flag.Set("test.parallel", "12")
-	}
 }
 
 // soak reports whether REDSEM_SOAK=1 asks for long runs.

@@ -5,11 +5,13 @@ package redistest
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -244,4 +246,17 @@ func (s *Server) CommandCalls(tb testing.TB) map[string]int {
 		}
 	}
 	return calls
+}
+
+// MoreParallel sets -test.parallel to n unless the command line set it: for
+// a TestMain whose parallel tests mostly wait on servers and processes of
+// their own, so more of them than go test's default of one per core can
+// run at once. It parses the flags.
+func MoreParallel(n int) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", strconv.Itoa(max(n, runtime.GOMAXPROCS(0))))
+	}
 }
