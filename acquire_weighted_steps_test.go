@@ -127,7 +127,7 @@ func TestSemaphore_TryAcquireN_sealChecksWhatItCollected(t *testing.T) {
 
 // stepLine returns weighted.lua's line that sets STEP.
 func stepLine(t *testing.T) string {
-	for _, line := range strings.Split(engine.MustRead("weighted.lua"), "\n") {
+	for _, line := range strings.Split(engine.Source("acquire_n.lua"), "\n") {
 		if strings.HasPrefix(line, "local STEP ") {
 			return line
 		}

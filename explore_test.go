@@ -655,8 +655,11 @@ func TestExplorer_catchesReintroducedBugs(t *testing.T) {
 		old, err := exploreOld.ReadFile("testdata/explore/refresh_due_unchanged.lua")
 		require.NoError(t, err)
 		saved := engine.Refresh
-		helpers := strings.TrimSuffix(engine.Source("refresh.lua"), engine.MustRead("refresh.lua"))
-		engine.Refresh = engine.Lua(4, helpers+string(old))
+		// The old file in place of refresh.lua's body, after its helpers.
+		src := engine.Source("refresh.lua")
+		body := "local tok, acq, ttl = ARGV[1]"
+		require.Contains(t, src, "\n"+body)
+		engine.Refresh = engine.Lua(4, src[:strings.LastIndex(src, "\n"+body)+1]+string(old))
 		defer func() { engine.Refresh = saved }()
 		env := newExploreEnv(t)
 		cx, n := exploreScenario(t, env, seamScenario(t, "refresh to a shorter TTL, then the holder dies"), 9, time.Now().Add(time.Minute))

@@ -71,14 +71,14 @@ func fastAndSlow(t *testing.T, file string) (real, slow string) {
 			continue
 		}
 		for _, h := range d.Helpers {
-			real += MustRead(h) + "\n"
+			real += part(h) + "\n"
 			if !strings.HasSuffix(h, "_fast.lua") && h != "fast.lua" {
-				slow += MustRead(h) + "\n"
-			} else if strings.Contains(MustRead(h), "local settle_after_fast\n") {
+				slow += part(h) + "\n"
+			} else if strings.Contains(part(h), "local settle_after_fast\n") {
 				slow += "local settle_after_fast\n"
 			}
 		}
-		return real + MustRead(file), slow + MustRead(file)
+		return real + part(file), slow + part(file)
 	}
 	t.Fatalf("%s is not declared", file)
 	return "", ""

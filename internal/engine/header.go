@@ -18,17 +18,17 @@ type ArgHeader struct {
 	Rest     bool
 }
 
-// HeaderArgNames reads the "-- ARGV:" header of lua/<file>: the names
-// listed, separated by commas (notes in parentheses dropped), over the
-// header line and the indented comment lines that continue it. "none" is
-// no argument; "and optionally" before a name makes it and every name
+// argHeader reads the "-- ARGV:" header of file, whose source is src: the
+// names listed, separated by commas (notes in parentheses dropped), over
+// the header line and the indented comment lines that continue it. "none"
+// is no argument; "and optionally" before a name makes it and every name
 // after it optional; an item starting with "then" says that any number of
 // values follow (it and what comes after it are not names).
-func HeaderArgNames(file string) (ArgHeader, error) {
+func argHeader(file, src string) (ArgHeader, error) {
 	var h ArgHeader
 	var text string
 	in := false
-	for _, line := range strings.Split(MustRead(file), "\n") {
+	for _, line := range strings.Split(src, "\n") {
 		if rest, ok := strings.CutPrefix(line, "-- ARGV:"); ok {
 			text, in = rest, true
 			continue

@@ -69,7 +69,7 @@ func TestReplyCodesMatch(t *testing.T) {
 	want := map[string]int64{"WAITING": CodeWaiting, "GRANTED": CodeGranted,
 		"SETTLED": CodeSettled, "RELEASED": CodeReleased}
 	got := map[string]int64{}
-	for _, line := range strings.Split(MustRead("codes.lua"), "\n") {
+	for _, line := range strings.Split(part("codes.lua"), "\n") {
 		var name string
 		var v int64
 		if n, _ := fmt.Sscanf(line, "local %s = %d", &name, &v); n == 2 {
@@ -112,15 +112,15 @@ func TestScriptCallsMatchArgvHeaders(t *testing.T) {
 // names the calls give are the header's.
 func TestScriptCallsNameTheirArguments(t *testing.T) {
 	ctx := context.Background()
-	h, err := HeaderArgNames("acquire_n.lua")
+	h, err := argHeader("acquire_n.lua", part("acquire_n.lua"))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"size", "acqID", "k", "ttlMs", "label", "blockMs", "graceMs", "tombMs", "pollMs",
 		"phase", "sizeMode", "idleMs"}, h.Names)
 	assert.Equal(t, 12, h.Required)
-	h, err = HeaderArgNames("refresh.lua")
+	h, err = argHeader("refresh.lua", part("refresh.lua"))
 	require.NoError(t, err)
 	assert.Equal(t, ArgHeader{Names: []string{"token", "acqID", "ttlMs"}, Required: 3, Rest: true}, h)
-	h, err = HeaderArgNames("acquire.lua")
+	h, err = argHeader("acquire.lua", part("acquire.lua"))
 	require.NoError(t, err)
 	assert.Equal(t, 8, h.Required)
 	assert.Equal(t, []string{"sizeMode", "idleMs"}, h.Names[8:])
@@ -162,11 +162,11 @@ func TestScriptCallsNameTheirArguments(t *testing.T) {
 }
 
 // headerArgs returns how many arguments lua/<file> takes by its "-- ARGV:"
-// header (HeaderArgNames): the names from "and optionally" on may be left
+// header (argHeader): the names from "and optionally" on may be left
 // out, from the last (max counts them, min does not); with a "then" item,
 // any number may follow (max is Variadic).
 func headerArgs(file string) (min, max int, err error) {
-	h, err := HeaderArgNames(file)
+	h, err := argHeader(file, part(file))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -181,7 +181,7 @@ func headerArgs(file string) (min, max int, err error) {
 // "-- KEYS:" header line (a note in parentheses after a name is dropped),
 // or an error when it has none.
 func headerKeys(file string) ([]string, error) {
-	for _, line := range strings.Split(MustRead(file), "\n") {
+	for _, line := range strings.Split(part(file), "\n") {
 		rest, ok := strings.CutPrefix(line, "-- KEYS:")
 		if !ok {
 			continue
@@ -213,9 +213,9 @@ func TestFastPathHeaders(t *testing.T) {
 		sk, err := headerKeys(script)
 		require.NoError(t, err)
 		assert.Equal(t, sk, fk, "%s's KEYS header", fast)
-		fa, err := HeaderArgNames(fast)
+		fa, err := argHeader(fast, part(fast))
 		require.NoError(t, err)
-		sa, err := HeaderArgNames(script)
+		sa, err := argHeader(script, part(script))
 		require.NoError(t, err)
 		assert.Equal(t, sa, fa, "%s's ARGV header", fast)
 	}

@@ -81,23 +81,32 @@ func with(lists ...[]string) []string {
 	return all
 }
 
-//go:embed lua/*.lua
-var luaFS embed.FS
+//go:generate go test -count=1 -run ^TestScriptsGenerated$ . -args -write
 
-// NewScript returns the script lua/<file> taking keys keys, run after
-// codes.lua and the helper files it names (Redis scripts cannot import one
-// another). Its "-- ARGV:" header names its arguments: a call whose
-// arguments differ is refused before anything is sent (ErrArity).
+// scriptsFS holds every declared script as Redis runs it, one file each:
+// scripts/<file> is lua/<file>'s header, then codes.lua and its helpers,
+// then the rest of lua/<file>, resolved by go generate
+// (TestScriptsGenerated fails while one differs from its parts).
+//
+//go:embed scripts/*.lua
+var scriptsFS embed.FS
+
+// NewScript returns the script scripts/<file> taking keys keys: lua/<file>
+// run after codes.lua and the helper files it names (Redis scripts cannot
+// import one another), resolved into one file by go generate. Its
+// "-- ARGV:" header names its arguments: a call whose arguments differ is
+// refused before anything is sent (ErrArity).
 func NewScript(keys int, file string, helpers ...string) *Script {
 	helpers = append([]string{"codes.lua"}, helpers...)
 	d := Declaration{File: file, Keys: keys, Helpers: helpers, MinArgs: -1}
-	if h, err := HeaderArgNames(file); err == nil {
+	b, _ := scriptsFS.ReadFile("scripts/" + file) // none yet: TestScriptsGenerated writes it
+	d.src = string(b)
+	if h, err := argHeader(file, d.src); err == nil {
 		d.MinArgs, d.MaxArgs, d.args = h.Required, len(h.Names), h
 		if h.Rest {
 			d.MaxArgs = Variadic
 		}
 	}
-	d.src = compose(file, helpers)
 	script := Lua(keys, d.src)
 	script.decl = &d
 	declMu.Lock()
@@ -106,22 +115,14 @@ func NewScript(keys int, file string, helpers ...string) *Script {
 	return script
 }
 
-func compose(file string, helpers []string) string {
-	var src string
-	for _, h := range helpers {
-		src += MustRead(h) + "\n"
-	}
-	return src + MustRead(file)
-}
-
-// Source returns the source of the declared script lua/<file> as Redis
-// runs it, after its helpers; it panics when no script is declared so.
+// Source returns the declared script scripts/<file> as Redis runs it; it
+// panics when no script is declared so.
 func Source(file string) string {
 	declMu.Lock()
 	defer declMu.Unlock()
 	for _, d := range declared {
 		if d.File == file {
-			return compose(file, d.Helpers)
+			return d.src
 		}
 	}
 	panic("redsem: no script declared as " + file)
@@ -167,10 +168,10 @@ func (d Declaration) argRange() string {
 	return fmt.Sprint(d.MinArgs)
 }
 
-// MustRead returns the source of lua/<file>; it panics when there is no
-// such file, which is a build mistake.
+// MustRead returns the source of scripts/<file>; it panics when there is
+// no such file, which is a build mistake.
 func MustRead(file string) string {
-	b, err := luaFS.ReadFile("lua/" + file)
+	b, err := scriptsFS.ReadFile("scripts/" + file)
 	if err != nil {
 		panic("redsem: missing embedded script " + file)
 	}

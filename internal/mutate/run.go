@@ -171,6 +171,14 @@ func (h *harness) apply(dir string, m mutant, test func(bin string) result) resu
 		return result{status: "invalid", test: err.Error()}
 	}
 	defer os.WriteFile(path, orig, 0o644)
+	if filepath.Dir(m.File) == luaParts {
+		// Redis runs scripts/, resolved from the parts: resolve the
+		// mutant's, and put the module's own back after.
+		defer copyTree(luaScripts, dir)
+		if out, err := generate(dir); err != nil {
+			return result{status: "invalid", stage: "generate", test: firstLine(out)}
+		}
+	}
 	bin := filepath.Join(dir, ".mutate-bin") + string(filepath.Separator)
 	os.RemoveAll(bin)
 	args := []string{"test", "-c", "-o", bin}
@@ -187,6 +195,21 @@ func (h *harness) apply(dir string, m mutant, test func(bin string) result) resu
 		return result{status: "invalid", stage: "build", test: firstLine(string(out))}
 	}
 	return test(bin)
+}
+
+// Where the engine's scripts are written in parts, and resolved from them.
+const (
+	luaParts   = "internal/engine/lua"
+	luaScripts = "internal/engine/scripts"
+)
+
+// generate resolves the scripts of the module at dir from their parts (go
+// generate ./internal/engine).
+func generate(dir string) (string, error) {
+	cmd := exec.Command("go", "test", "-count=1", "-run", "^TestScriptsGenerated$", "./internal/engine", "-args", "-write")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
 
 // binName is the test binary go test -c -o dir/ writes for package pkg.
