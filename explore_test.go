@@ -720,7 +720,7 @@ func TestExplorer_catchesReintroducedBugs(t *testing.T) {
 		cx, _ := exploreScenario(t, env, sc, exploreDepth, time.Now().Add(2*time.Second))
 		require.Empty(t, cx, "the scenario passes before the plant")
 		src := engine.Source("abort.lua")
-		const giveBack = "  redis.call('ZREM', KEYS[3], tok)\n  redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. acq)\n  give_back(tok, epoch, size, true)\n"
+		const giveBack = "  redis.call('ZREM', leases_key, tok)\n  redis.call('HDEL', holders_key, 't:' .. tok, 'a:' .. acq)\n  give_back(tok, epoch, size, true)\n"
 		require.Contains(t, src, giveBack)
 		saved := engine.Abort
 		engine.Abort = engine.Lua(6, strings.Replace(src, giveBack, "", 1))

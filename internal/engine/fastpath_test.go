@@ -70,15 +70,15 @@ func fastAndSlow(t *testing.T, file string) (real, slow string) {
 		if d.File != file {
 			continue
 		}
-		for _, h := range d.Helpers {
-			real += part(h) + "\n"
-			if !strings.HasSuffix(h, "_fast.lua") && h != "fast.lua" {
-				slow += part(h) + "\n"
-			} else if strings.Contains(part(h), "local settle_after_fast\n") {
-				slow += "local settle_after_fast\n"
+		return Source(file), resolve(t, d, func(h string) string {
+			switch {
+			case !strings.HasSuffix(h, "_fast.lua") && h != "fast.lua":
+				return part(h)
+			case strings.Contains(part(h), "local settle_after_fast\n"):
+				return "local settle_after_fast\n"
 			}
-		}
-		return real + part(file), slow + part(file)
+			return ""
+		})
 	}
 	t.Fatalf("%s is not declared", file)
 	return "", ""

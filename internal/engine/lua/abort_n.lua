@@ -17,8 +17,8 @@ if #acq < 16 or string.find(acq, '[|:]') or not k or not tomb
   or (mode ~= 'release' and mode ~= 'resolve') then
   return redis.error_reply('REDSEM_ARG invalid arguments to abort_n')
 end
-local err = check_types(5) or type_err(KEYS[6], 'list') or type_err(KEYS[7], 'list')
-  or type_err(KEYS[8], 'list') or type_err(part_of(acq), 'list')
+local err = check_types(5) or type_err(pend_key, 'list') or type_err(bell_key, 'list')
+  or type_err(queue_key, 'list') or type_err(part_of(acq), 'list')
 if err then return redis.error_reply(err) end
 local now = now_us()
 local now_ms = math.floor(now / 1000)
@@ -31,11 +31,11 @@ if err then return redis.error_reply(err) end
 local toks = held_by(acq)
 local granted, fence = false, 0
 if #toks > 0 then
-  fence = tonumber(string.match(redis.call('HGET', KEYS[4], 't:' .. toks[1]), '^[^|]*|([^|]*)|')) or 0
+  fence = tonumber(string.match(redis.call('HGET', holders_key, 't:' .. toks[1]), '^[^|]*|([^|]*)|')) or 0
   granted = fence > 0
 end
 if granted and mode == 'resolve' and #toks == k then
-  local score = tonumber(redis.call('ZSCORE', KEYS[3], toks[1]))
+  local score = tonumber(redis.call('ZSCORE', leases_key, toks[1]))
   if score > now_ms then
     return {GRANTED, fence, score, now, table.concat(toks, ' ')}
   end
@@ -43,17 +43,17 @@ end
 
 -- Freeing writes first, then the pushes.
 unlease(acq, toks)
-local pend = redis.call('LRANGE', KEYS[6], 0, 9)
-redis.call('DEL', KEYS[6], KEYS[7])
-redis.call('ZREM', KEYS[5], 'w:' .. acq)
-redis.call('LREM', KEYS[8], 0, acq .. '|' .. k)
-local coll = parse_coll(redis.call('HGET', KEYS[1], 'coll'))
+local pend = redis.call('LRANGE', pend_key, 0, 9)
+redis.call('DEL', pend_key, bell_key)
+redis.call('ZREM', waits_key, 'w:' .. acq)
+redis.call('LREM', queue_key, 0, acq .. '|' .. k)
+local coll = parse_coll(redis.call('HGET', meta_key, 'coll'))
 if coll and coll.acq == acq then pass_ticket(now_ms, acq) end
 if not granted then
-  redis.call('ZADD', KEYS[5], now_ms + tomb, 'x:' .. acq)
+  redis.call('ZADD', waits_key, now_ms + tomb, 'x:' .. acq)
   -- due may not fall after the tombstone (see abort.lua).
-  if due and now_ms + tomb < due then redis.call('HSET', KEYS[1], 'due', now_ms + tomb) end
-  redis.call('HSET', size and KEYS[1] or KEYS[4], 'x:' .. acq, now_ms + tomb) -- see abort.lua
+  if due and now_ms + tomb < due then redis.call('HSET', meta_key, 'due', now_ms + tomb) end
+  redis.call('HSET', size and meta_key or holders_key, 'x:' .. acq, now_ms + tomb) -- see abort.lua
 end
 drop_partial(acq, epoch, size)
 for _, tok in ipairs(toks) do give_back(tok, epoch, size, true) end

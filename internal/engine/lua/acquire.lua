@@ -41,7 +41,7 @@ end
 -- changed before the script fails.
 local err
 if not fresh then
-  err = check_types(5) or type_err(KEYS[6], 'list')
+  err = check_types(5) or type_err(pend_key, 'list')
   if err then return unmoved(true, err) end
 end
 -- A tombstone: the client settled this acquisition (abort.lua) before this
@@ -77,7 +77,7 @@ end
 local f = math.max(fence + 1, now)
 local fenced = false
 if fresh and msize then
-  redis.call('HSET', KEYS[1], 'fence', fmt_int(f))
+  redis.call('HSET', meta_key, 'fence', fmt_int(f))
   fenced = true
 end
 -- In use from here on: no idle expiry (idle.lua).
@@ -92,13 +92,13 @@ local dropped, had_rejected = {}, false
 -- order) and the fence before the call fails on e, a pcall error, and
 -- returns its error reply.
 local function undo(e)
-  for i = #dropped, 1, -1 do redis.call('LPUSH', KEYS[2], dropped[i]) end
+  for i = #dropped, 1, -1 do redis.call('LPUSH', tokens_key, dropped[i]) end
   if #dropped > 0 and had_rejected then
-    redis.call('HINCRBY', KEYS[1], 'rejected', -#dropped)
+    redis.call('HINCRBY', meta_key, 'rejected', -#dropped)
   elseif #dropped > 0 then
-    redis.call('HDEL', KEYS[1], 'rejected') -- our HINCRBY made it
+    redis.call('HDEL', meta_key, 'rejected') -- our HINCRBY made it
   end
-  if fenced then redis.call('HSET', KEYS[1], 'fence', fmt_int(fence)) end
+  if fenced then redis.call('HSET', meta_key, 'fence', fmt_int(fence)) end
   local msg = e['err'] or ''
   if string.find(msg, 'WRONGTYPE') then
     return unmoved(not fresh, 'REDSEM_WRONGTYPE ' .. msg)
@@ -110,13 +110,13 @@ if due_now then
   -- Something may have expired: sweep, then record the next due time.
   reclaim(due_now, epoch, size)
   due = next_due()
-  redis.call('HSET', KEYS[1], 'due', fmt_int(due))
+  redis.call('HSET', meta_key, 'due', fmt_int(due))
 end
 
 if aborted then
   if not fresh then
-    local toks = redis.call('LRANGE', KEYS[6], 0, 9)
-    redis.call('DEL', KEYS[6])
+    local toks = redis.call('LRANGE', pend_key, 0, 9)
+    redis.call('DEL', pend_key)
     for _, tok in ipairs(toks) do give_back(tok, epoch, size) end
   end
   settle_idle(now_ms)
@@ -125,13 +125,13 @@ end
 
 local function grant(tok)
   local deadline = now_ms + ttl
-  redis.call('ZADD', KEYS[3], deadline, tok)
+  redis.call('ZADD', leases_key, deadline, tok)
   if deadline < due then
-    redis.call('HSET', KEYS[1], 'fence', fmt_int(f), 'due', deadline)
+    redis.call('HSET', meta_key, 'fence', fmt_int(f), 'due', deadline)
   elseif not fenced then
-    redis.call('HSET', KEYS[1], 'fence', fmt_int(f))
+    redis.call('HSET', meta_key, 'fence', fmt_int(f))
   end
-  redis.call('HSET', KEYS[4], 't:' .. tok, acq .. '|' .. fmt_int(f) .. '|' .. now_ms .. '|' .. label, 'a:' .. acq, tok)
+  redis.call('HSET', holders_key, 't:' .. tok, acq .. '|' .. fmt_int(f) .. '|' .. now_ms .. '|' .. label, 'a:' .. acq, tok)
   return {GRANTED, tok, f, deadline, now}
 end
 
@@ -141,34 +141,34 @@ local pending, kept = not fresh, withheld_set(over)
 for _ = 1, 1000 do
   local tok
   if pending then
-    tok = redis.call('LPOP', KEYS[6])
+    tok = redis.call('LPOP', pend_key)
     pending = false
-    if not tok then tok = redis.call('LPOP', KEYS[2]) end
+    if not tok then tok = redis.call('LPOP', tokens_key) end
   else
-    tok = redis.pcall('LPOP', KEYS[2])
+    tok = redis.pcall('LPOP', tokens_key)
     if type(tok) == 'table' and tok['err'] then return undo(tok) end
   end
   if not tok then break end
   -- leases is first read here: of the wrong type, the token goes back.
-  local leased = redis.pcall('ZSCORE', KEYS[3], tok)
+  local leased = redis.pcall('ZSCORE', leases_key, tok)
   if type(leased) == 'table' and leased['err'] then
-    redis.call('LPUSH', KEYS[2], tok)
+    redis.call('LPUSH', tokens_key, tok)
     return undo(leased)
   end
   if is_valid(tok, epoch, size) and not leased and not kept[tok] then
     if not withhold(tok, over, kept) then
-      if not fresh then redis.call('ZREM', KEYS[5], 'w:' .. acq) end
+      if not fresh then redis.call('ZREM', waits_key, 'w:' .. acq) end
       return grant(tok)
     end
   else
-    if #dropped == 0 then had_rejected = redis.call('HGET', KEYS[1], 'rejected') ~= false end
+    if #dropped == 0 then had_rejected = redis.call('HGET', meta_key, 'rejected') ~= false end
     dropped[#dropped + 1] = tok
-    redis.call('HINCRBY', KEYS[1], 'rejected', 1)
+    redis.call('HINCRBY', meta_key, 'rejected', 1)
   end
 end
 
 if block == 0 then
-  if not fresh then redis.call('ZREM', KEYS[5], 'w:' .. acq) end
+  if not fresh then redis.call('ZREM', waits_key, 'w:' .. acq) end
   local retry = 0
   if due < NO_DUE then retry = math.max(due - now_ms, 0) end
   return {WAITING, retry, now}
@@ -176,7 +176,7 @@ end
 -- Wake by due at the latest, to reclaim what crashed holders and waiters left.
 block = math.min(block, math.max(due - now_ms + 1, 10))
 local sweep = now_ms + block + grace
-local r = redis.pcall('ZADD', KEYS[5], sweep, 'w:' .. acq)
+local r = redis.pcall('ZADD', waits_key, sweep, 'w:' .. acq)
 if type(r) == 'table' and r['err'] then return undo(r) end
-if sweep < due then redis.call('HSET', KEYS[1], 'due', sweep) end
+if sweep < due then redis.call('HSET', meta_key, 'due', sweep) end
 return {WAITING, block, now}

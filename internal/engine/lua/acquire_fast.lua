@@ -34,9 +34,9 @@ repeat
     or #acq < 16 or string.find(acq, '|', 1, true) or string.find(acq, ':', 1, true) then
     break
   end
-  local m = redis.pcall('HMGET', KEYS[1], 'size', 'epoch', 'fence', 'due', 'over', 'x:' .. acq, 'idle', 'exp')
+  local m = redis.pcall('HMGET', meta_key, 'size', 'epoch', 'fence', 'due', 'over', 'x:' .. acq, 'idle', 'exp')
   if m['err'] and not fresh then break end -- acquire.lua undoes the BLMOVE first
-  if m['err'] then return fast_fail(m, KEYS[1]) end
+  if m['err'] then return fast_fail(m, meta_key) end
   local msize, epoch, fence, due_s, over, tombstone, idle, exp = m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8]
   local due = tonumber(due_s)
   if msize and msize ~= size and size_mode == 'adopt'
@@ -61,8 +61,8 @@ repeat
   -- acquire.lua's: it checks what may refuse the call before it wakes.
   if exp and not fresh then break end
   if exp then -- in use: no idle expiry (wake in idle.lua)
-    for _, i in ipairs({1, 2, 4, 5}) do redis.call('PERSIST', KEYS[i]) end
-    redis.call('HDEL', KEYS[1], 'exp')
+    for _, key in ipairs({meta_key, tokens_key, holders_key, waits_key}) do redis.call('PERSIST', key) end
+    redis.call('HDEL', meta_key, 'exp')
   end
   -- The grant's fence: TIME in µs if above the last fence, else one more.
   local fs = now
@@ -77,15 +77,15 @@ repeat
     -- with due lowered to this grant's deadline (early for nothing only
     -- brings a sweep forward). Put back if the call fails or falls through.
     if deadline < due then
-      redis.call('HSET', KEYS[1], 'fence', fs, 'due', deadline)
+      redis.call('HSET', meta_key, 'fence', fs, 'due', deadline)
     else
-      redis.call('HSET', KEYS[1], 'fence', fs)
+      redis.call('HSET', meta_key, 'fence', fs)
     end
-    tok = redis.pcall('LPOP', KEYS[2])
-    if type(tok) == 'table' then e, ekey, tok = tok, KEYS[2], false end
+    tok = redis.pcall('LPOP', tokens_key)
+    if type(tok) == 'table' then e, ekey, tok = tok, tokens_key, false end
   else
-    tok = redis.pcall('LPOP', KEYS[6])
-    if type(tok) == 'table' then return fast_fail(tok, KEYS[6]) end
+    tok = redis.pcall('LPOP', pend_key)
+    if type(tok) == 'table' then return fast_fail(tok, pend_key) end
   end
   if fresh and not tok and not e then
     -- None free: register as a waiter, or answer when to try again.
@@ -98,12 +98,12 @@ repeat
     local sweep = now_ms + block + tonumber(grace_s)
     local sw = sweep -- a due that is not whole (a stranger's) is rounded
     if sweep % 1 ~= 0 then sw = string.format('%.0f', sweep) end
-    local r = redis.pcall('ZADD', KEYS[5], sw, 'w:' .. acq)
+    local r = redis.pcall('ZADD', waits_key, sw, 'w:' .. acq)
     if type(r) ~= 'table' then
-      if sweep < due then redis.call('HSET', KEYS[1], 'due', sw) end
+      if sweep < due then redis.call('HSET', meta_key, 'due', sw) end
       return {WAITING, block, now}
     end
-    e, ekey = r, KEYS[5]
+    e, ekey = r, waits_key
   end
   -- Granted only if valid: "<epoch>:<slot>" of this epoch, a canonical slot
   -- in 1..size, and not leased already (NX).
@@ -116,8 +116,8 @@ repeat
   end
   local r
   if ok then
-    r = redis.pcall('ZADD', KEYS[3], 'NX', deadline, tok)
-    if type(r) == 'table' then e, ekey = r, KEYS[3] end
+    r = redis.pcall('ZADD', leases_key, 'NX', deadline, tok)
+    if type(r) == 'table' then e, ekey = r, leases_key end
     ok = r == 1
   end
   if ok then
@@ -125,42 +125,42 @@ repeat
     -- lost on its own comes back with it).
     local rec = acq .. '|' .. fs .. '|' .. ms .. '|' .. label
     if idle then
-      r = redis.pcall('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok, 'idle', 1)
+      r = redis.pcall('HSET', holders_key, 't:' .. tok, rec, 'a:' .. acq, tok, 'idle', 1)
     else
-      r = redis.pcall('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok)
+      r = redis.pcall('HSET', holders_key, 't:' .. tok, rec, 'a:' .. acq, tok)
     end
     if type(r) == 'table' then
-      redis.call('ZREM', KEYS[3], tok)
-      e, ekey, ok = r, KEYS[4], false
+      redis.call('ZREM', leases_key, tok)
+      e, ekey, ok = r, holders_key, false
     end
   end
   if ok and fresh then return {GRANTED, tok, fs, deadline, now} end
   if ok then
     -- Behind a BLMOVE: off the waiters, then the fence.
-    r = redis.pcall('ZREM', KEYS[5], 'w:' .. acq)
+    r = redis.pcall('ZREM', waits_key, 'w:' .. acq)
     if type(r) ~= 'table' then
       if deadline < due then
-        redis.call('HSET', KEYS[1], 'fence', fs, 'due', deadline)
+        redis.call('HSET', meta_key, 'fence', fs, 'due', deadline)
       else
-        redis.call('HSET', KEYS[1], 'fence', fs)
+        redis.call('HSET', meta_key, 'fence', fs)
       end
       return {GRANTED, tok, fs, deadline, now}
     end
-    redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. acq)
-    redis.call('ZREM', KEYS[3], tok)
-    e, ekey = r, KEYS[5]
+    redis.call('HDEL', holders_key, 't:' .. tok, 'a:' .. acq)
+    redis.call('ZREM', leases_key, tok)
+    e, ekey = r, waits_key
   end
   -- Not granted: the token goes back where it came from. Behind a BLMOVE,
   -- that is the pending list for acquire.lua to go on with, or before an
   -- error the token list's head, as before the move (unmoved in tokens.lua);
   -- the other one if that fails (a migrating slot: the list is empty now).
   if type(tok) == 'string' and fresh then
-    redis.call('LPUSH', KEYS[2], tok)
+    redis.call('LPUSH', tokens_key, tok)
   elseif type(tok) == 'string' then
-    local back, other = KEYS[6], KEYS[2]
-    if e then back, other = KEYS[2], KEYS[6] end
+    local back, other = pend_key, tokens_key
+    if e then back, other = tokens_key, pend_key end
     if type(redis.pcall('LPUSH', back, tok)) == 'table' then redis.pcall('LPUSH', other, tok) end
   end
-  if fresh then redis.call('HSET', KEYS[1], 'fence', fence, 'due', due_s) end
+  if fresh then redis.call('HSET', meta_key, 'fence', fence, 'due', due_s) end
   if e then return fast_fail(e, ekey) end
 until true

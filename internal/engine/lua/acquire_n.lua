@@ -51,8 +51,8 @@ local fresh = phase == 'fresh'
 local try = block == 0 -- TryAcquireN: phase "fresh" or "more"
 -- All reads and checks come before the first write.
 local part = part_of(acq)
-local err = check_types(5) or type_err(KEYS[6], 'list') or type_err(KEYS[7], 'list')
-  or type_err(KEYS[8], 'list') or type_err(part, 'list')
+local err = check_types(5) or type_err(pend_key, 'list') or type_err(bell_key, 'list')
+  or type_err(queue_key, 'list') or type_err(part, 'list')
 if err then return unmoved(phase == 'wait', err) end
 local aborted = tombstone_of(acq) -- see acquire.lua
 local now = now_us()
@@ -65,7 +65,7 @@ size, err = size_in_force(msize, size, size_mode == 'adopt')
 if err then return unmoved(phase == 'wait', err) end
 if k > size then return unmoved(phase == 'wait', 'REDSEM_TOOMANY ' .. size) end
 local coll = parse_coll(coll_s)
-local seal = parse_seal(msize and redis.call('HGET', KEYS[1], 'seal'))
+local seal = parse_seal(msize and redis.call('HGET', meta_key, 'seal'))
 -- A dead collector's part list goes below (a stranger's type: left alone).
 local dead_part = false
 if coll and coll.dl <= now_ms then
@@ -90,17 +90,17 @@ end
 local f = math.max(fence + 1, now)
 local fenced = false
 if fresh and msize then
-  redis.call('HSET', KEYS[1], 'fence', fmt_int(f))
+  redis.call('HSET', meta_key, 'fence', fmt_int(f))
   fenced = true
 end
 idle_setting(idle) -- in use from here on: no idle expiry
 wake()
-if not fresh then redis.call('DEL', KEYS[7]) end -- the doorbell rang
+if not fresh then redis.call('DEL', bell_key) end -- the doorbell rang
 
 if due_now then
   reclaim(due_now, epoch, size)
   due = next_due()
-  redis.call('HSET', KEYS[1], 'due', fmt_int(due))
+  redis.call('HSET', meta_key, 'due', fmt_int(due))
 end
 
 local run = {acq = acq, ttl = ttl, label = label, phase = phase, now = now, now_ms = now_ms,
@@ -115,12 +115,12 @@ if coll and coll.dl <= now_ms then
   -- The collector missed its deadline: it loses the ticket and what it has.
   if dead_part then drop_partial(coll.acq, epoch, size) end
   redis.call('DEL', bell_of(coll.acq))
-  redis.call('HDEL', KEYS[1], 'coll', 'seal')
+  redis.call('HDEL', meta_key, 'coll', 'seal')
   local was_me = coll.acq == acq
   coll, seal = nil, nil
   if was_me then
     pass_ticket(now_ms, acq)
-    redis.call('ZREM', KEYS[5], 'w:' .. acq)
+    redis.call('ZREM', waits_key, 'w:' .. acq)
     give_pend(run)
     return settled(run)
   end
@@ -128,7 +128,7 @@ end
 
 if try and fresh then
   -- TryAcquireN: only when no weighted request collects or waits, all k at once.
-  if coll or (redis.call('LLEN', KEYS[8]) > 0 and pass_ticket(now_ms, acq)) then
+  if coll or (redis.call('LLEN', queue_key) > 0 and pass_ticket(now_ms, acq)) then
     return {WAITING, 0, now, 0, 0}
   end
   if k <= STEP then
@@ -139,7 +139,7 @@ if try and fresh then
     return {WAITING, 0, now, 0, 0}
   end
   -- More than STEP: collect (below), STEP a run, if the list holds k now.
-  if redis.call('LLEN', KEYS[2]) < k then return {WAITING, 0, now, 0, 0} end
+  if redis.call('LLEN', tokens_key) < k then return {WAITING, 0, now, 0, 0} end
   coll = {acq = acq, k = k, have = 0, dl = now_ms, label = label}
   seal = nil
 elseif try and not (coll and coll.acq == acq) then
@@ -149,7 +149,7 @@ end
 
 if not (coll and coll.acq == acq) and not fresh then
   -- Queued (or dropped): alive only while our waits entry is.
-  local live = redis.call('ZSCORE', KEYS[5], 'w:' .. acq)
+  local live = redis.call('ZSCORE', waits_key, 'w:' .. acq)
   if not live or tonumber(live) <= now_ms then
     give_pend(run)
     return settled(run)
@@ -162,7 +162,7 @@ if not coll then
   if a == acq then
     coll = {acq = acq, k = k, have = 0, dl = now_ms, label = label}
   else
-    coll = parse_coll(redis.call('HGET', KEYS[1], 'coll'))
+    coll = parse_coll(redis.call('HGET', meta_key, 'coll'))
   end
   seal = nil
 end
@@ -170,10 +170,10 @@ end
 if coll.acq ~= acq then
   -- Another collects: queue, waking by its deadline to take over if it died.
   give_pend(run)
-  if fresh then redis.call('RPUSH', KEYS[8], acq .. '|' .. k) end
+  if fresh then redis.call('RPUSH', queue_key, acq .. '|' .. k) end
   local b = math.min(block, math.max(coll.dl - now_ms + 1, 10))
   local live = now_ms + b + grace
-  redis.call('ZADD', KEYS[5], live, 'w:' .. acq)
+  redis.call('ZADD', waits_key, live, 'w:' .. acq)
   lower_due(run, live)
   return {WAITING, b, now, 0, 0}
 end
@@ -194,7 +194,7 @@ if not seal then
     push_front(new)
     drop_partial(acq, epoch, size)
     pass_ticket(now_ms, acq)
-    redis.call('ZREM', KEYS[5], 'w:' .. acq)
+    redis.call('ZREM', waits_key, 'w:' .. acq)
     return {WAITING, 0, now, 0, 0}
   end
   if have == 0 and #new == k then
@@ -231,7 +231,7 @@ if not seal then
   if have == k then
     -- All k: seal the grant, from this run on.
     seal = {acq = acq, fence = f, deadline = now_ms + ttl, ms = now_ms, sealed = 0, size = size}
-    if not fenced then redis.call('HSET', KEYS[1], 'fence', fmt_int(f)) end
+    if not fenced then redis.call('HSET', meta_key, 'fence', fmt_int(f)) end
   end
 end
 
@@ -251,19 +251,19 @@ if seal then
   -- only for a k small beside its budget left.
   if seal.sealed == k and (budget == STEP or budget >= k / 4) then
     local listed = table.concat(redis.call('LRANGE', part, 0, 99999), ' ')
-    redis.call('HSET', KEYS[4], 'a:' .. acq, listed)
+    redis.call('HSET', holders_key, 'a:' .. acq, listed)
     redis.call('DEL', part)
-    redis.call('ZREM', KEYS[5], 'w:' .. acq)
+    redis.call('ZREM', waits_key, 'w:' .. acq)
     pass_ticket(now_ms, acq)
     return {GRANTED, seal.fence, seal.deadline, now, listed}
   end
-  redis.call('HSET', KEYS[1], 'seal', seal_string(seal))
+  redis.call('HSET', meta_key, 'seal', seal_string(seal))
   again = true
 elseif have > 0 then
   -- Partial leases within PARTIAL_MS/2 of their deadline move forward,
   -- STEP at a time, oldest first.
   local head = redis.call('LINDEX', part, 0)
-  local score = head and tonumber(redis.call('ZSCORE', KEYS[3], head))
+  local score = head and tonumber(redis.call('ZSCORE', leases_key, head))
   if head and (not score or score < now_ms + PARTIAL_MS / 2) then
     local toks = redis.call('LRANGE', part, 0, math.min(have, STEP) - 1)
     if not collected(acq, toks) then return settle_all(run) end
@@ -284,16 +284,16 @@ if try then
 elseif have > 0 then
   mode = 2
   if again then
-    redis.call('RPUSH', KEYS[7], 1)
-    redis.call('PEXPIRE', KEYS[7], b + grace + 1000)
+    redis.call('RPUSH', bell_key, 1)
+    redis.call('PEXPIRE', bell_key, b + grace + 1000)
   end
 end
 local dl = now_ms + b + grace
 -- A try runs again at once, with a check-in interval too (not found dead).
 if try then dl = now_ms + poll + grace end
 coll.k, coll.have, coll.dl, coll.label = k, have, dl, label
-redis.call('HSET', KEYS[4], 'slow', 1) -- releases read meta
-redis.call('HSET', KEYS[1], 'coll', coll_string(coll))
-redis.call('ZADD', KEYS[5], dl, 'w:' .. acq)
+redis.call('HSET', holders_key, 'slow', 1) -- releases read meta
+redis.call('HSET', meta_key, 'coll', coll_string(coll))
+redis.call('ZADD', waits_key, dl, 'w:' .. acq)
 lower_due(run, dl)
 return {WAITING, b, now, mode, have}

@@ -5,7 +5,7 @@
 -- before it. So probe with a key that never exists before any write, and
 -- answer TRYAGAIN (a cluster client retries after the migration).
 do
-  local probe = redis.pcall('EXISTS', string.sub(KEYS[1], 1, #KEYS[1] - 4) .. 'probe')
+  local probe = redis.pcall('EXISTS', string.sub(meta_key, 1, #meta_key - 4) .. 'probe')
   if type(probe) == 'table' and probe['err'] then
     return redis.error_reply('TRYAGAIN redsem: slot is migrating')
   end
@@ -43,7 +43,7 @@ end
 
 -- base is the common prefix of the script's keys, e.g. "redsem:{name}:".
 local function base()
-  return string.sub(KEYS[1], 1, #KEYS[1] - 4)
+  return string.sub(meta_key, 1, #meta_key - 4)
 end
 
 -- not_here returns the READONLY error a write gets on this server, or nil.

@@ -19,7 +19,7 @@ local err = check_el_types(6)
 if err then return redis.error_reply(err) end
 local now = now_us()
 if op == 'wake' then
-  local reg = tonumber(redis.call('ZSCORE', KEYS[6], acq))
+  local reg = tonumber(redis.call('ZSCORE', observers_key, acq))
   if reg then ring_one(acq, reg, math.floor(now / 1000)) end
   return {1, 0, now}
 end
@@ -32,7 +32,7 @@ if op == 'resign' then
   return {1, 0, now}
 end
 local fence = lease_live(acq, math.floor(now / 1000))
-if not fence then return not_here(KEYS[2]) or {0, 0, now} end
+if not fence then return not_here(leases_key) or {0, 0, now} end
 if not (st and st.acq == acq and st.value == value) then
   announce(st, acq, fence, value, now)
 end

@@ -2,16 +2,16 @@
 --
 -- An election is a mutex (a semaphore of size 1 whose keys start with
 -- base = <prefix>{<name>}:el:) and, beside its keys in the same slot:
---   KEYS[1] meta       the mutex's meta hash (only its slot is used here)
---   KEYS[2] leases     the mutex's zset: token -> lease deadline (ms)
---   KEYS[3] holders    the mutex's hash: a:<acqID> -> token,
+--   meta_key           the mutex's meta hash (only its slot is used here)
+--   leases_key         the mutex's zset: token -> lease deadline (ms)
+--   holders_key        the mutex's hash: a:<acqID> -> token,
 --                      t:<token> -> acqID|fence|grantedMs|label
---   KEYS[4] leader     hash: epoch (Redis TIME, µs, when it was made), seq
+--   leader_key         hash: epoch (Redis TIME, µs, when it was made), seq
 --                      (the last change's), term (0: no leader), value, and
 --                      acq (the leader's acquisition) while there is one
---   KEYS[5] log        list: the last LOG_MAX changes, "seq|term|value"
---   KEYS[6] observers  zset: observer id -> its registration's end (ms)
---   KEYS[7] bell       list: base.."ob:"..id, an observer's doorbell
+--   log_key            list: the last LOG_MAX changes, "seq|term|value"
+--   observers_key      zset: observer id -> its registration's end (ms)
+--   bell_key           list: base.."ob:"..id, an observer's doorbell
 -- The mutex's holder leads once a claim announced it, and leads while its
 -- lease is current (recorded and not expired). Every script that finds the
 -- announced leader no longer current announces "no leader" first, so each
@@ -32,10 +32,10 @@ end
 -- lease_live returns the fence and deadline of acq's lease on the mutex
 -- while Redis records it and it has not expired at now_ms; else nil.
 local function lease_live(acq, now_ms)
-  local tok = redis.call('HGET', KEYS[3], 'a:' .. acq)
+  local tok = redis.call('HGET', holders_key, 'a:' .. acq)
   if not tok then return nil end
-  local rec = redis.call('HGET', KEYS[3], 't:' .. tok)
-  local dl = tonumber(redis.call('ZSCORE', KEYS[2], tok))
+  local rec = redis.call('HGET', holders_key, 't:' .. tok)
+  local dl = tonumber(redis.call('ZSCORE', leases_key, tok))
   if not rec or not dl or dl <= now_ms then return nil end
   local owner, fence = string.match(rec, '^([^|]*)|(%d+)|')
   if owner ~= acq then return nil end
@@ -45,11 +45,11 @@ end
 -- el_state reads the leader hash: nil when there is none, nil and an error
 -- when it is not an election's.
 local function el_state()
-  local m = redis.call('HMGET', KEYS[4], 'epoch', 'seq', 'term', 'value', 'acq')
+  local m = redis.call('HMGET', leader_key, 'epoch', 'seq', 'term', 'value', 'acq')
   if not m[1] and not m[2] then return nil, nil end
   local seq, term = tonumber(m[2]), tonumber(m[3])
   if not m[1] or not seq or not term then
-    return nil, 'REDSEM_CORRUPT ' .. KEYS[4] .. ' is not a redsem election record'
+    return nil, 'REDSEM_CORRUPT ' .. leader_key .. ' is not a redsem election record'
   end
   local acq = m[5]
   if acq == false then acq = nil end
@@ -66,9 +66,9 @@ end
 
 -- ring rings every observer still registered (and forgets lapsed ones).
 local function ring(now_ms)
-  local dead = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', '(' .. now_ms, 'LIMIT', 0, 1000)
-  if #dead > 0 then redis.call('ZREM', KEYS[6], unpack(dead)) end
-  local obs = redis.call('ZRANGE', KEYS[6], 0, -1, 'WITHSCORES')
+  local dead = redis.call('ZRANGEBYSCORE', observers_key, '-inf', '(' .. now_ms, 'LIMIT', 0, 1000)
+  if #dead > 0 then redis.call('ZREM', observers_key, unpack(dead)) end
+  local obs = redis.call('ZRANGE', observers_key, 0, -1, 'WITHSCORES')
   for i = 1, #obs, 2 do ring_one(obs[i], tonumber(obs[i + 1]), now_ms) end
 end
 
@@ -77,14 +77,14 @@ end
 local function announce(st, acq, term, value, now)
   if not st then st = {epoch = fmt_int(now), seq = 0} end
   st.seq, st.term, st.value, st.acq = st.seq + 1, term, value, acq
-  redis.call('HSET', KEYS[4], 'epoch', st.epoch, 'seq', fmt_int(st.seq), 'term', fmt_int(term), 'value', value)
+  redis.call('HSET', leader_key, 'epoch', st.epoch, 'seq', fmt_int(st.seq), 'term', fmt_int(term), 'value', value)
   if acq then
-    redis.call('HSET', KEYS[4], 'acq', acq)
+    redis.call('HSET', leader_key, 'acq', acq)
   else
-    redis.call('HDEL', KEYS[4], 'acq')
+    redis.call('HDEL', leader_key, 'acq')
   end
-  redis.call('RPUSH', KEYS[5], fmt_int(st.seq) .. '|' .. fmt_int(term) .. '|' .. value)
-  if redis.call('LLEN', KEYS[5]) > LOG_MAX then redis.call('LPOP', KEYS[5]) end
+  redis.call('RPUSH', log_key, fmt_int(st.seq) .. '|' .. fmt_int(term) .. '|' .. value)
+  if redis.call('LLEN', log_key) > LOG_MAX then redis.call('LPOP', log_key) end
   ring(math.floor(now / 1000))
   return st
 end

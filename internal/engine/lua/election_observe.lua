@@ -22,7 +22,7 @@ if #obs < 16 or not after or not block or not grace then
 end
 local err = check_el_types(7)
 if err then return redis.error_reply(err) end
-redis.call('DEL', KEYS[7])
+redis.call('DEL', bell_key)
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 local st
@@ -33,7 +33,7 @@ st = sync(st, now)
 local out = {0, now, '', 0}
 if st then
   out[3], out[4] = st.epoch, fmt_int(st.seq)
-  local log = redis.call('LRANGE', KEYS[5], 0, -1)
+  local log = redis.call('LRANGE', log_key, 0, -1)
   local first = st.seq - #log + 1
   if (epoch == st.epoch and after >= first - 1) or (epoch == '' and after == 0 and first == 1) then
     for _, e in ipairs(log) do
@@ -52,7 +52,7 @@ else
 end
 
 if block == 0 then
-  redis.call('ZREM', KEYS[6], obs)
+  redis.call('ZREM', observers_key, obs)
   return out
 end
 if st and st.acq then
@@ -61,5 +61,5 @@ if st and st.acq then
 end
 block = math.max(block, 1)
 out[1] = block
-redis.call('ZADD', KEYS[6], now_ms + block + grace, obs)
+redis.call('ZADD', observers_key, now_ms + block + grace, obs)
 return out

@@ -10,7 +10,7 @@ local pend_read = 100
 -- A key of another type under a pending name holds no token of ours.
 local function pending_tokens()
   local toks, lists, seen = {}, 0, {}
-  for _, w in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
+  for _, w in ipairs(redis.call('ZRANGE', waits_key, 0, -1)) do
     local kind = string.sub(w, 1, 2)
     local pend = base() .. 'pend:' .. string.sub(w, 3)
     local read = (kind == 'w:' or kind == 'x:') and not seen[pend]
@@ -55,7 +55,7 @@ local function inventory(epoch, size)
     into[#into + 1] = tok
     return true
   end
-  for _, tok in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  for _, tok in ipairs(redis.call('ZRANGE', leases_key, 0, -1)) do
     if is_valid(tok, epoch, size) then
       seen[tok] = true
       inv.leased[#inv.leased + 1] = tok
@@ -69,7 +69,7 @@ local function inventory(epoch, size)
   local pend
   pend, inv.pend_lists = pending_tokens()
   for _, tok in ipairs(pend) do place(tok, inv.pending) end
-  for _, tok in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+  for _, tok in ipairs(redis.call('LRANGE', tokens_key, 0, -1)) do
     if not place(tok, inv.free) then inv.drop[#inv.drop + 1] = tok end
   end
   for i = 1, size do

@@ -1,19 +1,19 @@
 -- meta.lua: the semaphore's record and its tokens (after base.lua).
 --
 -- Keys (one hash tag, so one cluster slot):
---   KEYS[1] meta     hash  size, epoch, fence, due, rejected, created, idle
+--   meta_key         hash  size, epoch, fence, due, rejected, created, idle
 --                          and exp (idle.lua), "x:"..acqID -> tombstone
 --                          expiry, a shrink's over, held, "h:"..i
 --                          (tokens.lua), a weighted collector's coll and
 --                          seal (weighted.lua)
---   KEYS[2] tokens   list  free tokens "<epoch>:<slot>"; taken from the left
---   KEYS[3] leases   zset  token -> lease deadline, ms of Redis TIME
---   KEYS[4] holders  hash  "t:"..token -> "acqID|fence|grantedMs|label",
+--   tokens_key       list  free tokens "<epoch>:<slot>"; taken from the left
+--   leases_key       zset  token -> lease deadline, ms of Redis TIME
+--   holders_key      hash  "t:"..token -> "acqID|fence|grantedMs|label",
 --                          "a:"..acqID -> its token(s), "x:"..acqID while
 --                          the semaphore does not exist, "slow" while a
 --                          shrink drains or a collector holds the ticket
 --                          (release_fast.lua), "idle" (idle.lua)
---   KEYS[5] waits    zset  "w:"..acqID -> when its pending list may be
+--   waits_key        zset  "w:"..acqID -> when its pending list may be
 --                          swept, "x:"..acqID -> when its tombstone goes
 -- A waiter's pending list is base.."pend:"..acqID; a weighted collector's
 -- part list base.."part:"..acqID. Every script reads and validates before
@@ -42,15 +42,15 @@ end
 -- lower bound of every score in leases and waits (0 when unknown): the
 -- sweeps wait until then.
 local function read_meta()
-  local m = redis.call('HMGET', KEYS[1], 'size', 'epoch', 'fence', 'due', 'coll', 'over', 'held')
+  local m = redis.call('HMGET', meta_key, 'size', 'epoch', 'fence', 'due', 'coll', 'over', 'held')
   local msize, epoch, fence_s, due, coll, over, held = m[1], m[2], m[3], m[4], m[5], m[6], m[7]
   if not msize and not epoch then return nil, nil, nil, nil, nil end
   local size, fence = tonumber(msize), tonumber(fence_s)
   if not size or size < 1 or size > 100000 or size % 1 ~= 0 or not epoch or not fence then
-    return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is not a redsem meta record'
+    return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. meta_key .. ' is not a redsem meta record'
   end
   if fence >= FENCE_MAX then
-    return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' holds fence ' .. fence_s .. ', too large to grow'
+    return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. meta_key .. ' holds fence ' .. fence_s .. ', too large to grow'
   end
   return size, epoch, fence, tonumber(due) or 0, nil, coll, shrink_count(over), shrink_count(held)
 end
@@ -58,8 +58,8 @@ end
 -- tombstone_of returns acq's tombstone (abort.lua): in meta, or in holders
 -- if it was aborted before the semaphore existed.
 local function tombstone_of(acq)
-  local x = redis.call('HGET', KEYS[4], 'x:' .. acq)
-  return redis.call('HGET', KEYS[1], 'x:' .. acq) or x
+  local x = redis.call('HGET', holders_key, 'x:' .. acq)
+  return redis.call('HGET', meta_key, 'x:' .. acq) or x
 end
 
 -- size_in_force returns the size to work with: the client's, or the stored
@@ -77,24 +77,24 @@ local NO_DUE = 9e15
 -- characters of seed) at Redis time now (µs). Returns the epoch, or nil and
 -- an error: tokens or leases without meta are residue.
 local function create(size, seed, now)
-  if redis.call('EXISTS', KEYS[2]) + redis.call('EXISTS', KEYS[3]) > 0 then
-    return nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is missing but tokens or leases exist'
+  if redis.call('EXISTS', tokens_key) + redis.call('EXISTS', leases_key) > 0 then
+    return nil, 'REDSEM_CORRUPT ' .. meta_key .. ' is missing but tokens or leases exist'
   end
   local epoch = string.sub(seed, 1, 12)
-  redis.call('HSETNX', KEYS[1], 'size', size)
-  redis.call('HSET', KEYS[1], 'epoch', epoch, 'fence', fmt_int(now), 'due', fmt_int(NO_DUE),
+  redis.call('HSETNX', meta_key, 'size', size)
+  redis.call('HSET', meta_key, 'epoch', epoch, 'fence', fmt_int(now), 'due', fmt_int(NO_DUE),
     'rejected', 0, 'created', math.floor(now / 1000))
   -- Tombstones of acquisitions aborted before now move to meta.
-  for _, f in ipairs(redis.call('HKEYS', KEYS[4])) do
+  for _, f in ipairs(redis.call('HKEYS', holders_key)) do
     if string.sub(f, 1, 2) == 'x:' then
-      redis.call('HSET', KEYS[1], f, redis.call('HGET', KEYS[4], f))
-      redis.call('HDEL', KEYS[4], f)
+      redis.call('HSET', meta_key, f, redis.call('HGET', holders_key, f))
+      redis.call('HDEL', holders_key, f)
     end
   end
   for i = 1, size, 1000 do
     local batch = {}
     for j = i, math.min(i + 999, size) do batch[#batch + 1] = epoch .. ':' .. j end
-    redis.call('RPUSH', KEYS[2], unpack(batch))
+    redis.call('RPUSH', tokens_key, unpack(batch))
   end
   return epoch, nil
 end
@@ -102,7 +102,7 @@ end
 -- next_due is the earliest score in leases and waits, or NO_DUE.
 local function next_due()
   local d = NO_DUE
-  for _, key in ipairs({KEYS[3], KEYS[5]}) do
+  for _, key in ipairs({leases_key, waits_key}) do
     local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
     if first[2] then d = math.min(d, tonumber(first[2])) end
   end
@@ -135,8 +135,8 @@ local function each_lease(toks, f)
     local last = math.min(i + 999, #toks)
     local fields = {}
     for j = i, last do fields[#fields + 1] = 't:' .. toks[j] end
-    local recs = redis.call('HMGET', KEYS[4], unpack(fields))
-    local scores = redis.call('ZMSCORE', KEYS[3], unpack(toks, i, last))
+    local recs = redis.call('HMGET', holders_key, unpack(fields))
+    local scores = redis.call('ZMSCORE', leases_key, unpack(toks, i, last))
     for j = 1, #fields do
       local r = f(toks[i + j - 1], recs[j], scores[j])
       if r ~= nil then return r end
@@ -153,7 +153,7 @@ local function owned_by(acq, toks)
     local last = math.min(i + 999, #toks)
     local fields = {}
     for j = i, last do fields[#fields + 1] = 't:' .. toks[j] end
-    local recs = redis.call('HMGET', KEYS[4], unpack(fields))
+    local recs = redis.call('HMGET', holders_key, unpack(fields))
     for j = i, last do
       local rec, tok = recs[j - i + 1], toks[j]
       if rec and owner_of(rec) == acq and not seen[tok] then

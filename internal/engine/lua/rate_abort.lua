@@ -25,8 +25,8 @@ local released = false
 if st then
   local g, w = grant_of(acq, st.L)
   if g and mode == 'resolve' then
-    redis.call('ZREM', KEYS[4], 'w:' .. acq)
-    redis.call('DEL', KEYS[9])
+    redis.call('ZREM', waits_key, 'w:' .. acq)
+    redis.call('DEL', inbox_key)
     local r = {GRANTED, g, wait_for(st, w, now), now}
     forget(st, acq)
     settle_idle(st, now)
@@ -39,18 +39,18 @@ if st then
       if w[i] > 0 then all = refund(st, i, acq, w[i]) and all end
     end
     -- A grant still logged keeps its record until its window ends.
-    if all then redis.call('HDEL', KEYS[2], 'g:' .. acq) end
+    if all then redis.call('HDEL', holders_key, 'g:' .. acq) end
   end
 end
-redis.call('LREM', KEYS[3], 0, acq)
-redis.call('HDEL', KEYS[2], 'r:' .. acq)
-redis.call('ZREM', KEYS[4], 'w:' .. acq)
-redis.call('ZADD', KEYS[4], fmt_int(now + tomb), 'x:' .. acq)
-redis.call('DEL', KEYS[9])
-if released or redis.call('HGET', KEYS[1], 'timer') == acq then
+redis.call('LREM', queue_key, 0, acq)
+redis.call('HDEL', holders_key, 'r:' .. acq)
+redis.call('ZREM', waits_key, 'w:' .. acq)
+redis.call('ZADD', waits_key, fmt_int(now + tomb), 'x:' .. acq)
+redis.call('DEL', inbox_key)
+if released or redis.call('HGET', meta_key, 'timer') == acq then
   -- Given-back units may bring the head's turn closer: serve rings it
   -- (as a new head) to time its wake-up again.
-  redis.call('HDEL', KEYS[1], 'timer')
+  redis.call('HDEL', meta_key, 'timer')
 end
 if st then
   -- Hand given-back units to the waiters, and wake a new head.
@@ -62,6 +62,6 @@ if st then
 end
 -- No gate (never made, or its keys expired): waits holds tombstones only,
 -- which expire with the last of them.
-local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[4], fmt_int(math.ceil(tonumber(last[2]) / 1000)))
+local last = redis.call('ZRANGE', waits_key, -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', waits_key, fmt_int(math.ceil(tonumber(last[2]) / 1000)))
 return {WAITING, 0, now}

@@ -3,21 +3,21 @@
 -- A gate has one to MAX_LIMITS limits ("at most n units in any window of
 -- per"); a start takes w[i] units of limit i, all or none. Keys (one hash
 -- tag; base = <prefix>{<name>}:rate:), with s(1) = '' and s(i) = ':'..i:
---   KEYS[1]    meta     hash  limits (1 when absent); size..s(i) (n),
+--   meta_key            hash  limits (1 when absent); size..s(i) (n),
 --                             per..s(i) (µs), sum..s(i) (units granted so
 --                             far), back..s(i) (of those, how many left the
 --                             window); fence (last grant time, µs), set (1
 --                             once rate_set.lua wrote the rate), changed,
 --                             rejected, created, timer (the head keeping time)
---   KEYS[2]    holders  hash  "g:"..acqID -> "grantUs w1 .. wL" while in a
+--   holders_key         hash  "g:"..acqID -> "grantUs w1 .. wL" while in a
 --                             window or not yet collected; "r:"..acqID ->
 --                             "w1 .. wL", what a queued waiter asks for
---   KEYS[3]    queue    list  acqIDs of blocked waiters, oldest first
---   KEYS[4]    waits    zset  "w:"..acqID -> liveness deadline (µs),
+--   queue_key           list  acqIDs of blocked waiters, oldest first
+--   waits_key           zset  "w:"..acqID -> liveness deadline (µs),
 --                             "x:"..acqID -> tombstone deadline
---   KEYS[4+i]  log i    zset  acqID -> sum..s(i) right after its grant, for
+--   log<i>_key          zset  acqID -> sum..s(i) right after its grant, for
 --                             the grants in limit i's window
---   KEYS[9]    inbox    list  base.."in:"..acqID, a waiter's doorbell
+--   inbox_key           list  base.."in:"..acqID, a waiter's doorbell
 -- Units in limit i's window: sum - back. A grant leaves the window when
 -- Redis TIME reaches its time plus per, and back becomes its logged sum;
 -- as log scores are running sums, one ZRANGEBYSCORE finds the grant whose
@@ -38,8 +38,9 @@ local function sfx(i)
   return ':' .. i
 end
 
+local log_keys = {log1_key, log2_key, log3_key, log4_key}
 local function log_key(i)
-  return KEYS[4 + i]
+  return log_keys[i]
 end
 
 -- check_rate_types checks the first nkeys keys of the layout above.
@@ -116,7 +117,7 @@ end
 
 -- grant_of returns the grant time and units of acq's grant, or nil.
 local function grant_of(acq, L)
-  local rec = redis.call('HGET', KEYS[2], 'g:' .. acq)
+  local rec = redis.call('HGET', holders_key, 'g:' .. acq)
   if not rec then return nil end
   local f = words(rec)
   local g = tonumber(f[1])
@@ -131,7 +132,7 @@ end
 
 -- request_of returns what queued waiter acq asks for, or nil.
 local function request_of(acq, L)
-  local rec = redis.call('HGET', KEYS[2], 'r:' .. acq)
+  local rec = redis.call('HGET', holders_key, 'r:' .. acq)
   if not rec then return nil end
   local f = words(rec)
   if #f ~= L then return nil end
@@ -144,20 +145,20 @@ local function request_of(acq, L)
 end
 
 local function save_limit(st, i)
-  redis.call('HSET', KEYS[1], 'sum' .. sfx(i), fmt_int(st.sum[i]), 'back' .. sfx(i), fmt_int(st.back[i]))
+  redis.call('HSET', meta_key, 'sum' .. sfx(i), fmt_int(st.sum[i]), 'back' .. sfx(i), fmt_int(st.back[i]))
 end
 
 -- create writes meta for rate r at Redis time now; grants or a log without
 -- meta are corruption.
 local function create(r, now, set)
-  local n = redis.call('EXISTS', KEYS[2])
+  local n = redis.call('EXISTS', holders_key)
   for i = 1, MAX_LIMITS do n = n + redis.call('EXISTS', log_key(i)) end
   if n > 0 then
-    return nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is missing but grants exist'
+    return nil, 'REDSEM_CORRUPT ' .. meta_key .. ' is missing but grants exist'
   end
   -- Tombstones left while the gate did not exist expire (rate_abort.lua);
   -- from here on waits follows the gate's expiry.
-  redis.call('PERSIST', KEYS[4])
+  redis.call('PERSIST', waits_key)
   local st = {L = r.L, n = {}, per = {}, sum = {}, back = {}, fence = now, set = set, idle = 0}
   local f = {'limits', r.L, 'fence', fmt_int(now), 'rejected', 0, 'created', math.floor(now / 1000)}
   if set then
@@ -173,7 +174,7 @@ local function create(r, now, set)
       f[#f + 1] = fmt_int(kv[2])
     end
   end
-  redis.call('HSET', KEYS[1], unpack(f))
+  redis.call('HSET', meta_key, unpack(f))
   return st, nil
 end
 
@@ -184,13 +185,13 @@ end
 local function upgrade(m)
   local n, per, fence = tonumber(m[5]), tonumber(m[6]), tonumber(m[2])
   if not n or n < 1 or not per or per < 1 or not fence then
-    return 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is not a redsem rate gate record'
+    return 'REDSEM_CORRUPT ' .. meta_key .. ' is not a redsem rate gate record'
   end
-  redis.call('DEL', base() .. 'tokens', base() .. 'leases', KEYS[2])
-  redis.call('HDEL', KEYS[1], 'epoch', 'timer')
-  redis.call('HSET', KEYS[1], 'limits', 1, 'sum', fmt_int(n), 'back', 0)
+  redis.call('DEL', base() .. 'tokens', base() .. 'leases', holders_key)
+  redis.call('HDEL', meta_key, 'epoch', 'timer')
+  redis.call('HSET', meta_key, 'limits', 1, 'sum', fmt_int(n), 'back', 0)
   redis.call('ZADD', log_key(1), fmt_int(n), 'upgrade')
-  redis.call('HSET', KEYS[2], 'g:upgrade', fmt_int(fence) .. ' ' .. fmt_int(n))
+  redis.call('HSET', holders_key, 'g:upgrade', fmt_int(fence) .. ' ' .. fmt_int(n))
   return nil
 end
 
@@ -198,7 +199,7 @@ end
 -- fence_read (the fence as read)}: nil when the gate does not exist; nil,
 -- err when meta is unusable.
 local function rate_state()
-  local m = redis.call('HMGET', KEYS[1], 'limits', 'fence', 'set', 'epoch', 'size', 'per', 'idle', 'exp')
+  local m = redis.call('HMGET', meta_key, 'limits', 'fence', 'set', 'epoch', 'size', 'per', 'idle', 'exp')
   if not m[1] and not m[2] and not m[4] and not m[5] then return nil, nil end
   if m[4] then
     local e = upgrade(m)
@@ -207,10 +208,10 @@ local function rate_state()
   end
   local L, fence = int_arg(m[1] or '1', 1, MAX_LIMITS), tonumber(m[2])
   if not L or not fence then
-    return nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is not a redsem rate gate record'
+    return nil, 'REDSEM_CORRUPT ' .. meta_key .. ' is not a redsem rate gate record'
   end
   if fence >= FENCE_MAX then
-    return nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' holds grant time ' .. m[2] .. ', too large to grow'
+    return nil, 'REDSEM_CORRUPT ' .. meta_key .. ' holds grant time ' .. m[2] .. ', too large to grow'
   end
   local st = {L = L, n = {}, per = {}, sum = {}, back = {}, fence = fence, set = m[3] == '1',
     idle = tonumber(m[7]) or 0, exp = m[8], fence_read = fence}
@@ -218,14 +219,14 @@ local function rate_state()
   for i = 1, L do
     for _, name in ipairs({'size', 'per', 'sum', 'back'}) do f[#f + 1] = name .. sfx(i) end
   end
-  local v = redis.call('HMGET', KEYS[1], unpack(f))
+  local v = redis.call('HMGET', meta_key, unpack(f))
   for i = 1, L do
     local j = (i - 1) * 4
     st.n[i], st.per[i] = tonumber(v[j + 1]), tonumber(v[j + 2])
     st.sum[i], st.back[i] = tonumber(v[j + 3]), tonumber(v[j + 4])
     if not st.n[i] or st.n[i] < 1 or not st.per[i] or st.per[i] < 1 or not st.sum[i]
       or not st.back[i] or st.back[i] > st.sum[i] then
-      return nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is not a redsem rate gate record'
+      return nil, 'REDSEM_CORRUPT ' .. meta_key .. ' is not a redsem rate gate record'
     end
   end
   return st, nil

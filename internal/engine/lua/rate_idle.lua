@@ -29,9 +29,9 @@
 local function idle_setting(st, idle)
   if st.idle == idle then return end
   if idle > 0 then
-    redis.call('HSET', KEYS[1], 'idle', fmt_int(idle))
+    redis.call('HSET', meta_key, 'idle', fmt_int(idle))
   else
-    redis.call('HDEL', KEYS[1], 'idle')
+    redis.call('HDEL', meta_key, 'idle')
   end
   st.idle = idle
 end
@@ -40,12 +40,12 @@ end
 -- key of gate st and of the doorbells this script rang, at Redis time now
 -- (µs); own is the rate of the start that runs it, or nil.
 local function settle_idle(st, now, own)
-  local keys = {KEYS[1], KEYS[2], KEYS[3], KEYS[4]}
+  local keys = {meta_key, holders_key, queue_key, waits_key}
   for i = 1, st.L do keys[#keys + 1] = log_key(i) end
   if st.idle <= 0 then
     if not st.exp then return end
     for _, key in ipairs(keys) do redis.call('PERSIST', key) end
-    redis.call('HDEL', KEYS[1], 'exp')
+    redis.call('HDEL', meta_key, 'exp')
     return
   end
   local at = st.fence
@@ -53,7 +53,7 @@ local function settle_idle(st, now, own)
     at = math.max(at, st.fence + st.per[i])
     if own then at = math.max(at, st.fence + own.per[i]) end
   end
-  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+  local last = redis.call('ZRANGE', waits_key, -1, -1, 'WITHSCORES')
   if last[2] then at = math.max(at, tonumber(last[2])) end
   at = math.ceil(at / 1000) + st.idle
   local exp = tonumber(st.exp)
@@ -65,5 +65,5 @@ local function settle_idle(st, now, own)
   at = math.max(at, math.floor(now / 1000) + 1)
   for _, acq in ipairs(rung) do keys[#keys + 1] = inbox_of(acq) end
   for _, key in ipairs(keys) do redis.call('PEXPIREAT', key, fmt_int(at)) end
-  redis.call('HSET', KEYS[1], 'exp', fmt_int(at))
+  redis.call('HSET', meta_key, 'exp', fmt_int(at))
 end

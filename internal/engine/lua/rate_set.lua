@@ -50,7 +50,7 @@ local function count_forgotten(st, i, was, now, idle_us)
   if not h then
     if st.per[i] <= was then return end
     h = now - was
-    local born = tonumber(redis.call('HGET', KEYS[1], 'created'))
+    local born = tonumber(redis.call('HGET', meta_key, 'created'))
     if born and born * 1000 > h then
       -- The log holds every grant since born. Before it, only a gate of
       -- the name whose keys expired, at least the idle time before.
@@ -68,7 +68,7 @@ local function count_forgotten(st, i, was, now, idle_us)
   w[i] = w[i] + add
   local rec = {fmt_int(h)}
   for j = 1, st.L do rec[j + 1] = fmt_int(w[j]) end
-  redis.call('HSET', KEYS[2], 'g:' .. id, table.concat(rec, ' '))
+  redis.call('HSET', holders_key, 'g:' .. id, table.concat(rec, ' '))
 end
 
 local err = check_rate_types(8)
@@ -106,16 +106,16 @@ for i = 1, L do
   f[#f + 1] = 'per' .. sfx(i)
   f[#f + 1] = fmt_int(want.per[i])
 end
-redis.call('HSET', KEYS[1], unpack(f))
-redis.call('HDEL', KEYS[1], 'timer') -- serve rings the head: its wake-up moved
+redis.call('HSET', meta_key, unpack(f))
+redis.call('HDEL', meta_key, 'timer') -- serve rings the head: its wake-up moved
 expire(st, now)
 for i = 1, L do count_forgotten(st, i, was[i], now, math.max(st.idle, idle) * 1000) end
 
-for _, acq in ipairs(redis.call('LRANGE', KEYS[3], 0, 999)) do
+for _, acq in ipairs(redis.call('LRANGE', queue_key, 0, 999)) do
   local w = request_of(acq, L)
   if w and too_large(st, w) then
-    redis.call('LREM', KEYS[3], 0, acq)
-    redis.call('HDEL', KEYS[2], 'r:' .. acq)
+    redis.call('LREM', queue_key, 0, acq)
+    redis.call('HDEL', holders_key, 'r:' .. acq)
     ring(acq)
   end
 end

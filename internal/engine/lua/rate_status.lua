@@ -10,14 +10,14 @@
 local err = check_rate_types(8)
 if err then return redis.error_reply(err) end
 local now = now_us()
-local meta = redis.call('HGETALL', KEYS[1])
+local meta = redis.call('HGETALL', meta_key)
 local waiting = 0
-for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], fmt_int(now), '+inf')) do
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', waits_key, fmt_int(now), '+inf')) do
   if string.sub(m, 1, 2) == 'w:' then waiting = waiting + 1 end
 end
 local out = {now, meta, waiting}
 local st = nil
-if not redis.call('HGET', KEYS[1], 'epoch') then st = rate_state() end
+if not redis.call('HGET', meta_key, 'epoch') then st = rate_state() end
 if st then
   for i = 1, st.L do
     local due, stray, prev = 0, 0, st.back[i]

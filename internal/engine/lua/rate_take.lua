@@ -67,34 +67,34 @@ end
 
 sweep(st, now)
 expire(st, now)
-if redis.call('ZSCORE', KEYS[4], 'x:' .. acq) then
-  redis.call('DEL', KEYS[9])
+if redis.call('ZSCORE', waits_key, 'x:' .. acq) then
+  redis.call('DEL', inbox_key)
   return done({SETTLED, 0, now})
 end
 serve(st, now)
 
 if fresh then
   -- Take from the window only when nobody queues: waiters go first.
-  if redis.call('LLEN', KEYS[3]) == 0 and fits(st, w) then
+  if redis.call('LLEN', queue_key) == 0 and fits(st, w) then
     local g = grant(st, acq, w, now)
     return done({GRANTED, g, wait_for(st, w, now), now})
   end
   if block == 0 then return done({WAITING, wait_for(st, w, now), now, 0}) end
-  redis.call('RPUSH', KEYS[3], acq)
+  redis.call('RPUSH', queue_key, acq)
   local req = {}
   for i = 1, L do req[i] = fmt_int(w[i]) end
-  redis.call('HSET', KEYS[2], 'r:' .. acq, table.concat(req, ' '))
+  redis.call('HSET', holders_key, 'r:' .. acq, table.concat(req, ' '))
 else
   local r = granted_reply(st, acq, now)
-  redis.call('DEL', KEYS[9])
+  redis.call('DEL', inbox_key)
   if r then
-    redis.call('ZREM', KEYS[4], 'w:' .. acq)
+    redis.call('ZREM', waits_key, 'w:' .. acq)
     forget(st, acq)
     return done(r)
   end
-  if not redis.call('ZSCORE', KEYS[4], 'w:' .. acq) or not redis.call('HGET', KEYS[2], 'r:' .. acq) then
+  if not redis.call('ZSCORE', waits_key, 'w:' .. acq) or not redis.call('HGET', holders_key, 'r:' .. acq) then
     -- Dropped from the queue (dead, or unable to fit a lowered rate).
-    redis.call('ZREM', KEYS[4], 'w:' .. acq)
+    redis.call('ZREM', waits_key, 'w:' .. acq)
     return done({SETTLED, 0, now})
   end
 end
@@ -105,9 +105,9 @@ end
 -- head that died.
 local wait = block
 local head = 0
-if redis.call('LINDEX', KEYS[3], 0) == acq then
+if redis.call('LINDEX', queue_key, 0) == acq then
   head = 1
-  redis.call('HSET', KEYS[1], 'timer', acq)
+  redis.call('HSET', meta_key, 'timer', acq)
   wait = math.min(wait, math.max(ready_at(st, w, now) - now, 0))
 else
   local longest = 1000000
@@ -115,5 +115,5 @@ else
   wait = math.min(wait, longest)
 end
 wait = math.max(wait, 1000)
-redis.call('ZADD', KEYS[4], fmt_int(now + wait + grace), 'w:' .. acq)
+redis.call('ZADD', waits_key, fmt_int(now + wait + grace), 'w:' .. acq)
 return done({WAITING, wait, now, head})

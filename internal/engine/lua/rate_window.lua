@@ -6,8 +6,8 @@ local function forget(st, acq)
   for i = 1, st.L do
     if redis.call('ZSCORE', log_key(i), acq) then return end
   end
-  if redis.call('ZSCORE', KEYS[4], 'w:' .. acq) then return end
-  redis.call('HDEL', KEYS[2], 'g:' .. acq)
+  if redis.call('ZSCORE', waits_key, 'w:' .. acq) then return end
+  redis.call('HDEL', holders_key, 'g:' .. acq)
 end
 
 -- expire ends, in log order, the grants whose window has passed: grant
@@ -21,7 +21,7 @@ local function expire(st, now)
       if not first[1] then break end
       local g = grant_of(first[1], st.L)
       if g and g + st.per[i] > now then break end
-      if not g then redis.call('HINCRBY', KEYS[1], 'rejected', 1) end
+      if not g then redis.call('HINCRBY', meta_key, 'rejected', 1) end
       redis.call('ZREM', key, first[1])
       st.back[i] = math.min(math.max(st.back[i], tonumber(first[2]) or 0), st.sum[i])
       changed = true
@@ -60,8 +60,8 @@ local function grant(st, acq, w, now)
       save_limit(st, i)
     end
   end
-  redis.call('HSET', KEYS[1], 'fence', fmt_int(g))
-  redis.call('HSET', KEYS[2], 'g:' .. acq, table.concat(rec, ' '))
+  redis.call('HSET', meta_key, 'fence', fmt_int(g))
+  redis.call('HSET', holders_key, 'g:' .. acq, table.concat(rec, ' '))
   return g
 end
 
@@ -108,7 +108,7 @@ end
 -- and nobody queues; else not before the queue's head fits either.
 local function wait_for(st, w, now)
   local t = ready_at(st, w, now)
-  local head = redis.call('LINDEX', KEYS[3], 0)
+  local head = redis.call('LINDEX', queue_key, 0)
   if head then
     local hw = request_of(head, st.L)
     if hw then t = math.max(t, ready_at(st, hw, now)) end
@@ -120,16 +120,16 @@ end
 -- sweep forgets waiters whose liveness deadline passed (their client died
 -- or was cut off) and expired tombstones.
 local function sweep(st, now)
-  local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 100)
+  local dead = redis.call('ZRANGEBYSCORE', waits_key, '-inf', now, 'LIMIT', 0, 100)
   for _, m in ipairs(dead) do
-    redis.call('ZREM', KEYS[4], m)
+    redis.call('ZREM', waits_key, m)
     if string.sub(m, 1, 2) == 'w:' then
       local acq = string.sub(m, 3)
-      redis.call('LREM', KEYS[3], 0, acq)
-      redis.call('HDEL', KEYS[2], 'r:' .. acq)
+      redis.call('LREM', queue_key, 0, acq)
+      redis.call('HDEL', holders_key, 'r:' .. acq)
       redis.call('DEL', inbox_of(acq))
-      if redis.call('HGET', KEYS[1], 'timer') == acq then
-        redis.call('HDEL', KEYS[1], 'timer')
+      if redis.call('HGET', meta_key, 'timer') == acq then
+        redis.call('HDEL', meta_key, 'timer')
       end
       forget(st, acq)
     end
@@ -150,20 +150,20 @@ end
 -- is rung too; so is a new head, which keeps time from then on.
 local function serve(st, now)
   for _ = 1, 1000 do
-    local head = redis.call('LINDEX', KEYS[3], 0)
+    local head = redis.call('LINDEX', queue_key, 0)
     if not head then break end
     local w = request_of(head, st.L)
     if w and not too_large(st, w) then
       if not fits(st, w) then break end
       grant(st, head, w, now)
     end
-    redis.call('LPOP', KEYS[3])
-    redis.call('HDEL', KEYS[2], 'r:' .. head)
+    redis.call('LPOP', queue_key)
+    redis.call('HDEL', holders_key, 'r:' .. head)
     ring(head)
   end
-  local head = redis.call('LINDEX', KEYS[3], 0)
-  if head and redis.call('HGET', KEYS[1], 'timer') ~= head then
-    redis.call('HSET', KEYS[1], 'timer', head)
+  local head = redis.call('LINDEX', queue_key, 0)
+  if head and redis.call('HGET', meta_key, 'timer') ~= head then
+    redis.call('HSET', meta_key, 'timer', head)
     ring(head)
   end
 end

@@ -18,7 +18,7 @@ due_now, err = overdue(now_ms, limit)
 if err then return redis.error_reply(err) end
 local n = reclaim(due_now, epoch, size)
 if epoch then
-  redis.call('HSET', KEYS[1], 'due', fmt_int(next_due()))
+  redis.call('HSET', meta_key, 'due', fmt_int(next_due()))
   settle_idle(now_ms)
 end
 return n

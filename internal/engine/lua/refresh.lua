@@ -14,23 +14,23 @@ local now = now_us()
 local now_ms = math.floor(now / 1000)
 -- due (see read_meta) must not be later than the new deadline, or a
 -- shortened lease whose holder dies would not be swept until the old one.
-local due = tonumber(redis.call('HGET', KEYS[1], 'due'))
+local due = tonumber(redis.call('HGET', meta_key, 'due'))
 local lost = each_lease(toks, function(_, rec, score)
   if not rec or owner_of(rec) ~= acq or not score or tonumber(score) <= now_ms then return true end
 end)
-if lost then return not_here(KEYS[3]) or {0, 0, now} end
+if lost then return not_here(leases_key) or {0, 0, now} end
 -- ZREM first: a write that frees memory lets the ZADD through when Redis is
 -- at maxmemory with noeviction, so holders can still refresh (FM-16).
 local dl = fmt_int(now_ms + ttl)
 for i = 1, #toks, 1000 do
   local last = math.min(i + 999, #toks)
-  redis.call('ZREM', KEYS[3], unpack(toks, i, last))
+  redis.call('ZREM', leases_key, unpack(toks, i, last))
   local z = {}
   for j = i, last do
     z[#z + 1] = dl
     z[#z + 1] = toks[j]
   end
-  redis.call('ZADD', KEYS[3], unpack(z))
+  redis.call('ZADD', leases_key, unpack(z))
 end
-if due and now_ms + ttl < due then redis.call('HSET', KEYS[1], 'due', dl) end
+if due and now_ms + ttl < due then redis.call('HSET', meta_key, 'due', dl) end
 return {1, now_ms + ttl, now}

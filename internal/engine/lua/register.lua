@@ -13,7 +13,7 @@
 -- not exist, has another size (size "" takes any), or has a tombstone of
 -- acqID, or a key is of the wrong type. Then the BLMOVE must not wait, and
 -- the client drops its connection. Writes nothing it does not register.
-local meta, tokens, waits = KEYS[1], KEYS[2], KEYS[3]
+local meta, tokens, waits = meta_key, tokens_key, waits_key
 local size, acq, block_ms, grace_ms = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 
 local m = redis.pcall('HMGET', meta, 'size', 'due', 'x:' .. acq)

@@ -18,7 +18,7 @@ local toks = {ARGV[1]}
 for i = 3, #ARGV do toks[#toks + 1] = ARGV[i] end
 -- Reads and checks first: a key of the wrong type fails with nothing changed.
 local owned = owned_by(acq, toks)
-if #owned == 0 then return not_here(KEYS[3]) or 0 end
+if #owned == 0 then return not_here(leases_key) or 0 end
 local size, epoch, _, due, err, coll, over, held = read_meta()
 if err then return redis.error_reply(err) end
 local back, routed, retired = {}, {}, 0
@@ -31,9 +31,9 @@ for _, tok in ipairs(owned) do
 end
 -- A retired token may let a withheld one go back (returned): check then too.
 if #back > 0 or retired > 0 then
-  local n = redis.pcall('LLEN', KEYS[2])
+  local n = redis.pcall('LLEN', tokens_key)
   if type(n) == 'table' and n['err'] then
-    return redis.error_reply('REDSEM_WRONGTYPE ' .. KEYS[2] .. ' is not a list')
+    return redis.error_reply('REDSEM_WRONGTYPE ' .. tokens_key .. ' is not a list')
   end
 end
 -- A collector to route to (not while a shrink drains)? A part list of
@@ -48,7 +48,7 @@ if coll and #back > 0 and over == 0 then
   end
 end
 for i = 1, #owned, 1000 do
-  redis.call('ZREM', KEYS[3], unpack(owned, i, math.min(i + 999, #owned)))
+  redis.call('ZREM', leases_key, unpack(owned, i, math.min(i + 999, #owned)))
 end
 
 if c then
@@ -65,8 +65,8 @@ if c then
   local score = now_ms + PARTIAL_MS
   lease_all(route, score, c.acq .. '|0|' .. now_ms .. '|' .. c.label)
   push_part(part_of(c.acq), route)
-  redis.call('HSET', KEYS[1], 'coll', coll_string(c))
-  if score < due then redis.call('HSET', KEYS[1], 'due', fmt_int(score)) end
+  redis.call('HSET', meta_key, 'coll', coll_string(c))
+  if score < due then redis.call('HSET', meta_key, 'due', fmt_int(score)) end
   -- With all k it is woken to seal its grant.
   if c.have == c.k then ring(c.acq, c.dl - now_ms) end
   back = rest
@@ -86,7 +86,7 @@ gone[#gone + 1] = 'a:' .. acq
 -- Neither a collector nor a shrink left: release_fast.lua may serve again.
 if not coll and over == 0 and held == 0 then gone[#gone + 1] = 'slow' end
 for i = 1, #gone, 1000 do
-  redis.call('HDEL', KEYS[4], unpack(gone, i, math.min(i + 999, #gone)))
+  redis.call('HDEL', holders_key, unpack(gone, i, math.min(i + 999, #gone)))
 end
 if epoch then settle_idle(math.floor(now_us() / 1000)) end
 return #owned

@@ -24,8 +24,8 @@ local settle_after_fast
 repeat
   if #ARGV ~= 2 then break end
   local tok, acq = ARGV[1], ARGV[2]
-  local h = redis.pcall('HMGET', KEYS[4], 't:' .. tok, 'slow', 'idle')
-  if h['err'] then return fast_fail(h, KEYS[4]) end
+  local h = redis.pcall('HMGET', holders_key, 't:' .. tok, 'slow', 'idle')
+  if h['err'] then return fast_fail(h, holders_key) end
   local rec, slow, idle_flag = h[1], h[2], h[3]
   -- A token not owned: release.lua answers (see not_here). 124 is '|'.
   if not (rec and string.sub(rec, 1, #acq) == acq and string.byte(rec, #acq + 1) == 124) then break end
@@ -33,8 +33,8 @@ repeat
   -- shrink fields, written last.
   local push, set, gone = tok, nil, nil
   if slow then
-    local m = redis.pcall('HMGET', KEYS[1], 'epoch', 'size', 'over', 'held', 'coll')
-    if m['err'] then return fast_fail(m, KEYS[1]) end
+    local m = redis.pcall('HMGET', meta_key, 'epoch', 'size', 'over', 'held', 'coll')
+    if m['err'] then return fast_fail(m, meta_key) end
     local epoch, size, over, held, coll = m[1], tonumber(m[2]), tonumber(m[3]), tonumber(m[4] or 0), m[5]
     local e, slot = string.match(tok, '^([^:]+):([1-9][0-9]*)$')
     slot = tonumber(slot)
@@ -49,7 +49,7 @@ repeat
       -- that, the last withheld goes back.
       push, over, set, gone = nil, over - 1, {}, {}
       if held > over then
-        push = redis.call('HGET', KEYS[1], 'h:' .. held)
+        push = redis.call('HGET', meta_key, 'h:' .. held)
         gone[1] = 'h:' .. held
         held = held - 1
       end
@@ -57,30 +57,30 @@ repeat
       if held == 0 then gone[#gone + 1] = 'held' else set[#set + 1] = 'held'; set[#set + 1] = held end
     end
   end
-  redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. acq)
+  redis.call('HDEL', holders_key, 't:' .. tok, 'a:' .. acq)
   local len = 0
   if push then
-    len = redis.pcall('LPUSH', KEYS[2], push)
+    len = redis.pcall('LPUSH', tokens_key, push)
     if type(len) == 'table' then
-      redis.call('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok)
-      return fast_fail(len, KEYS[2])
+      redis.call('HSET', holders_key, 't:' .. tok, rec, 'a:' .. acq, tok)
+      return fast_fail(len, tokens_key)
     end
   end
-  local r = redis.pcall('ZREM', KEYS[3], tok)
+  local r = redis.pcall('ZREM', leases_key, tok)
   if type(r) == 'table' then
-    if push then redis.call('LPOP', KEYS[2]) end
-    redis.call('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok)
-    return fast_fail(r, KEYS[3])
+    if push then redis.call('LPOP', tokens_key) end
+    redis.call('HSET', holders_key, 't:' .. tok, rec, 'a:' .. acq, tok)
+    return fast_fail(r, leases_key)
   end
-  if gone and #gone > 0 then redis.call('HDEL', KEYS[1], unpack(gone)) end
-  if set and #set > 0 then redis.call('HSET', KEYS[1], unpack(set)) end
+  if gone and #gone > 0 then redis.call('HDEL', meta_key, unpack(gone)) end
+  if set and #set > 0 then redis.call('HSET', meta_key, unpack(set)) end
   -- The release that puts the last token back sets the idle expiry (what
   -- settle_idle does when no lease, waiter or weighted queue is left). Only
   -- a semaphore with idle expiry has holders' idle flag; a release that may
   -- have ended a shrink (slow), or that finds waits holding something,
   -- leaves it to settle_idle. A meta of the wrong type sets nothing.
   if not idle_flag or not (slow or len > 0) then return 1 end
-  local i = redis.pcall('HMGET', KEYS[1], 'size', 'idle')
+  local i = redis.pcall('HMGET', meta_key, 'size', 'idle')
   local idle = not i['err'] and tonumber(i[2])
   if not idle or idle <= 0 then return 1 end
   if slow then
@@ -88,14 +88,14 @@ repeat
     break
   end
   if tonumber(i[1]) ~= len then return 1 end
-  local base = string.sub(KEYS[1], 1, #KEYS[1] - 4)
-  if redis.call('EXISTS', KEYS[3], base .. 'waits', base .. 'wqueue') > 0 then
+  local base = string.sub(meta_key, 1, #meta_key - 4)
+  if redis.call('EXISTS', leases_key, base .. 'waits', base .. 'wqueue') > 0 then
     settle_after_fast = true
     break
   end
   local t = redis.call('TIME')
   local at = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + idle)
-  for _, key in ipairs({KEYS[1], KEYS[2], KEYS[4]}) do redis.call('PEXPIREAT', key, at) end
-  redis.call('HSET', KEYS[1], 'exp', at)
+  for _, key in ipairs({meta_key, tokens_key, holders_key}) do redis.call('PEXPIREAT', key, at) end
+  redis.call('HSET', meta_key, 'exp', at)
   return 1
 until true

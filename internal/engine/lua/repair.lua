@@ -26,8 +26,8 @@ local size, epoch, _
 size, epoch, _, _, err = read_meta()
 if err then return redis.error_reply(err) end
 if not size then
-  if redis.call('EXISTS', KEYS[2]) + redis.call('EXISTS', KEYS[3]) > 0 then
-    return redis.error_reply('REDSEM_CORRUPT ' .. KEYS[1] .. ' is missing but tokens or leases exist')
+  if redis.call('EXISTS', tokens_key) + redis.call('EXISTS', leases_key) > 0 then
+    return redis.error_reply('REDSEM_CORRUPT ' .. meta_key .. ' is missing but tokens or leases exist')
   end
   return {0, {}, {}, {}, 0, 0, 0}
 end
@@ -36,19 +36,19 @@ local due_now
 due_now, err = overdue(math.floor(now_us() / 1000), 1000)
 if err then return redis.error_reply(err) end
 local reclaimed = reclaim(due_now, epoch, size)
-redis.call('HSET', KEYS[1], 'due', fmt_int(next_due()))
+redis.call('HSET', meta_key, 'due', fmt_int(next_due()))
 
 local inv = inventory(epoch, size)
 if #inv.drop > 0 then
-  redis.call('DEL', KEYS[2])
+  redis.call('DEL', tokens_key)
   for i = 1, #inv.free, 1000 do
-    redis.call('RPUSH', KEYS[2], unpack(inv.free, i, math.min(i + 999, #inv.free)))
+    redis.call('RPUSH', tokens_key, unpack(inv.free, i, math.min(i + 999, #inv.free)))
   end
 end
 
 local leases = #inv.leased + #inv.retired
 local records = 0
-for _, f in ipairs(redis.call('HKEYS', KEYS[4])) do
+for _, f in ipairs(redis.call('HKEYS', holders_key)) do
   local kind = string.sub(f, 1, 2)
   if kind == 't:' or kind == 'a:' then records = records + 1 end
 end
@@ -56,7 +56,7 @@ local minted, missing = {}, inv.missing
 if #missing > 0 and leases == 0 and records == 0 and inv.pend_lists == 0 then
   for i, slot in ipairs(missing) do minted[i] = epoch .. ':' .. slot end
   for i = 1, #minted, 1000 do
-    redis.call('RPUSH', KEYS[2], unpack(minted, i, math.min(i + 999, #minted)))
+    redis.call('RPUSH', tokens_key, unpack(minted, i, math.min(i + 999, #minted)))
   end
   missing = {}
 end

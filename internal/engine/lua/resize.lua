@@ -24,7 +24,7 @@ if err then return redis.error_reply(err) end
 -- push appends toks to the token list, in batches that unpack can take.
 local function push(toks)
   for i = 1, #toks, 1000 do
-    redis.call('RPUSH', KEYS[2], unpack(toks, i, math.min(i + 999, #toks)))
+    redis.call('RPUSH', tokens_key, unpack(toks, i, math.min(i + 999, #toks)))
   end
 end
 
@@ -34,10 +34,10 @@ end
 -- needed go back to the list (retired ones are dropped).
 local function rebalance(epoch, n)
   local over = 0
-  for _, tok in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  for _, tok in ipairs(redis.call('ZRANGE', leases_key, 0, -1)) do
     if is_retired(tok, epoch, n) then over = over + 1 end
   end
-  local old = shrink_count(redis.call('HGET', KEYS[1], 'held'))
+  local old = shrink_count(redis.call('HGET', meta_key, 'held'))
   local cand, keep = {}, {}
   for _, tok in ipairs(withheld()) do
     if is_valid(tok, epoch, n) then cand[#cand + 1] = tok end
@@ -48,11 +48,11 @@ local function rebalance(epoch, n)
     taken[keep[#keep]] = true
   end
   if #keep < over then
-    for _, tok in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+    for _, tok in ipairs(redis.call('LRANGE', tokens_key, 0, -1)) do
       if #keep >= over then break end
       -- A copy of a token leased or withheld already is not free.
-      if is_valid(tok, epoch, n) and not taken[tok] and not redis.call('ZSCORE', KEYS[3], tok)
-        and redis.call('LREM', KEYS[2], 1, tok) == 1 then
+      if is_valid(tok, epoch, n) and not taken[tok] and not redis.call('ZSCORE', leases_key, tok)
+        and redis.call('LREM', tokens_key, 1, tok) == 1 then
         keep[#keep + 1] = tok
         taken[tok] = true
       end
@@ -76,8 +76,8 @@ if n == size then return {size, n, 0, 0} end
 if n > size then
   -- Where is each token of slots size+1..n now? All reads come first.
   local here = {}
-  for _, tok in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do here[tok] = true end
-  for _, w in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
+  for _, tok in ipairs(redis.call('LRANGE', tokens_key, 0, -1)) do here[tok] = true end
+  for _, w in ipairs(redis.call('ZRANGE', waits_key, 0, -1)) do
     local pend = base() .. 'pend:' .. string.sub(w, 3)
     if not type_err(pend, 'list') then
       for _, tok in ipairs(redis.call('LRANGE', pend, 0, 99)) do here[tok] = true end
@@ -87,9 +87,9 @@ if n > size then
   local mint = {}
   for i = size + 1, n do
     local tok = epoch .. ':' .. i
-    if not here[tok] and not redis.call('ZSCORE', KEYS[3], tok) then mint[#mint + 1] = tok end
+    if not here[tok] and not redis.call('ZSCORE', leases_key, tok) then mint[#mint + 1] = tok end
   end
-  redis.call('HSET', KEYS[1], 'size', n)
+  redis.call('HSET', meta_key, 'size', n)
   push(mint)
   rebalance(epoch, n)
   settle_idle(math.floor(now_us() / 1000))
@@ -98,15 +98,15 @@ end
 
 -- Shrink: keep the list as it is (order, strangers) but for the free tokens
 -- this retires. One pass over the list, however many slots go.
-local list = redis.call('LRANGE', KEYS[2], 0, -1)
+local list = redis.call('LRANGE', tokens_key, 0, -1)
 local keep = {}
 for _, tok in ipairs(list) do
   if not (is_valid(tok, epoch, size) and not is_valid(tok, epoch, n)) then keep[#keep + 1] = tok end
 end
-redis.call('HSET', KEYS[1], 'size', n)
+redis.call('HSET', meta_key, 'size', n)
 local removed = #list - #keep
 if removed > 0 then
-  redis.call('DEL', KEYS[2])
+  redis.call('DEL', tokens_key)
   push(keep)
 end
 rebalance(epoch, n)

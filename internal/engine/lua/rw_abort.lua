@@ -24,7 +24,7 @@ local released = false
 if st then
   local l, deadline = lease_of(acq)
   if l and mode == 'resolve' and deadline > now_ms then
-    redis.call('DEL', KEYS[6])
+    redis.call('DEL', bell_key)
     return confirm(st, acq, l, deadline, now, ttl)
   end
   if l then
@@ -33,7 +33,7 @@ if st then
   end
 end
 forget_waiter(acq)
-redis.call('ZADD', KEYS[5], fmt_int(now_ms + tomb), 'x:' .. acq)
+redis.call('ZADD', waits_key, fmt_int(now_ms + tomb), 'x:' .. acq)
 if st then
   rw_reclaim(st, now_ms)
   serve(st, now)

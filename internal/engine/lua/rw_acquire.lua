@@ -32,35 +32,35 @@ local now = now_us()
 local now_ms = math.floor(now / 1000)
 if not st then
   -- First use, or the data was lost: create the lock, free.
-  if redis.call('EXISTS', KEYS[2]) + redis.call('EXISTS', KEYS[3]) + redis.call('EXISTS', KEYS[4]) > 0 then
-    return redis.error_reply('REDSEM_CORRUPT ' .. KEYS[1] .. ' is missing but leases or waiters exist')
+  if redis.call('EXISTS', leases_key) + redis.call('EXISTS', holders_key) + redis.call('EXISTS', queue_key) > 0 then
+    return redis.error_reply('REDSEM_CORRUPT ' .. meta_key .. ' is missing but leases or waiters exist')
   end
   st = {epoch = string.sub(acq, 1, 12), fence = now}
-  redis.call('HSET', KEYS[1], 'epoch', st.epoch, 'fence', fmt_int(now), 'created', now_ms)
+  redis.call('HSET', meta_key, 'epoch', st.epoch, 'fence', fmt_int(now), 'created', now_ms)
 end
 
 rw_reclaim(st, now_ms)
-if redis.call('ZSCORE', KEYS[5], 'x:' .. acq) then
-  redis.call('DEL', KEYS[6])
+if redis.call('ZSCORE', waits_key, 'x:' .. acq) then
+  redis.call('DEL', bell_key)
   return {SETTLED, 0, now}
 end
 serve(st, now)
 
 if phase == 'fresh' then
   -- Granted at once only when nobody queues: waiters go first.
-  if redis.call('LLEN', KEYS[4]) == 0 and not st.writer and (mode == 'r' or not any_lease()) then
+  if redis.call('LLEN', queue_key) == 0 and not st.writer and (mode == 'r' or not any_lease()) then
     local fence = grant(st, acq, mode, now, ttl, 'c', label)
     return {GRANTED, st.epoch .. ':' .. mode, fence, now_ms + ttl, now}
   end
   if block == 0 then return {WAITING, 0, now} end
-  redis.call('RPUSH', KEYS[4], acq)
-  redis.call('HSET', KEYS[3], 'q:' .. acq, mode .. '|' .. fmt_int(ttl) .. '|' .. fmt_int(grace) .. '|' .. label)
-  if redis.call('LINDEX', KEYS[4], 0) == acq then redis.call('HSET', KEYS[1], 'timer', acq) end
+  redis.call('RPUSH', queue_key, acq)
+  redis.call('HSET', holders_key, 'q:' .. acq, mode .. '|' .. fmt_int(ttl) .. '|' .. fmt_int(grace) .. '|' .. label)
+  if redis.call('LINDEX', queue_key, 0) == acq then redis.call('HSET', meta_key, 'timer', acq) end
 else
-  redis.call('DEL', KEYS[6])
+  redis.call('DEL', bell_key)
   local l, deadline = lease_of(acq)
   if l then return confirm(st, acq, l, deadline, now, ttl) end
-  if not redis.call('ZSCORE', KEYS[5], 'w:' .. acq) then
+  if not redis.call('ZSCORE', waits_key, 'w:' .. acq) then
     -- Dropped from the queue as dead, or granted and expired before this
     -- script confirmed it: start over.
     return {SETTLED, 0, now}
@@ -72,13 +72,13 @@ end
 -- liveness deadline, to drop the head if it died. Only a release, an abort
 -- or a reclaim lets a waiter in, and those ring its doorbell.
 local wait = block
-local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+local first = redis.call('ZRANGE', leases_key, 0, 0, 'WITHSCORES')
 if first[2] then wait = math.min(wait, tonumber(first[2]) - now_ms) end
-local head = redis.call('LINDEX', KEYS[4], 0)
+local head = redis.call('LINDEX', queue_key, 0)
 if head ~= acq then
-  local live = redis.call('ZSCORE', KEYS[5], 'w:' .. tostring(head))
+  local live = redis.call('ZSCORE', waits_key, 'w:' .. tostring(head))
   if live then wait = math.min(wait, tonumber(live) - now_ms) end
 end
 wait = math.max(wait, 1)
-redis.call('ZADD', KEYS[5], fmt_int(now_ms + wait + grace), 'w:' .. acq)
+redis.call('ZADD', waits_key, fmt_int(now_ms + wait + grace), 'w:' .. acq)
 return {WAITING, wait, now}

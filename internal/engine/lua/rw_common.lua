@@ -1,17 +1,17 @@
 -- rw_common.lua: helpers of the RWMutex scripts (after base.lua).
 --
 -- Keys (one hash tag; base = <prefix>{<name>}:rw:):
---   KEYS[1] meta     hash  epoch, fence, created; writer (acqID of the write
+--   meta_key         hash  epoch, fence, created; writer (acqID of the write
 --                          lease); timer (acqID of the head keeping time)
---   KEYS[2] leases   zset  acqID -> lease deadline, ms of Redis TIME
---   KEYS[3] holders  hash  "h:"..acqID -> "mode|fence|grantedMs|state|label"
+--   leases_key       zset  acqID -> lease deadline, ms of Redis TIME
+--   holders_key      hash  "h:"..acqID -> "mode|fence|grantedMs|state|label"
 --                          (mode r or w; state c, or p while a grant serve
 --                          made waits for its waiter's script),
 --                          "q:"..acqID -> "mode|ttlMs|graceMs|label" of a waiter
---   KEYS[4] queue    list  acqIDs of the waiters, oldest first
---   KEYS[5] waits    zset  "w:"..acqID -> liveness deadline (ms) of a waiter,
+--   queue_key        list  acqIDs of the waiters, oldest first
+--   waits_key        zset  "w:"..acqID -> liveness deadline (ms) of a waiter,
 --                          "x:"..acqID -> tombstone deadline
---   KEYS[6] bell     list  base.."bell:"..acqID, a waiter's doorbell
+--   bell_key         list  base.."bell:"..acqID, a waiter's doorbell
 -- Any number of read leases or one write lease. First come, first served: a
 -- request is granted at once only when nobody queues; else it queues, and
 -- whichever script frees the lock grants from the head (every reader up to
@@ -29,20 +29,20 @@ local function check_rw_types(n)
 end
 
 local function rw_base()
-  return string.sub(KEYS[1], 1, #KEYS[1] - 4)
+  return string.sub(meta_key, 1, #meta_key - 4)
 end
 
 -- rw_state reads meta into {epoch, fence, writer}; nil when the lock does
 -- not exist; nil, err when meta is unusable.
 local function rw_state()
-  local m = redis.call('HMGET', KEYS[1], 'epoch', 'fence', 'writer')
+  local m = redis.call('HMGET', meta_key, 'epoch', 'fence', 'writer')
   if not m[1] and not m[2] then return nil, nil end
   local fence = tonumber(m[2])
   if not m[1] or not fence then
-    return nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is not a redsem rwmutex record'
+    return nil, 'REDSEM_CORRUPT ' .. meta_key .. ' is not a redsem rwmutex record'
   end
   if fence >= FENCE_MAX then
-    return nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' holds fence ' .. m[2] .. ', too large to grow'
+    return nil, 'REDSEM_CORRUPT ' .. meta_key .. ' holds fence ' .. m[2] .. ', too large to grow'
   end
   local writer = m[3]
   if writer == false then writer = nil end
@@ -78,18 +78,18 @@ end
 
 -- lease_of returns acq's lease record and deadline while Redis holds both.
 local function lease_of(acq)
-  local l = parse_lease(redis.call('HGET', KEYS[3], 'h:' .. acq))
-  local score = redis.call('ZSCORE', KEYS[2], acq)
+  local l = parse_lease(redis.call('HGET', holders_key, 'h:' .. acq))
+  local score = redis.call('ZSCORE', leases_key, acq)
   if not l or not score then return nil, nil end
   return l, tonumber(score)
 end
 
 -- unlease forgets acq's lease (freeing writes only).
 local function unlease(st, acq)
-  redis.call('ZREM', KEYS[2], acq)
-  redis.call('HDEL', KEYS[3], 'h:' .. acq)
+  redis.call('ZREM', leases_key, acq)
+  redis.call('HDEL', holders_key, 'h:' .. acq)
   if st.writer == acq then
-    redis.call('HDEL', KEYS[1], 'writer')
+    redis.call('HDEL', meta_key, 'writer')
     st.writer = nil
   end
 end
@@ -103,33 +103,33 @@ end
 
 -- forget_waiter takes acq out of the queue and its records (freeing writes).
 local function forget_waiter(acq)
-  redis.call('LREM', KEYS[4], 0, acq)
-  redis.call('HDEL', KEYS[3], 'q:' .. acq)
-  redis.call('ZREM', KEYS[5], 'w:' .. acq)
+  redis.call('LREM', queue_key, 0, acq)
+  redis.call('HDEL', holders_key, 'q:' .. acq)
+  redis.call('ZREM', waits_key, 'w:' .. acq)
   redis.call('DEL', rw_base() .. 'bell:' .. acq)
-  if redis.call('HGET', KEYS[1], 'timer') == acq then
-    redis.call('HDEL', KEYS[1], 'timer')
+  if redis.call('HGET', meta_key, 'timer') == acq then
+    redis.call('HDEL', meta_key, 'timer')
   end
 end
 
 -- rw_reclaim forgets leases past their deadline, waiters past their liveness
 -- and tombstones past theirs (at most 1000 of each).
 local function rw_reclaim(st, now_ms)
-  for _, acq in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms, 'LIMIT', 0, 1000)) do
+  for _, acq in ipairs(redis.call('ZRANGEBYSCORE', leases_key, '-inf', now_ms, 'LIMIT', 0, 1000)) do
     unlease(st, acq)
   end
-  for _, w in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms, 'LIMIT', 0, 1000)) do
+  for _, w in ipairs(redis.call('ZRANGEBYSCORE', waits_key, '-inf', now_ms, 'LIMIT', 0, 1000)) do
     if string.sub(w, 1, 2) == 'w:' then
       forget_waiter(string.sub(w, 3))
     else
-      redis.call('ZREM', KEYS[5], w)
+      redis.call('ZREM', waits_key, w)
     end
   end
 end
 
 -- any_lease reports whether any lease is out.
 local function any_lease()
-  return redis.call('ZRANGE', KEYS[2], 0, 0)[1] ~= nil
+  return redis.call('ZRANGE', leases_key, 0, 0)[1] ~= nil
 end
 
 -- grant records a lease of mode for acq: fence max(last+1, now), deadline
@@ -138,13 +138,13 @@ local function grant(st, acq, mode, now, dur, state, label)
   local fence = math.max(st.fence + 1, now)
   st.fence = fence
   local now_ms = math.floor(now / 1000)
-  redis.call('HSET', KEYS[1], 'fence', fmt_int(fence))
+  redis.call('HSET', meta_key, 'fence', fmt_int(fence))
   if mode == 'w' then
-    redis.call('HSET', KEYS[1], 'writer', acq)
+    redis.call('HSET', meta_key, 'writer', acq)
     st.writer = acq
   end
-  redis.call('ZADD', KEYS[2], fmt_int(now_ms + dur), acq)
-  redis.call('HSET', KEYS[3], 'h:' .. acq, lease_string({mode = mode, fence = fence,
+  redis.call('ZADD', leases_key, fmt_int(now_ms + dur), acq)
+  redis.call('HSET', holders_key, 'h:' .. acq, lease_string({mode = mode, fence = fence,
     granted = now_ms, state = state, label = label}))
   return fence
 end
@@ -154,25 +154,25 @@ end
 local function serve(st, now)
   local busy = any_lease()
   for _ = 1, 10000 do
-    local head = redis.call('LINDEX', KEYS[4], 0)
+    local head = redis.call('LINDEX', queue_key, 0)
     if not head then break end
-    local w = parse_waiter(redis.call('HGET', KEYS[3], 'q:' .. head))
+    local w = parse_waiter(redis.call('HGET', holders_key, 'q:' .. head))
     if not w then
       -- No record (a stranger's entry, or one swept): drop it.
-      redis.call('LPOP', KEYS[4])
+      redis.call('LPOP', queue_key)
     else
       if st.writer or (w.mode == 'w' and busy) then break end
-      redis.call('LPOP', KEYS[4])
-      redis.call('HDEL', KEYS[3], 'q:' .. head)
-      redis.call('ZREM', KEYS[5], 'w:' .. head)
+      redis.call('LPOP', queue_key)
+      redis.call('HDEL', holders_key, 'q:' .. head)
+      redis.call('ZREM', waits_key, 'w:' .. head)
       grant(st, head, w.mode, now, math.min(w.ttl, math.max(w.grace, 1000)), 'p', w.label)
       rw_ring(head)
       busy = true
     end
   end
-  local head = redis.call('LINDEX', KEYS[4], 0)
-  if head and redis.call('HGET', KEYS[1], 'timer') ~= head then
-    redis.call('HSET', KEYS[1], 'timer', head)
+  local head = redis.call('LINDEX', queue_key, 0)
+  if head and redis.call('HGET', meta_key, 'timer') ~= head then
+    redis.call('HSET', meta_key, 'timer', head)
     rw_ring(head)
   end
 end
@@ -184,8 +184,8 @@ local function confirm(st, acq, l, deadline, now, ttl)
     local now_ms = math.floor(now / 1000)
     deadline = now_ms + ttl
     l.state = 'c'
-    redis.call('ZADD', KEYS[2], fmt_int(deadline), acq)
-    redis.call('HSET', KEYS[3], 'h:' .. acq, lease_string(l))
+    redis.call('ZADD', leases_key, fmt_int(deadline), acq)
+    redis.call('HSET', holders_key, 'h:' .. acq, lease_string(l))
   end
   return {GRANTED, st.epoch .. ':' .. l.mode, l.fence, deadline, now}
 end

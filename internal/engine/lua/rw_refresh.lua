@@ -14,13 +14,13 @@ if err then return redis.error_reply(err) end
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 local l, deadline = lease_of(acq)
-if not l or deadline <= now_ms then return not_here(KEYS[2]) or {0, 0, now} end
-redis.call('ZREM', KEYS[2], acq)
-redis.call('ZADD', KEYS[2], fmt_int(now_ms + ttl), acq)
+if not l or deadline <= now_ms then return not_here(leases_key) or {0, 0, now} end
+redis.call('ZREM', leases_key, acq)
+redis.call('ZADD', leases_key, fmt_int(now_ms + ttl), acq)
 if now_ms + ttl < deadline then
   -- Every waiter wakes by the earliest deadline; the head is enough to
   -- reclaim it, and it tells the others.
-  local head = redis.call('LINDEX', KEYS[4], 0)
+  local head = redis.call('LINDEX', queue_key, 0)
   if head then rw_ring(head) end
 end
 return {1, now_ms + ttl, now}

@@ -9,9 +9,9 @@
 local acq = ARGV[2]
 local st, err = rw_open(5)
 if err then return redis.error_reply(err) end
-if not st then return not_here(KEYS[2]) or 0 end
+if not st then return not_here(leases_key) or 0 end
 local l = lease_of(acq)
-if not l then return not_here(KEYS[2]) or 0 end
+if not l then return not_here(leases_key) or 0 end
 local now = now_us()
 unlease(st, acq)
 rw_reclaim(st, math.floor(now / 1000))

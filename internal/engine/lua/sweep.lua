@@ -22,8 +22,8 @@ local function drop_partial(acq, epoch, size)
     local last = math.min(i + 999, #mine)
     local fields = {}
     for j = i, last do fields[#fields + 1] = 't:' .. mine[j] end
-    redis.call('ZREM', KEYS[3], unpack(mine, i, last))
-    redis.call('HDEL', KEYS[4], unpack(fields))
+    redis.call('ZREM', leases_key, unpack(mine, i, last))
+    redis.call('HDEL', holders_key, unpack(fields))
   end
   if not epoch then return 0 end
   local valid, retired, strays = {}, 0, 0
@@ -37,7 +37,7 @@ local function drop_partial(acq, epoch, size)
     end
   end
   if #valid > 0 or retired > 0 then returned(valid, retired) end
-  if strays > 0 then redis.call('HINCRBY', KEYS[1], 'rejected', strays) end
+  if strays > 0 then redis.call('HINCRBY', meta_key, 'rejected', strays) end
   return #valid
 end
 
@@ -52,8 +52,8 @@ local LATE_MS = 60000
 local function overdue(now_ms, limit)
   local due_now = {
     now_ms = now_ms,
-    expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_ms, 'LIMIT', 0, limit),
-    stale = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms, 'LIMIT', 0, limit),
+    expired = redis.call('ZRANGEBYSCORE', leases_key, '-inf', now_ms, 'LIMIT', 0, limit),
+    stale = redis.call('ZRANGEBYSCORE', waits_key, '-inf', now_ms, 'LIMIT', 0, limit),
     parts = {},
   }
   for _, w in ipairs(due_now.stale) do
@@ -71,23 +71,23 @@ end
 local function reclaim(due_now, epoch, size)
   local n = 0
   for _, tok in ipairs(due_now.expired) do
-    redis.call('ZREM', KEYS[3], tok)
-    local rec = redis.call('HGET', KEYS[4], 't:' .. tok)
-    if rec then redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. (owner_of(rec) or '')) end
+    redis.call('ZREM', leases_key, tok)
+    local rec = redis.call('HGET', holders_key, 't:' .. tok)
+    if rec then redis.call('HDEL', holders_key, 't:' .. tok, 'a:' .. (owner_of(rec) or '')) end
     n = n + give_back(tok, epoch, size, true)
   end
   local late = {}
   for _, w in ipairs(due_now.stale) do
     if string.sub(w, 1, 2) == 'x:' then
-      redis.call('HDEL', KEYS[1], w)
-      redis.call('HDEL', KEYS[4], w)
+      redis.call('HDEL', meta_key, w)
+      redis.call('HDEL', holders_key, w)
     else
       late[#late + 1] = 'x:' .. string.sub(w, 3)
     end
     local pend = base() .. 'pend:' .. string.sub(w, 3)
     local toks = redis.call('LRANGE', pend, 0, 9)
     redis.call('DEL', pend)
-    redis.call('ZREM', KEYS[5], w)
+    redis.call('ZREM', waits_key, w)
     for _, tok in ipairs(toks) do n = n + give_back(tok, epoch, size) end
     if due_now.parts[w] then n = n + drop_partial(string.sub(w, 3), epoch, size) end
   end
@@ -95,8 +95,8 @@ local function reclaim(due_now, epoch, size)
   -- registration becomes a tombstone for LATE_MS, as abort.lua leaves one
   -- (written after the pushes: at maxmemory the tokens are back first).
   for _, x in ipairs(late) do
-    redis.call('ZADD', KEYS[5], due_now.now_ms + LATE_MS, x)
-    redis.call('HSET', epoch and KEYS[1] or KEYS[4], x, fmt_int(due_now.now_ms + LATE_MS))
+    redis.call('ZADD', waits_key, due_now.now_ms + LATE_MS, x)
+    redis.call('HSET', epoch and meta_key or holders_key, x, fmt_int(due_now.now_ms + LATE_MS))
   end
   return n
 end

@@ -10,12 +10,12 @@
 
 -- withheld returns the withheld tokens (a missing entry is skipped).
 local function withheld()
-  local n = shrink_count(redis.call('HGET', KEYS[1], 'held'))
+  local n = shrink_count(redis.call('HGET', meta_key, 'held'))
   local toks = {}
   for i = 1, n, 1000 do
     local f = {}
     for j = i, math.min(i + 999, n) do f[#f + 1] = 'h:' .. j end
-    for _, tok in ipairs(redis.call('HMGET', KEYS[1], unpack(f))) do
+    for _, tok in ipairs(redis.call('HMGET', meta_key, unpack(f))) do
       if tok then toks[#toks + 1] = tok end
     end
   end
@@ -36,13 +36,13 @@ end
 -- hset_all and hdel_all write or delete fields of meta, a thousand a command.
 local function hset_all(set)
   for i = 1, #set, 1000 do
-    redis.call('HSET', KEYS[1], unpack(set, i, math.min(i + 999, #set)))
+    redis.call('HSET', meta_key, unpack(set, i, math.min(i + 999, #set)))
   end
 end
 
 local function hdel_all(gone)
   for i = 1, #gone, 1000 do
-    redis.call('HDEL', KEYS[1], unpack(gone, i, math.min(i + 999, #gone)))
+    redis.call('HDEL', meta_key, unpack(gone, i, math.min(i + 999, #gone)))
   end
 end
 
@@ -50,7 +50,7 @@ end
 -- the withheld tokens keep (resize.lua; #keep <= over).
 local function save_shrink(over, old, keep)
   -- holders "slow" sends every release through meta, set first.
-  if over > 0 then redis.call('HSET', KEYS[4], 'slow', 1) end
+  if over > 0 then redis.call('HSET', holders_key, 'slow', 1) end
   local gone = {}
   for i = #keep + 1, old do gone[#gone + 1] = 'h:' .. i end
   if over == 0 then gone[#gone + 1] = 'over' end
@@ -81,7 +81,7 @@ end
 -- the list is not a list.
 local function returned(valid, retired_n, over, held)
   if over == nil then
-    local m = redis.call('HMGET', KEYS[1], 'over', 'held')
+    local m = redis.call('HMGET', meta_key, 'over', 'held')
     over, held = shrink_count(m[1]), shrink_count(m[2])
   end
   local shrinking = over > 0 or held > 0
@@ -92,7 +92,7 @@ local function returned(valid, retired_n, over, held)
     push = {}
     for _, tok in ipairs(valid) do
       if kept[tok] then
-        redis.call('HINCRBY', KEYS[1], 'rejected', 1) -- a copy: dropped
+        redis.call('HINCRBY', meta_key, 'rejected', 1) -- a copy: dropped
       elseif n < over then
         kept[tok] = true
         n = n + 1
@@ -103,16 +103,16 @@ local function returned(valid, retired_n, over, held)
       end
     end
     for i = n, over + 1, -1 do
-      local tok = redis.call('HGET', KEYS[1], 'h:' .. i)
+      local tok = redis.call('HGET', meta_key, 'h:' .. i)
       if tok then push[#push + 1] = tok end
       gone[#gone + 1] = 'h:' .. i
     end
     n = math.min(n, over)
   end
   for i = 1, #push, 1000 do
-    local r = redis.pcall('LPUSH', KEYS[2], unpack(push, i, math.min(i + 999, #push)))
+    local r = redis.pcall('LPUSH', tokens_key, unpack(push, i, math.min(i + 999, #push)))
     if type(r) == 'table' and r['err'] then
-      return 'REDSEM_WRONGTYPE ' .. KEYS[2] .. ' is not a list'
+      return 'REDSEM_WRONGTYPE ' .. tokens_key .. ' is not a list'
     end
   end
   if not shrinking then return nil end
@@ -131,7 +131,7 @@ end
 -- Returns true when tok was withheld.
 local function withhold(tok, over, kept)
   if over <= 0 then return false end
-  local m = redis.call('HMGET', KEYS[1], 'over', 'held')
+  local m = redis.call('HMGET', meta_key, 'over', 'held')
   local held = shrink_count(m[2])
   over = shrink_count(m[1])
   if held >= over then return false end
@@ -145,7 +145,7 @@ end
 -- settles a shrink's count. Anything else is dropped and counted as
 -- rejected. Returns 1 when pushed or withheld.
 local function give_back(tok, epoch, size, leased)
-  if epoch and is_valid(tok, epoch, size) and not redis.call('ZSCORE', KEYS[3], tok) then
+  if epoch and is_valid(tok, epoch, size) and not redis.call('ZSCORE', leases_key, tok) then
     returned({tok}, 0)
     return 1
   end
@@ -153,7 +153,7 @@ local function give_back(tok, epoch, size, leased)
     returned({}, 1)
     return 0
   end
-  if epoch then redis.call('HINCRBY', KEYS[1], 'rejected', 1) end
+  if epoch then redis.call('HINCRBY', meta_key, 'rejected', 1) end
   return 0
 end
 
@@ -163,16 +163,16 @@ end
 -- a sweep that finds the list through its registration in waits, which a
 -- stranger's key may have taken.
 local function unmoved(moved, e)
-  local toks = moved and redis.pcall('LRANGE', KEYS[6], 0, 99)
+  local toks = moved and redis.pcall('LRANGE', pend_key, 0, 99)
   if type(toks) == 'table' and #toks > 0 and #toks < 100 then
     local back = {}
     for i = #toks, 1, -1 do back[#back + 1] = toks[i] end
-    if type(redis.pcall('LPUSH', KEYS[2], unpack(back))) == 'number' then
-      redis.call('DEL', KEYS[6])
+    if type(redis.pcall('LPUSH', tokens_key, unpack(back))) == 'number' then
+      redis.call('DEL', pend_key)
       -- A list the move had emptied comes back without the idle expiry
       -- the other keys still have.
-      local exp = redis.pcall('HGET', KEYS[1], 'exp')
-      if type(exp) == 'string' then redis.pcall('PEXPIREAT', KEYS[2], exp) end
+      local exp = redis.pcall('HGET', meta_key, 'exp')
+      if type(exp) == 'string' then redis.pcall('PEXPIREAT', tokens_key, exp) end
     end
   end
   return redis.error_reply(e)

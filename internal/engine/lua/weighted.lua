@@ -2,9 +2,9 @@
 -- (which routes released tokens to a collector), after sweep.lua.
 --
 -- The weighted scripts take eight keys: meta.lua's five, then
---   KEYS[6] pend   list  base.."pend:"..acqID, the collector's BLMOVE target
---   KEYS[7] bell   list  base.."bell:"..acqID, the doorbell a waiter BLPOPs on
---   KEYS[8] queue  list  base.."wqueue": "acqID|k" of the requests waiting
+--   pend_key       list  base.."pend:"..acqID, the collector's BLMOVE target
+--   bell_key       list  base.."bell:"..acqID, the doorbell a waiter BLPOPs on
+--   queue_key      list  base.."wqueue": "acqID|k" of the requests waiting
 --                        for the collector ticket, oldest first
 --
 -- The collector ticket, meta coll = "acqID|k|have|deadlineMs|label", is
@@ -73,8 +73,8 @@ local function lease_all(toks, deadline, rec)
       h[#h + 1] = 't:' .. toks[j]
       h[#h + 1] = rec
     end
-    redis.call('ZADD', KEYS[3], unpack(z))
-    redis.call('HSET', KEYS[4], unpack(h))
+    redis.call('ZADD', leases_key, unpack(z))
+    redis.call('HSET', holders_key, unpack(h))
   end
 end
 
@@ -89,7 +89,7 @@ end
 -- that it still holds: the record is acq's and the lease exists.
 local function held_by(acq)
   local toks = {}
-  local idx = redis.call('HGET', KEYS[4], 'a:' .. acq)
+  local idx = redis.call('HGET', holders_key, 'a:' .. acq)
   if not idx then return toks end
   local listed = {}
   for tok in string.gmatch(idx, '%S+') do listed[#listed + 1] = tok end
@@ -106,32 +106,32 @@ local function unlease(acq, toks)
     local last = math.min(i + 999, #toks)
     local fields = {}
     for j = i, last do fields[#fields + 1] = 't:' .. toks[j] end
-    redis.call('ZREM', KEYS[3], unpack(toks, i, last))
-    redis.call('HDEL', KEYS[4], unpack(fields))
+    redis.call('ZREM', leases_key, unpack(toks, i, last))
+    redis.call('HDEL', holders_key, unpack(fields))
   end
-  redis.call('HDEL', KEYS[4], 'a:' .. acq)
+  redis.call('HDEL', holders_key, 'a:' .. acq)
 end
 
 -- pass_ticket hands the free ticket to the oldest live request of the queue
 -- and rings its bell (not when it is self, whose script is running), dropping
 -- dead entries. Returns the new collector's acqID, or nil (ticket free).
 local function pass_ticket(now_ms, self)
-  redis.call('HDEL', KEYS[1], 'seal')
+  redis.call('HDEL', meta_key, 'seal')
   for _ = 1, 1000 do
-    local e = redis.call('LPOP', KEYS[8])
+    local e = redis.call('LPOP', queue_key)
     if not e then break end
     local a, k = string.match(e, '^([^|]+)|(%d+)$')
-    local live = a and redis.call('ZSCORE', KEYS[5], 'w:' .. a)
+    local live = a and redis.call('ZSCORE', waits_key, 'w:' .. a)
     if live and tonumber(live) > now_ms then
       local dl = tonumber(live)
-      redis.call('HSET', KEYS[4], 'slow', 1) -- releases read meta
-      redis.call('HSET', KEYS[1], 'coll',
+      redis.call('HSET', holders_key, 'slow', 1) -- releases read meta
+      redis.call('HSET', meta_key, 'coll',
         coll_string({acq = a, k = tonumber(k), have = 0, dl = dl, label = ''}))
       if a ~= self then ring(a, dl - now_ms) end
       return a
     end
   end
-  redis.call('HDEL', KEYS[1], 'coll')
+  redis.call('HDEL', meta_key, 'coll')
   return nil
 end
 
@@ -142,10 +142,10 @@ end
 local function pop_free(got, seen, n, epoch, size, over)
   local popped, strays = 0, 0
   while #got < n and popped < n + 1000 do
-    local toks = redis.call('LPOP', KEYS[2], math.min(n - #got, 1000))
+    local toks = redis.call('LPOP', tokens_key, math.min(n - #got, 1000))
     if not toks or #toks == 0 then break end
     popped = popped + #toks
-    local scores = redis.call('ZMSCORE', KEYS[3], unpack(toks))
+    local scores = redis.call('ZMSCORE', leases_key, unpack(toks))
     for i, tok in ipairs(toks) do
       local free = is_valid(tok, epoch, size) and not scores[i] and not seen[tok]
       if free then seen[tok] = true end
@@ -156,17 +156,17 @@ local function pop_free(got, seen, n, epoch, size, over)
       end
     end
   end
-  if strays > 0 then redis.call('HINCRBY', KEYS[1], 'rejected', strays) end
+  if strays > 0 then redis.call('HINCRBY', meta_key, 'rejected', strays) end
 end
 
 -- take_moved takes into new what our BLMOVE moved into the pending list
 -- (need at most), as pop_free does; the rest is given back.
 local function take_moved(new, seen, need, epoch, size, over)
-  local moved = redis.call('LRANGE', KEYS[6], 0, 9)
-  redis.call('DEL', KEYS[6])
+  local moved = redis.call('LRANGE', pend_key, 0, 9)
+  redis.call('DEL', pend_key)
   for _, tok in ipairs(moved) do
     local free = #new < need and is_valid(tok, epoch, size) and not seen[tok]
-      and not redis.call('ZSCORE', KEYS[3], tok)
+      and not redis.call('ZSCORE', leases_key, tok)
     if free then seen[tok] = true end
     if not free then
       give_back(tok, epoch, size)
@@ -181,7 +181,7 @@ local function push_front(toks)
   for last = #toks, 1, -1000 do
     local batch = {}
     for i = last, math.max(last - 999, 1), -1 do batch[#batch + 1] = toks[i] end
-    redis.call('LPUSH', KEYS[2], unpack(batch))
+    redis.call('LPUSH', tokens_key, unpack(batch))
   end
 end
 
@@ -195,7 +195,7 @@ local function collected(acq, toks)
     seen[tok] = true
     fields[i] = 't:' .. tok
   end
-  local recs = redis.call('HMGET', KEYS[4], unpack(fields))
+  local recs = redis.call('HMGET', holders_key, unpack(fields))
   local mine = acq .. '|0|'
   for i = 1, #toks do
     if not recs[i] or string.sub(recs[i], 1, #mine) ~= mine then return false end
@@ -210,15 +210,15 @@ end
 local function lower_due(run, t)
   if t < run.due then
     run.due = t
-    redis.call('HSET', KEYS[1], 'due', fmt_int(t))
+    redis.call('HSET', meta_key, 'due', fmt_int(t))
   end
 end
 
 -- give_pend gives back whatever a BLMOVE moved into the pending list.
 local function give_pend(run)
   if run.phase ~= 'wait' then return end
-  local toks = redis.call('LRANGE', KEYS[6], 0, 9)
-  redis.call('DEL', KEYS[6])
+  local toks = redis.call('LRANGE', pend_key, 0, 9)
+  redis.call('DEL', pend_key)
   for _, tok in ipairs(toks) do give_back(tok, run.epoch, run.size) end
 end
 
@@ -234,10 +234,10 @@ local function grant_n(run, toks)
   local deadline = run.now_ms + run.ttl
   lease_all(toks, deadline, run.acq .. '|' .. fmt_int(run.f) .. '|' .. run.now_ms .. '|' .. run.label)
   local listed = table.concat(toks, ' ')
-  redis.call('HSET', KEYS[4], 'a:' .. run.acq, listed)
-  if not run.fenced then redis.call('HSET', KEYS[1], 'fence', fmt_int(run.f)) end
+  redis.call('HSET', holders_key, 'a:' .. run.acq, listed)
+  if not run.fenced then redis.call('HSET', meta_key, 'fence', fmt_int(run.f)) end
   lower_due(run, deadline)
-  redis.call('ZREM', KEYS[5], 'w:' .. run.acq)
+  redis.call('ZREM', waits_key, 'w:' .. run.acq)
   return {GRANTED, run.f, deadline, run.now, listed}
 end
 
@@ -247,7 +247,7 @@ end
 local function settle_all(run)
   drop_partial(run.acq, run.epoch, run.size)
   pass_ticket(run.now_ms, run.acq)
-  redis.call('ZREM', KEYS[5], 'w:' .. run.acq)
+  redis.call('ZREM', waits_key, 'w:' .. run.acq)
   give_pend(run)
   return settled(run)
 end

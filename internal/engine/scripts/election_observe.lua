@@ -19,6 +19,14 @@
 -- election_common.lua, then the rest of election_observe.lua. Edit those
 -- files, not this one.
 
+local meta_key = KEYS[1]
+local leases_key = KEYS[2]
+local holders_key = KEYS[3]
+local leader_key = KEYS[4]
+local log_key = KEYS[5]
+local observers_key = KEYS[6]
+local bell_key = KEYS[7]
+
 -- codes.lua: the reply codes of the acquisition scripts and their aborts,
 -- the first element of every such reply; prepended to every script, before
 -- any other helper (engine.CodeWaiting ... engine.CodeReleased in Go, held
@@ -35,7 +43,7 @@ local RELEASED = 3 -- an abort gave a grant back
 -- before it. So probe with a key that never exists before any write, and
 -- answer TRYAGAIN (a cluster client retries after the migration).
 do
-  local probe = redis.pcall('EXISTS', string.sub(KEYS[1], 1, #KEYS[1] - 4) .. 'probe')
+  local probe = redis.pcall('EXISTS', string.sub(meta_key, 1, #meta_key - 4) .. 'probe')
   if type(probe) == 'table' and probe['err'] then
     return redis.error_reply('TRYAGAIN redsem: slot is migrating')
   end
@@ -73,7 +81,7 @@ end
 
 -- base is the common prefix of the script's keys, e.g. "redsem:{name}:".
 local function base()
-  return string.sub(KEYS[1], 1, #KEYS[1] - 4)
+  return string.sub(meta_key, 1, #meta_key - 4)
 end
 
 -- not_here returns the READONLY error a write gets on this server, or nil.
@@ -93,16 +101,16 @@ end
 --
 -- An election is a mutex (a semaphore of size 1 whose keys start with
 -- base = <prefix>{<name>}:el:) and, beside its keys in the same slot:
---   KEYS[1] meta       the mutex's meta hash (only its slot is used here)
---   KEYS[2] leases     the mutex's zset: token -> lease deadline (ms)
---   KEYS[3] holders    the mutex's hash: a:<acqID> -> token,
+--   meta_key           the mutex's meta hash (only its slot is used here)
+--   leases_key         the mutex's zset: token -> lease deadline (ms)
+--   holders_key        the mutex's hash: a:<acqID> -> token,
 --                      t:<token> -> acqID|fence|grantedMs|label
---   KEYS[4] leader     hash: epoch (Redis TIME, µs, when it was made), seq
+--   leader_key         hash: epoch (Redis TIME, µs, when it was made), seq
 --                      (the last change's), term (0: no leader), value, and
 --                      acq (the leader's acquisition) while there is one
---   KEYS[5] log        list: the last LOG_MAX changes, "seq|term|value"
---   KEYS[6] observers  zset: observer id -> its registration's end (ms)
---   KEYS[7] bell       list: base.."ob:"..id, an observer's doorbell
+--   log_key            list: the last LOG_MAX changes, "seq|term|value"
+--   observers_key      zset: observer id -> its registration's end (ms)
+--   bell_key           list: base.."ob:"..id, an observer's doorbell
 -- The mutex's holder leads once a claim announced it, and leads while its
 -- lease is current (recorded and not expired). Every script that finds the
 -- announced leader no longer current announces "no leader" first, so each
@@ -123,10 +131,10 @@ end
 -- lease_live returns the fence and deadline of acq's lease on the mutex
 -- while Redis records it and it has not expired at now_ms; else nil.
 local function lease_live(acq, now_ms)
-  local tok = redis.call('HGET', KEYS[3], 'a:' .. acq)
+  local tok = redis.call('HGET', holders_key, 'a:' .. acq)
   if not tok then return nil end
-  local rec = redis.call('HGET', KEYS[3], 't:' .. tok)
-  local dl = tonumber(redis.call('ZSCORE', KEYS[2], tok))
+  local rec = redis.call('HGET', holders_key, 't:' .. tok)
+  local dl = tonumber(redis.call('ZSCORE', leases_key, tok))
   if not rec or not dl or dl <= now_ms then return nil end
   local owner, fence = string.match(rec, '^([^|]*)|(%d+)|')
   if owner ~= acq then return nil end
@@ -136,11 +144,11 @@ end
 -- el_state reads the leader hash: nil when there is none, nil and an error
 -- when it is not an election's.
 local function el_state()
-  local m = redis.call('HMGET', KEYS[4], 'epoch', 'seq', 'term', 'value', 'acq')
+  local m = redis.call('HMGET', leader_key, 'epoch', 'seq', 'term', 'value', 'acq')
   if not m[1] and not m[2] then return nil, nil end
   local seq, term = tonumber(m[2]), tonumber(m[3])
   if not m[1] or not seq or not term then
-    return nil, 'REDSEM_CORRUPT ' .. KEYS[4] .. ' is not a redsem election record'
+    return nil, 'REDSEM_CORRUPT ' .. leader_key .. ' is not a redsem election record'
   end
   local acq = m[5]
   if acq == false then acq = nil end
@@ -157,9 +165,9 @@ end
 
 -- ring rings every observer still registered (and forgets lapsed ones).
 local function ring(now_ms)
-  local dead = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', '(' .. now_ms, 'LIMIT', 0, 1000)
-  if #dead > 0 then redis.call('ZREM', KEYS[6], unpack(dead)) end
-  local obs = redis.call('ZRANGE', KEYS[6], 0, -1, 'WITHSCORES')
+  local dead = redis.call('ZRANGEBYSCORE', observers_key, '-inf', '(' .. now_ms, 'LIMIT', 0, 1000)
+  if #dead > 0 then redis.call('ZREM', observers_key, unpack(dead)) end
+  local obs = redis.call('ZRANGE', observers_key, 0, -1, 'WITHSCORES')
   for i = 1, #obs, 2 do ring_one(obs[i], tonumber(obs[i + 1]), now_ms) end
 end
 
@@ -168,14 +176,14 @@ end
 local function announce(st, acq, term, value, now)
   if not st then st = {epoch = fmt_int(now), seq = 0} end
   st.seq, st.term, st.value, st.acq = st.seq + 1, term, value, acq
-  redis.call('HSET', KEYS[4], 'epoch', st.epoch, 'seq', fmt_int(st.seq), 'term', fmt_int(term), 'value', value)
+  redis.call('HSET', leader_key, 'epoch', st.epoch, 'seq', fmt_int(st.seq), 'term', fmt_int(term), 'value', value)
   if acq then
-    redis.call('HSET', KEYS[4], 'acq', acq)
+    redis.call('HSET', leader_key, 'acq', acq)
   else
-    redis.call('HDEL', KEYS[4], 'acq')
+    redis.call('HDEL', leader_key, 'acq')
   end
-  redis.call('RPUSH', KEYS[5], fmt_int(st.seq) .. '|' .. fmt_int(term) .. '|' .. value)
-  if redis.call('LLEN', KEYS[5]) > LOG_MAX then redis.call('LPOP', KEYS[5]) end
+  redis.call('RPUSH', log_key, fmt_int(st.seq) .. '|' .. fmt_int(term) .. '|' .. value)
+  if redis.call('LLEN', log_key) > LOG_MAX then redis.call('LPOP', log_key) end
   ring(math.floor(now / 1000))
   return st
 end
@@ -197,7 +205,7 @@ if #obs < 16 or not after or not block or not grace then
 end
 local err = check_el_types(7)
 if err then return redis.error_reply(err) end
-redis.call('DEL', KEYS[7])
+redis.call('DEL', bell_key)
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 local st
@@ -208,7 +216,7 @@ st = sync(st, now)
 local out = {0, now, '', 0}
 if st then
   out[3], out[4] = st.epoch, fmt_int(st.seq)
-  local log = redis.call('LRANGE', KEYS[5], 0, -1)
+  local log = redis.call('LRANGE', log_key, 0, -1)
   local first = st.seq - #log + 1
   if (epoch == st.epoch and after >= first - 1) or (epoch == '' and after == 0 and first == 1) then
     for _, e in ipairs(log) do
@@ -227,7 +235,7 @@ else
 end
 
 if block == 0 then
-  redis.call('ZREM', KEYS[6], obs)
+  redis.call('ZREM', observers_key, obs)
   return out
 end
 if st and st.acq then
@@ -236,5 +244,5 @@ if st and st.acq then
 end
 block = math.max(block, 1)
 out[1] = block
-redis.call('ZADD', KEYS[6], now_ms + block + grace, obs)
+redis.call('ZADD', observers_key, now_ms + block + grace, obs)
 return out

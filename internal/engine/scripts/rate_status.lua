@@ -11,6 +11,15 @@
 -- rate_window.lua, rate_idle.lua, then the rest of rate_status.lua. Edit
 -- those files, not this one.
 
+local meta_key = KEYS[1]
+local holders_key = KEYS[2]
+local queue_key = KEYS[3]
+local waits_key = KEYS[4]
+local log1_key = KEYS[5]
+local log2_key = KEYS[6]
+local log3_key = KEYS[7]
+local log4_key = KEYS[8]
+
 -- codes.lua: the reply codes of the acquisition scripts and their aborts,
 -- the first element of every such reply; prepended to every script, before
 -- any other helper (engine.CodeWaiting ... engine.CodeReleased in Go, held
@@ -27,7 +36,7 @@ local RELEASED = 3 -- an abort gave a grant back
 -- before it. So probe with a key that never exists before any write, and
 -- answer TRYAGAIN (a cluster client retries after the migration).
 do
-  local probe = redis.pcall('EXISTS', string.sub(KEYS[1], 1, #KEYS[1] - 4) .. 'probe')
+  local probe = redis.pcall('EXISTS', string.sub(meta_key, 1, #meta_key - 4) .. 'probe')
   if type(probe) == 'table' and probe['err'] then
     return redis.error_reply('TRYAGAIN redsem: slot is migrating')
   end
@@ -65,7 +74,7 @@ end
 
 -- base is the common prefix of the script's keys, e.g. "redsem:{name}:".
 local function base()
-  return string.sub(KEYS[1], 1, #KEYS[1] - 4)
+  return string.sub(meta_key, 1, #meta_key - 4)
 end
 
 -- not_here returns the READONLY error a write gets on this server, or nil.
@@ -86,21 +95,21 @@ end
 -- A gate has one to MAX_LIMITS limits ("at most n units in any window of
 -- per"); a start takes w[i] units of limit i, all or none. Keys (one hash
 -- tag; base = <prefix>{<name>}:rate:), with s(1) = '' and s(i) = ':'..i:
---   KEYS[1]    meta     hash  limits (1 when absent); size..s(i) (n),
+--   meta_key            hash  limits (1 when absent); size..s(i) (n),
 --                             per..s(i) (µs), sum..s(i) (units granted so
 --                             far), back..s(i) (of those, how many left the
 --                             window); fence (last grant time, µs), set (1
 --                             once rate_set.lua wrote the rate), changed,
 --                             rejected, created, timer (the head keeping time)
---   KEYS[2]    holders  hash  "g:"..acqID -> "grantUs w1 .. wL" while in a
+--   holders_key         hash  "g:"..acqID -> "grantUs w1 .. wL" while in a
 --                             window or not yet collected; "r:"..acqID ->
 --                             "w1 .. wL", what a queued waiter asks for
---   KEYS[3]    queue    list  acqIDs of blocked waiters, oldest first
---   KEYS[4]    waits    zset  "w:"..acqID -> liveness deadline (µs),
+--   queue_key           list  acqIDs of blocked waiters, oldest first
+--   waits_key           zset  "w:"..acqID -> liveness deadline (µs),
 --                             "x:"..acqID -> tombstone deadline
---   KEYS[4+i]  log i    zset  acqID -> sum..s(i) right after its grant, for
+--   log<i>_key          zset  acqID -> sum..s(i) right after its grant, for
 --                             the grants in limit i's window
---   KEYS[9]    inbox    list  base.."in:"..acqID, a waiter's doorbell
+--   inbox_key           list  base.."in:"..acqID, a waiter's doorbell
 -- Units in limit i's window: sum - back. A grant leaves the window when
 -- Redis TIME reaches its time plus per, and back becomes its logged sum;
 -- as log scores are running sums, one ZRANGEBYSCORE finds the grant whose
@@ -121,8 +130,9 @@ local function sfx(i)
   return ':' .. i
 end
 
+local log_keys = {log1_key, log2_key, log3_key, log4_key}
 local function log_key(i)
-  return KEYS[4 + i]
+  return log_keys[i]
 end
 
 -- check_rate_types checks the first nkeys keys of the layout above.
@@ -199,7 +209,7 @@ end
 
 -- grant_of returns the grant time and units of acq's grant, or nil.
 local function grant_of(acq, L)
-  local rec = redis.call('HGET', KEYS[2], 'g:' .. acq)
+  local rec = redis.call('HGET', holders_key, 'g:' .. acq)
   if not rec then return nil end
   local f = words(rec)
   local g = tonumber(f[1])
@@ -214,7 +224,7 @@ end
 
 -- request_of returns what queued waiter acq asks for, or nil.
 local function request_of(acq, L)
-  local rec = redis.call('HGET', KEYS[2], 'r:' .. acq)
+  local rec = redis.call('HGET', holders_key, 'r:' .. acq)
   if not rec then return nil end
   local f = words(rec)
   if #f ~= L then return nil end
@@ -227,20 +237,20 @@ local function request_of(acq, L)
 end
 
 local function save_limit(st, i)
-  redis.call('HSET', KEYS[1], 'sum' .. sfx(i), fmt_int(st.sum[i]), 'back' .. sfx(i), fmt_int(st.back[i]))
+  redis.call('HSET', meta_key, 'sum' .. sfx(i), fmt_int(st.sum[i]), 'back' .. sfx(i), fmt_int(st.back[i]))
 end
 
 -- create writes meta for rate r at Redis time now; grants or a log without
 -- meta are corruption.
 local function create(r, now, set)
-  local n = redis.call('EXISTS', KEYS[2])
+  local n = redis.call('EXISTS', holders_key)
   for i = 1, MAX_LIMITS do n = n + redis.call('EXISTS', log_key(i)) end
   if n > 0 then
-    return nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is missing but grants exist'
+    return nil, 'REDSEM_CORRUPT ' .. meta_key .. ' is missing but grants exist'
   end
   -- Tombstones left while the gate did not exist expire (rate_abort.lua);
   -- from here on waits follows the gate's expiry.
-  redis.call('PERSIST', KEYS[4])
+  redis.call('PERSIST', waits_key)
   local st = {L = r.L, n = {}, per = {}, sum = {}, back = {}, fence = now, set = set, idle = 0}
   local f = {'limits', r.L, 'fence', fmt_int(now), 'rejected', 0, 'created', math.floor(now / 1000)}
   if set then
@@ -256,7 +266,7 @@ local function create(r, now, set)
       f[#f + 1] = fmt_int(kv[2])
     end
   end
-  redis.call('HSET', KEYS[1], unpack(f))
+  redis.call('HSET', meta_key, unpack(f))
   return st, nil
 end
 
@@ -267,13 +277,13 @@ end
 local function upgrade(m)
   local n, per, fence = tonumber(m[5]), tonumber(m[6]), tonumber(m[2])
   if not n or n < 1 or not per or per < 1 or not fence then
-    return 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is not a redsem rate gate record'
+    return 'REDSEM_CORRUPT ' .. meta_key .. ' is not a redsem rate gate record'
   end
-  redis.call('DEL', base() .. 'tokens', base() .. 'leases', KEYS[2])
-  redis.call('HDEL', KEYS[1], 'epoch', 'timer')
-  redis.call('HSET', KEYS[1], 'limits', 1, 'sum', fmt_int(n), 'back', 0)
+  redis.call('DEL', base() .. 'tokens', base() .. 'leases', holders_key)
+  redis.call('HDEL', meta_key, 'epoch', 'timer')
+  redis.call('HSET', meta_key, 'limits', 1, 'sum', fmt_int(n), 'back', 0)
   redis.call('ZADD', log_key(1), fmt_int(n), 'upgrade')
-  redis.call('HSET', KEYS[2], 'g:upgrade', fmt_int(fence) .. ' ' .. fmt_int(n))
+  redis.call('HSET', holders_key, 'g:upgrade', fmt_int(fence) .. ' ' .. fmt_int(n))
   return nil
 end
 
@@ -281,7 +291,7 @@ end
 -- fence_read (the fence as read)}: nil when the gate does not exist; nil,
 -- err when meta is unusable.
 local function rate_state()
-  local m = redis.call('HMGET', KEYS[1], 'limits', 'fence', 'set', 'epoch', 'size', 'per', 'idle', 'exp')
+  local m = redis.call('HMGET', meta_key, 'limits', 'fence', 'set', 'epoch', 'size', 'per', 'idle', 'exp')
   if not m[1] and not m[2] and not m[4] and not m[5] then return nil, nil end
   if m[4] then
     local e = upgrade(m)
@@ -290,10 +300,10 @@ local function rate_state()
   end
   local L, fence = int_arg(m[1] or '1', 1, MAX_LIMITS), tonumber(m[2])
   if not L or not fence then
-    return nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is not a redsem rate gate record'
+    return nil, 'REDSEM_CORRUPT ' .. meta_key .. ' is not a redsem rate gate record'
   end
   if fence >= FENCE_MAX then
-    return nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' holds grant time ' .. m[2] .. ', too large to grow'
+    return nil, 'REDSEM_CORRUPT ' .. meta_key .. ' holds grant time ' .. m[2] .. ', too large to grow'
   end
   local st = {L = L, n = {}, per = {}, sum = {}, back = {}, fence = fence, set = m[3] == '1',
     idle = tonumber(m[7]) or 0, exp = m[8], fence_read = fence}
@@ -301,14 +311,14 @@ local function rate_state()
   for i = 1, L do
     for _, name in ipairs({'size', 'per', 'sum', 'back'}) do f[#f + 1] = name .. sfx(i) end
   end
-  local v = redis.call('HMGET', KEYS[1], unpack(f))
+  local v = redis.call('HMGET', meta_key, unpack(f))
   for i = 1, L do
     local j = (i - 1) * 4
     st.n[i], st.per[i] = tonumber(v[j + 1]), tonumber(v[j + 2])
     st.sum[i], st.back[i] = tonumber(v[j + 3]), tonumber(v[j + 4])
     if not st.n[i] or st.n[i] < 1 or not st.per[i] or st.per[i] < 1 or not st.sum[i]
       or not st.back[i] or st.back[i] > st.sum[i] then
-      return nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is not a redsem rate gate record'
+      return nil, 'REDSEM_CORRUPT ' .. meta_key .. ' is not a redsem rate gate record'
     end
   end
   return st, nil
@@ -333,8 +343,8 @@ local function forget(st, acq)
   for i = 1, st.L do
     if redis.call('ZSCORE', log_key(i), acq) then return end
   end
-  if redis.call('ZSCORE', KEYS[4], 'w:' .. acq) then return end
-  redis.call('HDEL', KEYS[2], 'g:' .. acq)
+  if redis.call('ZSCORE', waits_key, 'w:' .. acq) then return end
+  redis.call('HDEL', holders_key, 'g:' .. acq)
 end
 
 -- expire ends, in log order, the grants whose window has passed: grant
@@ -348,7 +358,7 @@ local function expire(st, now)
       if not first[1] then break end
       local g = grant_of(first[1], st.L)
       if g and g + st.per[i] > now then break end
-      if not g then redis.call('HINCRBY', KEYS[1], 'rejected', 1) end
+      if not g then redis.call('HINCRBY', meta_key, 'rejected', 1) end
       redis.call('ZREM', key, first[1])
       st.back[i] = math.min(math.max(st.back[i], tonumber(first[2]) or 0), st.sum[i])
       changed = true
@@ -387,8 +397,8 @@ local function grant(st, acq, w, now)
       save_limit(st, i)
     end
   end
-  redis.call('HSET', KEYS[1], 'fence', fmt_int(g))
-  redis.call('HSET', KEYS[2], 'g:' .. acq, table.concat(rec, ' '))
+  redis.call('HSET', meta_key, 'fence', fmt_int(g))
+  redis.call('HSET', holders_key, 'g:' .. acq, table.concat(rec, ' '))
   return g
 end
 
@@ -435,7 +445,7 @@ end
 -- and nobody queues; else not before the queue's head fits either.
 local function wait_for(st, w, now)
   local t = ready_at(st, w, now)
-  local head = redis.call('LINDEX', KEYS[3], 0)
+  local head = redis.call('LINDEX', queue_key, 0)
   if head then
     local hw = request_of(head, st.L)
     if hw then t = math.max(t, ready_at(st, hw, now)) end
@@ -447,16 +457,16 @@ end
 -- sweep forgets waiters whose liveness deadline passed (their client died
 -- or was cut off) and expired tombstones.
 local function sweep(st, now)
-  local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 100)
+  local dead = redis.call('ZRANGEBYSCORE', waits_key, '-inf', now, 'LIMIT', 0, 100)
   for _, m in ipairs(dead) do
-    redis.call('ZREM', KEYS[4], m)
+    redis.call('ZREM', waits_key, m)
     if string.sub(m, 1, 2) == 'w:' then
       local acq = string.sub(m, 3)
-      redis.call('LREM', KEYS[3], 0, acq)
-      redis.call('HDEL', KEYS[2], 'r:' .. acq)
+      redis.call('LREM', queue_key, 0, acq)
+      redis.call('HDEL', holders_key, 'r:' .. acq)
       redis.call('DEL', inbox_of(acq))
-      if redis.call('HGET', KEYS[1], 'timer') == acq then
-        redis.call('HDEL', KEYS[1], 'timer')
+      if redis.call('HGET', meta_key, 'timer') == acq then
+        redis.call('HDEL', meta_key, 'timer')
       end
       forget(st, acq)
     end
@@ -477,20 +487,20 @@ end
 -- is rung too; so is a new head, which keeps time from then on.
 local function serve(st, now)
   for _ = 1, 1000 do
-    local head = redis.call('LINDEX', KEYS[3], 0)
+    local head = redis.call('LINDEX', queue_key, 0)
     if not head then break end
     local w = request_of(head, st.L)
     if w and not too_large(st, w) then
       if not fits(st, w) then break end
       grant(st, head, w, now)
     end
-    redis.call('LPOP', KEYS[3])
-    redis.call('HDEL', KEYS[2], 'r:' .. head)
+    redis.call('LPOP', queue_key)
+    redis.call('HDEL', holders_key, 'r:' .. head)
     ring(head)
   end
-  local head = redis.call('LINDEX', KEYS[3], 0)
-  if head and redis.call('HGET', KEYS[1], 'timer') ~= head then
-    redis.call('HSET', KEYS[1], 'timer', head)
+  local head = redis.call('LINDEX', queue_key, 0)
+  if head and redis.call('HGET', meta_key, 'timer') ~= head then
+    redis.call('HSET', meta_key, 'timer', head)
     ring(head)
   end
 end
@@ -533,9 +543,9 @@ end
 local function idle_setting(st, idle)
   if st.idle == idle then return end
   if idle > 0 then
-    redis.call('HSET', KEYS[1], 'idle', fmt_int(idle))
+    redis.call('HSET', meta_key, 'idle', fmt_int(idle))
   else
-    redis.call('HDEL', KEYS[1], 'idle')
+    redis.call('HDEL', meta_key, 'idle')
   end
   st.idle = idle
 end
@@ -544,12 +554,12 @@ end
 -- key of gate st and of the doorbells this script rang, at Redis time now
 -- (µs); own is the rate of the start that runs it, or nil.
 local function settle_idle(st, now, own)
-  local keys = {KEYS[1], KEYS[2], KEYS[3], KEYS[4]}
+  local keys = {meta_key, holders_key, queue_key, waits_key}
   for i = 1, st.L do keys[#keys + 1] = log_key(i) end
   if st.idle <= 0 then
     if not st.exp then return end
     for _, key in ipairs(keys) do redis.call('PERSIST', key) end
-    redis.call('HDEL', KEYS[1], 'exp')
+    redis.call('HDEL', meta_key, 'exp')
     return
   end
   local at = st.fence
@@ -557,7 +567,7 @@ local function settle_idle(st, now, own)
     at = math.max(at, st.fence + st.per[i])
     if own then at = math.max(at, st.fence + own.per[i]) end
   end
-  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+  local last = redis.call('ZRANGE', waits_key, -1, -1, 'WITHSCORES')
   if last[2] then at = math.max(at, tonumber(last[2])) end
   at = math.ceil(at / 1000) + st.idle
   local exp = tonumber(st.exp)
@@ -569,21 +579,21 @@ local function settle_idle(st, now, own)
   at = math.max(at, math.floor(now / 1000) + 1)
   for _, acq in ipairs(rung) do keys[#keys + 1] = inbox_of(acq) end
   for _, key in ipairs(keys) do redis.call('PEXPIREAT', key, fmt_int(at)) end
-  redis.call('HSET', KEYS[1], 'exp', fmt_int(at))
+  redis.call('HSET', meta_key, 'exp', fmt_int(at))
 end
 
 -- The rest of rate_status.lua (its header is at the top).
 local err = check_rate_types(8)
 if err then return redis.error_reply(err) end
 local now = now_us()
-local meta = redis.call('HGETALL', KEYS[1])
+local meta = redis.call('HGETALL', meta_key)
 local waiting = 0
-for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], fmt_int(now), '+inf')) do
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', waits_key, fmt_int(now), '+inf')) do
   if string.sub(m, 1, 2) == 'w:' then waiting = waiting + 1 end
 end
 local out = {now, meta, waiting}
 local st = nil
-if not redis.call('HGET', KEYS[1], 'epoch') then st = rate_state() end
+if not redis.call('HGET', meta_key, 'epoch') then st = rate_state() end
 if st then
   for i = 1, st.L do
     local due, stray, prev = 0, 0, st.back[i]

@@ -12,6 +12,11 @@
 -- weighted.lua, then the rest of release.lua. Edit those files, not this
 -- one.
 
+local meta_key = KEYS[1]
+local tokens_key = KEYS[2]
+local leases_key = KEYS[3]
+local holders_key = KEYS[4]
+
 -- codes.lua: the reply codes of the acquisition scripts and their aborts,
 -- the first element of every such reply; prepended to every script, before
 -- any other helper (engine.CodeWaiting ... engine.CodeReleased in Go, held
@@ -58,8 +63,8 @@ local settle_after_fast
 repeat
   if #ARGV ~= 2 then break end
   local tok, acq = ARGV[1], ARGV[2]
-  local h = redis.pcall('HMGET', KEYS[4], 't:' .. tok, 'slow', 'idle')
-  if h['err'] then return fast_fail(h, KEYS[4]) end
+  local h = redis.pcall('HMGET', holders_key, 't:' .. tok, 'slow', 'idle')
+  if h['err'] then return fast_fail(h, holders_key) end
   local rec, slow, idle_flag = h[1], h[2], h[3]
   -- A token not owned: release.lua answers (see not_here). 124 is '|'.
   if not (rec and string.sub(rec, 1, #acq) == acq and string.byte(rec, #acq + 1) == 124) then break end
@@ -67,8 +72,8 @@ repeat
   -- shrink fields, written last.
   local push, set, gone = tok, nil, nil
   if slow then
-    local m = redis.pcall('HMGET', KEYS[1], 'epoch', 'size', 'over', 'held', 'coll')
-    if m['err'] then return fast_fail(m, KEYS[1]) end
+    local m = redis.pcall('HMGET', meta_key, 'epoch', 'size', 'over', 'held', 'coll')
+    if m['err'] then return fast_fail(m, meta_key) end
     local epoch, size, over, held, coll = m[1], tonumber(m[2]), tonumber(m[3]), tonumber(m[4] or 0), m[5]
     local e, slot = string.match(tok, '^([^:]+):([1-9][0-9]*)$')
     slot = tonumber(slot)
@@ -83,7 +88,7 @@ repeat
       -- that, the last withheld goes back.
       push, over, set, gone = nil, over - 1, {}, {}
       if held > over then
-        push = redis.call('HGET', KEYS[1], 'h:' .. held)
+        push = redis.call('HGET', meta_key, 'h:' .. held)
         gone[1] = 'h:' .. held
         held = held - 1
       end
@@ -91,30 +96,30 @@ repeat
       if held == 0 then gone[#gone + 1] = 'held' else set[#set + 1] = 'held'; set[#set + 1] = held end
     end
   end
-  redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. acq)
+  redis.call('HDEL', holders_key, 't:' .. tok, 'a:' .. acq)
   local len = 0
   if push then
-    len = redis.pcall('LPUSH', KEYS[2], push)
+    len = redis.pcall('LPUSH', tokens_key, push)
     if type(len) == 'table' then
-      redis.call('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok)
-      return fast_fail(len, KEYS[2])
+      redis.call('HSET', holders_key, 't:' .. tok, rec, 'a:' .. acq, tok)
+      return fast_fail(len, tokens_key)
     end
   end
-  local r = redis.pcall('ZREM', KEYS[3], tok)
+  local r = redis.pcall('ZREM', leases_key, tok)
   if type(r) == 'table' then
-    if push then redis.call('LPOP', KEYS[2]) end
-    redis.call('HSET', KEYS[4], 't:' .. tok, rec, 'a:' .. acq, tok)
-    return fast_fail(r, KEYS[3])
+    if push then redis.call('LPOP', tokens_key) end
+    redis.call('HSET', holders_key, 't:' .. tok, rec, 'a:' .. acq, tok)
+    return fast_fail(r, leases_key)
   end
-  if gone and #gone > 0 then redis.call('HDEL', KEYS[1], unpack(gone)) end
-  if set and #set > 0 then redis.call('HSET', KEYS[1], unpack(set)) end
+  if gone and #gone > 0 then redis.call('HDEL', meta_key, unpack(gone)) end
+  if set and #set > 0 then redis.call('HSET', meta_key, unpack(set)) end
   -- The release that puts the last token back sets the idle expiry (what
   -- settle_idle does when no lease, waiter or weighted queue is left). Only
   -- a semaphore with idle expiry has holders' idle flag; a release that may
   -- have ended a shrink (slow), or that finds waits holding something,
   -- leaves it to settle_idle. A meta of the wrong type sets nothing.
   if not idle_flag or not (slow or len > 0) then return 1 end
-  local i = redis.pcall('HMGET', KEYS[1], 'size', 'idle')
+  local i = redis.pcall('HMGET', meta_key, 'size', 'idle')
   local idle = not i['err'] and tonumber(i[2])
   if not idle or idle <= 0 then return 1 end
   if slow then
@@ -122,15 +127,15 @@ repeat
     break
   end
   if tonumber(i[1]) ~= len then return 1 end
-  local base = string.sub(KEYS[1], 1, #KEYS[1] - 4)
-  if redis.call('EXISTS', KEYS[3], base .. 'waits', base .. 'wqueue') > 0 then
+  local base = string.sub(meta_key, 1, #meta_key - 4)
+  if redis.call('EXISTS', leases_key, base .. 'waits', base .. 'wqueue') > 0 then
     settle_after_fast = true
     break
   end
   local t = redis.call('TIME')
   local at = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + idle)
-  for _, key in ipairs({KEYS[1], KEYS[2], KEYS[4]}) do redis.call('PEXPIREAT', key, at) end
-  redis.call('HSET', KEYS[1], 'exp', at)
+  for _, key in ipairs({meta_key, tokens_key, holders_key}) do redis.call('PEXPIREAT', key, at) end
+  redis.call('HSET', meta_key, 'exp', at)
   return 1
 until true
 
@@ -141,7 +146,7 @@ until true
 -- before it. So probe with a key that never exists before any write, and
 -- answer TRYAGAIN (a cluster client retries after the migration).
 do
-  local probe = redis.pcall('EXISTS', string.sub(KEYS[1], 1, #KEYS[1] - 4) .. 'probe')
+  local probe = redis.pcall('EXISTS', string.sub(meta_key, 1, #meta_key - 4) .. 'probe')
   if type(probe) == 'table' and probe['err'] then
     return redis.error_reply('TRYAGAIN redsem: slot is migrating')
   end
@@ -179,7 +184,7 @@ end
 
 -- base is the common prefix of the script's keys, e.g. "redsem:{name}:".
 local function base()
-  return string.sub(KEYS[1], 1, #KEYS[1] - 4)
+  return string.sub(meta_key, 1, #meta_key - 4)
 end
 
 -- not_here returns the READONLY error a write gets on this server, or nil.
@@ -198,19 +203,19 @@ end
 -- meta.lua: the semaphore's record and its tokens (after base.lua).
 --
 -- Keys (one hash tag, so one cluster slot):
---   KEYS[1] meta     hash  size, epoch, fence, due, rejected, created, idle
+--   meta_key         hash  size, epoch, fence, due, rejected, created, idle
 --                          and exp (idle.lua), "x:"..acqID -> tombstone
 --                          expiry, a shrink's over, held, "h:"..i
 --                          (tokens.lua), a weighted collector's coll and
 --                          seal (weighted.lua)
---   KEYS[2] tokens   list  free tokens "<epoch>:<slot>"; taken from the left
---   KEYS[3] leases   zset  token -> lease deadline, ms of Redis TIME
---   KEYS[4] holders  hash  "t:"..token -> "acqID|fence|grantedMs|label",
+--   tokens_key       list  free tokens "<epoch>:<slot>"; taken from the left
+--   leases_key       zset  token -> lease deadline, ms of Redis TIME
+--   holders_key      hash  "t:"..token -> "acqID|fence|grantedMs|label",
 --                          "a:"..acqID -> its token(s), "x:"..acqID while
 --                          the semaphore does not exist, "slow" while a
 --                          shrink drains or a collector holds the ticket
 --                          (release_fast.lua), "idle" (idle.lua)
---   KEYS[5] waits    zset  "w:"..acqID -> when its pending list may be
+--   waits_key        zset  "w:"..acqID -> when its pending list may be
 --                          swept, "x:"..acqID -> when its tombstone goes
 -- A waiter's pending list is base.."pend:"..acqID; a weighted collector's
 -- part list base.."part:"..acqID. Every script reads and validates before
@@ -239,15 +244,15 @@ end
 -- lower bound of every score in leases and waits (0 when unknown): the
 -- sweeps wait until then.
 local function read_meta()
-  local m = redis.call('HMGET', KEYS[1], 'size', 'epoch', 'fence', 'due', 'coll', 'over', 'held')
+  local m = redis.call('HMGET', meta_key, 'size', 'epoch', 'fence', 'due', 'coll', 'over', 'held')
   local msize, epoch, fence_s, due, coll, over, held = m[1], m[2], m[3], m[4], m[5], m[6], m[7]
   if not msize and not epoch then return nil, nil, nil, nil, nil end
   local size, fence = tonumber(msize), tonumber(fence_s)
   if not size or size < 1 or size > 100000 or size % 1 ~= 0 or not epoch or not fence then
-    return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is not a redsem meta record'
+    return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. meta_key .. ' is not a redsem meta record'
   end
   if fence >= FENCE_MAX then
-    return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' holds fence ' .. fence_s .. ', too large to grow'
+    return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. meta_key .. ' holds fence ' .. fence_s .. ', too large to grow'
   end
   return size, epoch, fence, tonumber(due) or 0, nil, coll, shrink_count(over), shrink_count(held)
 end
@@ -255,8 +260,8 @@ end
 -- tombstone_of returns acq's tombstone (abort.lua): in meta, or in holders
 -- if it was aborted before the semaphore existed.
 local function tombstone_of(acq)
-  local x = redis.call('HGET', KEYS[4], 'x:' .. acq)
-  return redis.call('HGET', KEYS[1], 'x:' .. acq) or x
+  local x = redis.call('HGET', holders_key, 'x:' .. acq)
+  return redis.call('HGET', meta_key, 'x:' .. acq) or x
 end
 
 -- size_in_force returns the size to work with: the client's, or the stored
@@ -274,24 +279,24 @@ local NO_DUE = 9e15
 -- characters of seed) at Redis time now (µs). Returns the epoch, or nil and
 -- an error: tokens or leases without meta are residue.
 local function create(size, seed, now)
-  if redis.call('EXISTS', KEYS[2]) + redis.call('EXISTS', KEYS[3]) > 0 then
-    return nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is missing but tokens or leases exist'
+  if redis.call('EXISTS', tokens_key) + redis.call('EXISTS', leases_key) > 0 then
+    return nil, 'REDSEM_CORRUPT ' .. meta_key .. ' is missing but tokens or leases exist'
   end
   local epoch = string.sub(seed, 1, 12)
-  redis.call('HSETNX', KEYS[1], 'size', size)
-  redis.call('HSET', KEYS[1], 'epoch', epoch, 'fence', fmt_int(now), 'due', fmt_int(NO_DUE),
+  redis.call('HSETNX', meta_key, 'size', size)
+  redis.call('HSET', meta_key, 'epoch', epoch, 'fence', fmt_int(now), 'due', fmt_int(NO_DUE),
     'rejected', 0, 'created', math.floor(now / 1000))
   -- Tombstones of acquisitions aborted before now move to meta.
-  for _, f in ipairs(redis.call('HKEYS', KEYS[4])) do
+  for _, f in ipairs(redis.call('HKEYS', holders_key)) do
     if string.sub(f, 1, 2) == 'x:' then
-      redis.call('HSET', KEYS[1], f, redis.call('HGET', KEYS[4], f))
-      redis.call('HDEL', KEYS[4], f)
+      redis.call('HSET', meta_key, f, redis.call('HGET', holders_key, f))
+      redis.call('HDEL', holders_key, f)
     end
   end
   for i = 1, size, 1000 do
     local batch = {}
     for j = i, math.min(i + 999, size) do batch[#batch + 1] = epoch .. ':' .. j end
-    redis.call('RPUSH', KEYS[2], unpack(batch))
+    redis.call('RPUSH', tokens_key, unpack(batch))
   end
   return epoch, nil
 end
@@ -299,7 +304,7 @@ end
 -- next_due is the earliest score in leases and waits, or NO_DUE.
 local function next_due()
   local d = NO_DUE
-  for _, key in ipairs({KEYS[3], KEYS[5]}) do
+  for _, key in ipairs({leases_key, waits_key}) do
     local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
     if first[2] then d = math.min(d, tonumber(first[2])) end
   end
@@ -332,8 +337,8 @@ local function each_lease(toks, f)
     local last = math.min(i + 999, #toks)
     local fields = {}
     for j = i, last do fields[#fields + 1] = 't:' .. toks[j] end
-    local recs = redis.call('HMGET', KEYS[4], unpack(fields))
-    local scores = redis.call('ZMSCORE', KEYS[3], unpack(toks, i, last))
+    local recs = redis.call('HMGET', holders_key, unpack(fields))
+    local scores = redis.call('ZMSCORE', leases_key, unpack(toks, i, last))
     for j = 1, #fields do
       local r = f(toks[i + j - 1], recs[j], scores[j])
       if r ~= nil then return r end
@@ -350,7 +355,7 @@ local function owned_by(acq, toks)
     local last = math.min(i + 999, #toks)
     local fields = {}
     for j = i, last do fields[#fields + 1] = 't:' .. toks[j] end
-    local recs = redis.call('HMGET', KEYS[4], unpack(fields))
+    local recs = redis.call('HMGET', holders_key, unpack(fields))
     for j = i, last do
       local rec, tok = recs[j - i + 1], toks[j]
       if rec and owner_of(rec) == acq and not seen[tok] then
@@ -379,40 +384,40 @@ end
 -- meta only when holders has it). A holders key of the wrong type is left
 -- alone here: the script fails on it later, with its undo.
 local function idle_setting(idle)
-  local cur = tonumber(redis.call('HGET', KEYS[1], 'idle')) or 0
-  local flag = redis.pcall('HGET', KEYS[4], 'idle')
+  local cur = tonumber(redis.call('HGET', meta_key, 'idle')) or 0
+  local flag = redis.pcall('HGET', holders_key, 'idle')
   if type(flag) == 'table' then flag = idle > 0 end
   if cur == idle and (idle > 0) == (flag and true or false) then return end
   if idle > 0 then
-    redis.call('HSET', KEYS[1], 'idle', fmt_int(idle))
-    redis.pcall('HSET', KEYS[4], 'idle', 1)
+    redis.call('HSET', meta_key, 'idle', fmt_int(idle))
+    redis.pcall('HSET', holders_key, 'idle', 1)
   else
-    redis.call('HDEL', KEYS[1], 'idle')
-    redis.pcall('HDEL', KEYS[4], 'idle')
+    redis.call('HDEL', meta_key, 'idle')
+    redis.pcall('HDEL', holders_key, 'idle')
   end
 end
 
 -- idle_keys are the keys that may exist while the semaphore is idle.
 local function idle_keys()
-  return {KEYS[1], KEYS[2], KEYS[4], base() .. 'waits'}
+  return {meta_key, tokens_key, holders_key, base() .. 'waits'}
 end
 
 -- wake removes the idle expiry, if set.
 local function wake()
-  if not redis.call('HGET', KEYS[1], 'exp') then return end
+  if not redis.call('HGET', meta_key, 'exp') then return end
   for _, key in ipairs(idle_keys()) do redis.call('PERSIST', key) end
-  redis.call('HDEL', KEYS[1], 'exp')
+  redis.call('HDEL', meta_key, 'exp')
 end
 
 -- settle_idle sets the idle expiry if the semaphore is idle and meta asks
 -- for one: at now_ms plus the idle time, or the last tombstone's expiry if
 -- later. Otherwise it removes it (wake).
 local function settle_idle(now_ms)
-  local m = redis.call('HMGET', KEYS[1], 'size', 'idle', 'coll', 'over', 'held')
+  local m = redis.call('HMGET', meta_key, 'size', 'idle', 'coll', 'over', 'held')
   local size, idle, coll, over, held = tonumber(m[1]), tonumber(m[2]), m[3], m[4], m[5]
   if not size or not idle or idle <= 0 or coll or over or held then return wake() end
-  local n = redis.pcall('LLEN', KEYS[2])
-  if n ~= size or redis.call('EXISTS', KEYS[3], base() .. 'wqueue') > 0 then return wake() end
+  local n = redis.pcall('LLEN', tokens_key)
+  if n ~= size or redis.call('EXISTS', leases_key, base() .. 'wqueue') > 0 then return wake() end
   local at = now_ms + idle
   local waits = base() .. 'waits'
   if type_err(waits, 'zset') then return wake() end
@@ -422,7 +427,7 @@ local function settle_idle(now_ms)
     at = math.max(at, tonumber(w[i + 1]))
   end
   for _, key in ipairs(idle_keys()) do redis.call('PEXPIREAT', key, fmt_int(at)) end
-  redis.call('HSET', KEYS[1], 'exp', fmt_int(at))
+  redis.call('HSET', meta_key, 'exp', fmt_int(at))
 end
 
 -- tokens.lua: giving tokens back, and a shrink's bookkeeping (after
@@ -437,12 +442,12 @@ end
 
 -- withheld returns the withheld tokens (a missing entry is skipped).
 local function withheld()
-  local n = shrink_count(redis.call('HGET', KEYS[1], 'held'))
+  local n = shrink_count(redis.call('HGET', meta_key, 'held'))
   local toks = {}
   for i = 1, n, 1000 do
     local f = {}
     for j = i, math.min(i + 999, n) do f[#f + 1] = 'h:' .. j end
-    for _, tok in ipairs(redis.call('HMGET', KEYS[1], unpack(f))) do
+    for _, tok in ipairs(redis.call('HMGET', meta_key, unpack(f))) do
       if tok then toks[#toks + 1] = tok end
     end
   end
@@ -463,13 +468,13 @@ end
 -- hset_all and hdel_all write or delete fields of meta, a thousand a command.
 local function hset_all(set)
   for i = 1, #set, 1000 do
-    redis.call('HSET', KEYS[1], unpack(set, i, math.min(i + 999, #set)))
+    redis.call('HSET', meta_key, unpack(set, i, math.min(i + 999, #set)))
   end
 end
 
 local function hdel_all(gone)
   for i = 1, #gone, 1000 do
-    redis.call('HDEL', KEYS[1], unpack(gone, i, math.min(i + 999, #gone)))
+    redis.call('HDEL', meta_key, unpack(gone, i, math.min(i + 999, #gone)))
   end
 end
 
@@ -477,7 +482,7 @@ end
 -- the withheld tokens keep (resize.lua; #keep <= over).
 local function save_shrink(over, old, keep)
   -- holders "slow" sends every release through meta, set first.
-  if over > 0 then redis.call('HSET', KEYS[4], 'slow', 1) end
+  if over > 0 then redis.call('HSET', holders_key, 'slow', 1) end
   local gone = {}
   for i = #keep + 1, old do gone[#gone + 1] = 'h:' .. i end
   if over == 0 then gone[#gone + 1] = 'over' end
@@ -508,7 +513,7 @@ end
 -- the list is not a list.
 local function returned(valid, retired_n, over, held)
   if over == nil then
-    local m = redis.call('HMGET', KEYS[1], 'over', 'held')
+    local m = redis.call('HMGET', meta_key, 'over', 'held')
     over, held = shrink_count(m[1]), shrink_count(m[2])
   end
   local shrinking = over > 0 or held > 0
@@ -519,7 +524,7 @@ local function returned(valid, retired_n, over, held)
     push = {}
     for _, tok in ipairs(valid) do
       if kept[tok] then
-        redis.call('HINCRBY', KEYS[1], 'rejected', 1) -- a copy: dropped
+        redis.call('HINCRBY', meta_key, 'rejected', 1) -- a copy: dropped
       elseif n < over then
         kept[tok] = true
         n = n + 1
@@ -530,16 +535,16 @@ local function returned(valid, retired_n, over, held)
       end
     end
     for i = n, over + 1, -1 do
-      local tok = redis.call('HGET', KEYS[1], 'h:' .. i)
+      local tok = redis.call('HGET', meta_key, 'h:' .. i)
       if tok then push[#push + 1] = tok end
       gone[#gone + 1] = 'h:' .. i
     end
     n = math.min(n, over)
   end
   for i = 1, #push, 1000 do
-    local r = redis.pcall('LPUSH', KEYS[2], unpack(push, i, math.min(i + 999, #push)))
+    local r = redis.pcall('LPUSH', tokens_key, unpack(push, i, math.min(i + 999, #push)))
     if type(r) == 'table' and r['err'] then
-      return 'REDSEM_WRONGTYPE ' .. KEYS[2] .. ' is not a list'
+      return 'REDSEM_WRONGTYPE ' .. tokens_key .. ' is not a list'
     end
   end
   if not shrinking then return nil end
@@ -558,7 +563,7 @@ end
 -- Returns true when tok was withheld.
 local function withhold(tok, over, kept)
   if over <= 0 then return false end
-  local m = redis.call('HMGET', KEYS[1], 'over', 'held')
+  local m = redis.call('HMGET', meta_key, 'over', 'held')
   local held = shrink_count(m[2])
   over = shrink_count(m[1])
   if held >= over then return false end
@@ -572,7 +577,7 @@ end
 -- settles a shrink's count. Anything else is dropped and counted as
 -- rejected. Returns 1 when pushed or withheld.
 local function give_back(tok, epoch, size, leased)
-  if epoch and is_valid(tok, epoch, size) and not redis.call('ZSCORE', KEYS[3], tok) then
+  if epoch and is_valid(tok, epoch, size) and not redis.call('ZSCORE', leases_key, tok) then
     returned({tok}, 0)
     return 1
   end
@@ -580,7 +585,7 @@ local function give_back(tok, epoch, size, leased)
     returned({}, 1)
     return 0
   end
-  if epoch then redis.call('HINCRBY', KEYS[1], 'rejected', 1) end
+  if epoch then redis.call('HINCRBY', meta_key, 'rejected', 1) end
   return 0
 end
 
@@ -590,16 +595,16 @@ end
 -- a sweep that finds the list through its registration in waits, which a
 -- stranger's key may have taken.
 local function unmoved(moved, e)
-  local toks = moved and redis.pcall('LRANGE', KEYS[6], 0, 99)
+  local toks = moved and redis.pcall('LRANGE', pend_key, 0, 99)
   if type(toks) == 'table' and #toks > 0 and #toks < 100 then
     local back = {}
     for i = #toks, 1, -1 do back[#back + 1] = toks[i] end
-    if type(redis.pcall('LPUSH', KEYS[2], unpack(back))) == 'number' then
-      redis.call('DEL', KEYS[6])
+    if type(redis.pcall('LPUSH', tokens_key, unpack(back))) == 'number' then
+      redis.call('DEL', pend_key)
       -- A list the move had emptied comes back without the idle expiry
       -- the other keys still have.
-      local exp = redis.pcall('HGET', KEYS[1], 'exp')
-      if type(exp) == 'string' then redis.pcall('PEXPIREAT', KEYS[2], exp) end
+      local exp = redis.pcall('HGET', meta_key, 'exp')
+      if type(exp) == 'string' then redis.pcall('PEXPIREAT', tokens_key, exp) end
     end
   end
   return redis.error_reply(e)
@@ -629,8 +634,8 @@ local function drop_partial(acq, epoch, size)
     local last = math.min(i + 999, #mine)
     local fields = {}
     for j = i, last do fields[#fields + 1] = 't:' .. mine[j] end
-    redis.call('ZREM', KEYS[3], unpack(mine, i, last))
-    redis.call('HDEL', KEYS[4], unpack(fields))
+    redis.call('ZREM', leases_key, unpack(mine, i, last))
+    redis.call('HDEL', holders_key, unpack(fields))
   end
   if not epoch then return 0 end
   local valid, retired, strays = {}, 0, 0
@@ -644,7 +649,7 @@ local function drop_partial(acq, epoch, size)
     end
   end
   if #valid > 0 or retired > 0 then returned(valid, retired) end
-  if strays > 0 then redis.call('HINCRBY', KEYS[1], 'rejected', strays) end
+  if strays > 0 then redis.call('HINCRBY', meta_key, 'rejected', strays) end
   return #valid
 end
 
@@ -659,8 +664,8 @@ local LATE_MS = 60000
 local function overdue(now_ms, limit)
   local due_now = {
     now_ms = now_ms,
-    expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_ms, 'LIMIT', 0, limit),
-    stale = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms, 'LIMIT', 0, limit),
+    expired = redis.call('ZRANGEBYSCORE', leases_key, '-inf', now_ms, 'LIMIT', 0, limit),
+    stale = redis.call('ZRANGEBYSCORE', waits_key, '-inf', now_ms, 'LIMIT', 0, limit),
     parts = {},
   }
   for _, w in ipairs(due_now.stale) do
@@ -678,23 +683,23 @@ end
 local function reclaim(due_now, epoch, size)
   local n = 0
   for _, tok in ipairs(due_now.expired) do
-    redis.call('ZREM', KEYS[3], tok)
-    local rec = redis.call('HGET', KEYS[4], 't:' .. tok)
-    if rec then redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. (owner_of(rec) or '')) end
+    redis.call('ZREM', leases_key, tok)
+    local rec = redis.call('HGET', holders_key, 't:' .. tok)
+    if rec then redis.call('HDEL', holders_key, 't:' .. tok, 'a:' .. (owner_of(rec) or '')) end
     n = n + give_back(tok, epoch, size, true)
   end
   local late = {}
   for _, w in ipairs(due_now.stale) do
     if string.sub(w, 1, 2) == 'x:' then
-      redis.call('HDEL', KEYS[1], w)
-      redis.call('HDEL', KEYS[4], w)
+      redis.call('HDEL', meta_key, w)
+      redis.call('HDEL', holders_key, w)
     else
       late[#late + 1] = 'x:' .. string.sub(w, 3)
     end
     local pend = base() .. 'pend:' .. string.sub(w, 3)
     local toks = redis.call('LRANGE', pend, 0, 9)
     redis.call('DEL', pend)
-    redis.call('ZREM', KEYS[5], w)
+    redis.call('ZREM', waits_key, w)
     for _, tok in ipairs(toks) do n = n + give_back(tok, epoch, size) end
     if due_now.parts[w] then n = n + drop_partial(string.sub(w, 3), epoch, size) end
   end
@@ -702,8 +707,8 @@ local function reclaim(due_now, epoch, size)
   -- registration becomes a tombstone for LATE_MS, as abort.lua leaves one
   -- (written after the pushes: at maxmemory the tokens are back first).
   for _, x in ipairs(late) do
-    redis.call('ZADD', KEYS[5], due_now.now_ms + LATE_MS, x)
-    redis.call('HSET', epoch and KEYS[1] or KEYS[4], x, fmt_int(due_now.now_ms + LATE_MS))
+    redis.call('ZADD', waits_key, due_now.now_ms + LATE_MS, x)
+    redis.call('HSET', epoch and meta_key or holders_key, x, fmt_int(due_now.now_ms + LATE_MS))
   end
   return n
 end
@@ -712,9 +717,9 @@ end
 -- (which routes released tokens to a collector), after sweep.lua.
 --
 -- The weighted scripts take eight keys: meta.lua's five, then
---   KEYS[6] pend   list  base.."pend:"..acqID, the collector's BLMOVE target
---   KEYS[7] bell   list  base.."bell:"..acqID, the doorbell a waiter BLPOPs on
---   KEYS[8] queue  list  base.."wqueue": "acqID|k" of the requests waiting
+--   pend_key       list  base.."pend:"..acqID, the collector's BLMOVE target
+--   bell_key       list  base.."bell:"..acqID, the doorbell a waiter BLPOPs on
+--   queue_key      list  base.."wqueue": "acqID|k" of the requests waiting
 --                        for the collector ticket, oldest first
 --
 -- The collector ticket, meta coll = "acqID|k|have|deadlineMs|label", is
@@ -783,8 +788,8 @@ local function lease_all(toks, deadline, rec)
       h[#h + 1] = 't:' .. toks[j]
       h[#h + 1] = rec
     end
-    redis.call('ZADD', KEYS[3], unpack(z))
-    redis.call('HSET', KEYS[4], unpack(h))
+    redis.call('ZADD', leases_key, unpack(z))
+    redis.call('HSET', holders_key, unpack(h))
   end
 end
 
@@ -799,7 +804,7 @@ end
 -- that it still holds: the record is acq's and the lease exists.
 local function held_by(acq)
   local toks = {}
-  local idx = redis.call('HGET', KEYS[4], 'a:' .. acq)
+  local idx = redis.call('HGET', holders_key, 'a:' .. acq)
   if not idx then return toks end
   local listed = {}
   for tok in string.gmatch(idx, '%S+') do listed[#listed + 1] = tok end
@@ -816,32 +821,32 @@ local function unlease(acq, toks)
     local last = math.min(i + 999, #toks)
     local fields = {}
     for j = i, last do fields[#fields + 1] = 't:' .. toks[j] end
-    redis.call('ZREM', KEYS[3], unpack(toks, i, last))
-    redis.call('HDEL', KEYS[4], unpack(fields))
+    redis.call('ZREM', leases_key, unpack(toks, i, last))
+    redis.call('HDEL', holders_key, unpack(fields))
   end
-  redis.call('HDEL', KEYS[4], 'a:' .. acq)
+  redis.call('HDEL', holders_key, 'a:' .. acq)
 end
 
 -- pass_ticket hands the free ticket to the oldest live request of the queue
 -- and rings its bell (not when it is self, whose script is running), dropping
 -- dead entries. Returns the new collector's acqID, or nil (ticket free).
 local function pass_ticket(now_ms, self)
-  redis.call('HDEL', KEYS[1], 'seal')
+  redis.call('HDEL', meta_key, 'seal')
   for _ = 1, 1000 do
-    local e = redis.call('LPOP', KEYS[8])
+    local e = redis.call('LPOP', queue_key)
     if not e then break end
     local a, k = string.match(e, '^([^|]+)|(%d+)$')
-    local live = a and redis.call('ZSCORE', KEYS[5], 'w:' .. a)
+    local live = a and redis.call('ZSCORE', waits_key, 'w:' .. a)
     if live and tonumber(live) > now_ms then
       local dl = tonumber(live)
-      redis.call('HSET', KEYS[4], 'slow', 1) -- releases read meta
-      redis.call('HSET', KEYS[1], 'coll',
+      redis.call('HSET', holders_key, 'slow', 1) -- releases read meta
+      redis.call('HSET', meta_key, 'coll',
         coll_string({acq = a, k = tonumber(k), have = 0, dl = dl, label = ''}))
       if a ~= self then ring(a, dl - now_ms) end
       return a
     end
   end
-  redis.call('HDEL', KEYS[1], 'coll')
+  redis.call('HDEL', meta_key, 'coll')
   return nil
 end
 
@@ -852,10 +857,10 @@ end
 local function pop_free(got, seen, n, epoch, size, over)
   local popped, strays = 0, 0
   while #got < n and popped < n + 1000 do
-    local toks = redis.call('LPOP', KEYS[2], math.min(n - #got, 1000))
+    local toks = redis.call('LPOP', tokens_key, math.min(n - #got, 1000))
     if not toks or #toks == 0 then break end
     popped = popped + #toks
-    local scores = redis.call('ZMSCORE', KEYS[3], unpack(toks))
+    local scores = redis.call('ZMSCORE', leases_key, unpack(toks))
     for i, tok in ipairs(toks) do
       local free = is_valid(tok, epoch, size) and not scores[i] and not seen[tok]
       if free then seen[tok] = true end
@@ -866,17 +871,17 @@ local function pop_free(got, seen, n, epoch, size, over)
       end
     end
   end
-  if strays > 0 then redis.call('HINCRBY', KEYS[1], 'rejected', strays) end
+  if strays > 0 then redis.call('HINCRBY', meta_key, 'rejected', strays) end
 end
 
 -- take_moved takes into new what our BLMOVE moved into the pending list
 -- (need at most), as pop_free does; the rest is given back.
 local function take_moved(new, seen, need, epoch, size, over)
-  local moved = redis.call('LRANGE', KEYS[6], 0, 9)
-  redis.call('DEL', KEYS[6])
+  local moved = redis.call('LRANGE', pend_key, 0, 9)
+  redis.call('DEL', pend_key)
   for _, tok in ipairs(moved) do
     local free = #new < need and is_valid(tok, epoch, size) and not seen[tok]
-      and not redis.call('ZSCORE', KEYS[3], tok)
+      and not redis.call('ZSCORE', leases_key, tok)
     if free then seen[tok] = true end
     if not free then
       give_back(tok, epoch, size)
@@ -891,7 +896,7 @@ local function push_front(toks)
   for last = #toks, 1, -1000 do
     local batch = {}
     for i = last, math.max(last - 999, 1), -1 do batch[#batch + 1] = toks[i] end
-    redis.call('LPUSH', KEYS[2], unpack(batch))
+    redis.call('LPUSH', tokens_key, unpack(batch))
   end
 end
 
@@ -905,7 +910,7 @@ local function collected(acq, toks)
     seen[tok] = true
     fields[i] = 't:' .. tok
   end
-  local recs = redis.call('HMGET', KEYS[4], unpack(fields))
+  local recs = redis.call('HMGET', holders_key, unpack(fields))
   local mine = acq .. '|0|'
   for i = 1, #toks do
     if not recs[i] or string.sub(recs[i], 1, #mine) ~= mine then return false end
@@ -920,15 +925,15 @@ end
 local function lower_due(run, t)
   if t < run.due then
     run.due = t
-    redis.call('HSET', KEYS[1], 'due', fmt_int(t))
+    redis.call('HSET', meta_key, 'due', fmt_int(t))
   end
 end
 
 -- give_pend gives back whatever a BLMOVE moved into the pending list.
 local function give_pend(run)
   if run.phase ~= 'wait' then return end
-  local toks = redis.call('LRANGE', KEYS[6], 0, 9)
-  redis.call('DEL', KEYS[6])
+  local toks = redis.call('LRANGE', pend_key, 0, 9)
+  redis.call('DEL', pend_key)
   for _, tok in ipairs(toks) do give_back(tok, run.epoch, run.size) end
 end
 
@@ -944,10 +949,10 @@ local function grant_n(run, toks)
   local deadline = run.now_ms + run.ttl
   lease_all(toks, deadline, run.acq .. '|' .. fmt_int(run.f) .. '|' .. run.now_ms .. '|' .. run.label)
   local listed = table.concat(toks, ' ')
-  redis.call('HSET', KEYS[4], 'a:' .. run.acq, listed)
-  if not run.fenced then redis.call('HSET', KEYS[1], 'fence', fmt_int(run.f)) end
+  redis.call('HSET', holders_key, 'a:' .. run.acq, listed)
+  if not run.fenced then redis.call('HSET', meta_key, 'fence', fmt_int(run.f)) end
   lower_due(run, deadline)
-  redis.call('ZREM', KEYS[5], 'w:' .. run.acq)
+  redis.call('ZREM', waits_key, 'w:' .. run.acq)
   return {GRANTED, run.f, deadline, run.now, listed}
 end
 
@@ -957,7 +962,7 @@ end
 local function settle_all(run)
   drop_partial(run.acq, run.epoch, run.size)
   pass_ticket(run.now_ms, run.acq)
-  redis.call('ZREM', KEYS[5], 'w:' .. run.acq)
+  redis.call('ZREM', waits_key, 'w:' .. run.acq)
   give_pend(run)
   return settled(run)
 end
@@ -974,7 +979,7 @@ local toks = {ARGV[1]}
 for i = 3, #ARGV do toks[#toks + 1] = ARGV[i] end
 -- Reads and checks first: a key of the wrong type fails with nothing changed.
 local owned = owned_by(acq, toks)
-if #owned == 0 then return not_here(KEYS[3]) or 0 end
+if #owned == 0 then return not_here(leases_key) or 0 end
 local size, epoch, _, due, err, coll, over, held = read_meta()
 if err then return redis.error_reply(err) end
 local back, routed, retired = {}, {}, 0
@@ -987,9 +992,9 @@ for _, tok in ipairs(owned) do
 end
 -- A retired token may let a withheld one go back (returned): check then too.
 if #back > 0 or retired > 0 then
-  local n = redis.pcall('LLEN', KEYS[2])
+  local n = redis.pcall('LLEN', tokens_key)
   if type(n) == 'table' and n['err'] then
-    return redis.error_reply('REDSEM_WRONGTYPE ' .. KEYS[2] .. ' is not a list')
+    return redis.error_reply('REDSEM_WRONGTYPE ' .. tokens_key .. ' is not a list')
   end
 end
 -- A collector to route to (not while a shrink drains)? A part list of
@@ -1004,7 +1009,7 @@ if coll and #back > 0 and over == 0 then
   end
 end
 for i = 1, #owned, 1000 do
-  redis.call('ZREM', KEYS[3], unpack(owned, i, math.min(i + 999, #owned)))
+  redis.call('ZREM', leases_key, unpack(owned, i, math.min(i + 999, #owned)))
 end
 
 if c then
@@ -1021,8 +1026,8 @@ if c then
   local score = now_ms + PARTIAL_MS
   lease_all(route, score, c.acq .. '|0|' .. now_ms .. '|' .. c.label)
   push_part(part_of(c.acq), route)
-  redis.call('HSET', KEYS[1], 'coll', coll_string(c))
-  if score < due then redis.call('HSET', KEYS[1], 'due', fmt_int(score)) end
+  redis.call('HSET', meta_key, 'coll', coll_string(c))
+  if score < due then redis.call('HSET', meta_key, 'due', fmt_int(score)) end
   -- With all k it is woken to seal its grant.
   if c.have == c.k then ring(c.acq, c.dl - now_ms) end
   back = rest
@@ -1042,7 +1047,7 @@ gone[#gone + 1] = 'a:' .. acq
 -- Neither a collector nor a shrink left: release_fast.lua may serve again.
 if not coll and over == 0 and held == 0 then gone[#gone + 1] = 'slow' end
 for i = 1, #gone, 1000 do
-  redis.call('HDEL', KEYS[4], unpack(gone, i, math.min(i + 999, #gone)))
+  redis.call('HDEL', holders_key, unpack(gone, i, math.min(i + 999, #gone)))
 end
 if epoch then settle_idle(math.floor(now_us() / 1000)) end
 return #owned

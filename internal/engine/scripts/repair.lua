@@ -24,6 +24,12 @@
 -- idle.lua, tokens.lua, sweep.lua, inventory.lua, then the rest of
 -- repair.lua. Edit those files, not this one.
 
+local meta_key = KEYS[1]
+local tokens_key = KEYS[2]
+local leases_key = KEYS[3]
+local holders_key = KEYS[4]
+local waits_key = KEYS[5]
+
 -- codes.lua: the reply codes of the acquisition scripts and their aborts,
 -- the first element of every such reply; prepended to every script, before
 -- any other helper (engine.CodeWaiting ... engine.CodeReleased in Go, held
@@ -40,7 +46,7 @@ local RELEASED = 3 -- an abort gave a grant back
 -- before it. So probe with a key that never exists before any write, and
 -- answer TRYAGAIN (a cluster client retries after the migration).
 do
-  local probe = redis.pcall('EXISTS', string.sub(KEYS[1], 1, #KEYS[1] - 4) .. 'probe')
+  local probe = redis.pcall('EXISTS', string.sub(meta_key, 1, #meta_key - 4) .. 'probe')
   if type(probe) == 'table' and probe['err'] then
     return redis.error_reply('TRYAGAIN redsem: slot is migrating')
   end
@@ -78,7 +84,7 @@ end
 
 -- base is the common prefix of the script's keys, e.g. "redsem:{name}:".
 local function base()
-  return string.sub(KEYS[1], 1, #KEYS[1] - 4)
+  return string.sub(meta_key, 1, #meta_key - 4)
 end
 
 -- not_here returns the READONLY error a write gets on this server, or nil.
@@ -97,19 +103,19 @@ end
 -- meta.lua: the semaphore's record and its tokens (after base.lua).
 --
 -- Keys (one hash tag, so one cluster slot):
---   KEYS[1] meta     hash  size, epoch, fence, due, rejected, created, idle
+--   meta_key         hash  size, epoch, fence, due, rejected, created, idle
 --                          and exp (idle.lua), "x:"..acqID -> tombstone
 --                          expiry, a shrink's over, held, "h:"..i
 --                          (tokens.lua), a weighted collector's coll and
 --                          seal (weighted.lua)
---   KEYS[2] tokens   list  free tokens "<epoch>:<slot>"; taken from the left
---   KEYS[3] leases   zset  token -> lease deadline, ms of Redis TIME
---   KEYS[4] holders  hash  "t:"..token -> "acqID|fence|grantedMs|label",
+--   tokens_key       list  free tokens "<epoch>:<slot>"; taken from the left
+--   leases_key       zset  token -> lease deadline, ms of Redis TIME
+--   holders_key      hash  "t:"..token -> "acqID|fence|grantedMs|label",
 --                          "a:"..acqID -> its token(s), "x:"..acqID while
 --                          the semaphore does not exist, "slow" while a
 --                          shrink drains or a collector holds the ticket
 --                          (release_fast.lua), "idle" (idle.lua)
---   KEYS[5] waits    zset  "w:"..acqID -> when its pending list may be
+--   waits_key        zset  "w:"..acqID -> when its pending list may be
 --                          swept, "x:"..acqID -> when its tombstone goes
 -- A waiter's pending list is base.."pend:"..acqID; a weighted collector's
 -- part list base.."part:"..acqID. Every script reads and validates before
@@ -138,15 +144,15 @@ end
 -- lower bound of every score in leases and waits (0 when unknown): the
 -- sweeps wait until then.
 local function read_meta()
-  local m = redis.call('HMGET', KEYS[1], 'size', 'epoch', 'fence', 'due', 'coll', 'over', 'held')
+  local m = redis.call('HMGET', meta_key, 'size', 'epoch', 'fence', 'due', 'coll', 'over', 'held')
   local msize, epoch, fence_s, due, coll, over, held = m[1], m[2], m[3], m[4], m[5], m[6], m[7]
   if not msize and not epoch then return nil, nil, nil, nil, nil end
   local size, fence = tonumber(msize), tonumber(fence_s)
   if not size or size < 1 or size > 100000 or size % 1 ~= 0 or not epoch or not fence then
-    return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is not a redsem meta record'
+    return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. meta_key .. ' is not a redsem meta record'
   end
   if fence >= FENCE_MAX then
-    return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' holds fence ' .. fence_s .. ', too large to grow'
+    return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. meta_key .. ' holds fence ' .. fence_s .. ', too large to grow'
   end
   return size, epoch, fence, tonumber(due) or 0, nil, coll, shrink_count(over), shrink_count(held)
 end
@@ -154,8 +160,8 @@ end
 -- tombstone_of returns acq's tombstone (abort.lua): in meta, or in holders
 -- if it was aborted before the semaphore existed.
 local function tombstone_of(acq)
-  local x = redis.call('HGET', KEYS[4], 'x:' .. acq)
-  return redis.call('HGET', KEYS[1], 'x:' .. acq) or x
+  local x = redis.call('HGET', holders_key, 'x:' .. acq)
+  return redis.call('HGET', meta_key, 'x:' .. acq) or x
 end
 
 -- size_in_force returns the size to work with: the client's, or the stored
@@ -173,24 +179,24 @@ local NO_DUE = 9e15
 -- characters of seed) at Redis time now (µs). Returns the epoch, or nil and
 -- an error: tokens or leases without meta are residue.
 local function create(size, seed, now)
-  if redis.call('EXISTS', KEYS[2]) + redis.call('EXISTS', KEYS[3]) > 0 then
-    return nil, 'REDSEM_CORRUPT ' .. KEYS[1] .. ' is missing but tokens or leases exist'
+  if redis.call('EXISTS', tokens_key) + redis.call('EXISTS', leases_key) > 0 then
+    return nil, 'REDSEM_CORRUPT ' .. meta_key .. ' is missing but tokens or leases exist'
   end
   local epoch = string.sub(seed, 1, 12)
-  redis.call('HSETNX', KEYS[1], 'size', size)
-  redis.call('HSET', KEYS[1], 'epoch', epoch, 'fence', fmt_int(now), 'due', fmt_int(NO_DUE),
+  redis.call('HSETNX', meta_key, 'size', size)
+  redis.call('HSET', meta_key, 'epoch', epoch, 'fence', fmt_int(now), 'due', fmt_int(NO_DUE),
     'rejected', 0, 'created', math.floor(now / 1000))
   -- Tombstones of acquisitions aborted before now move to meta.
-  for _, f in ipairs(redis.call('HKEYS', KEYS[4])) do
+  for _, f in ipairs(redis.call('HKEYS', holders_key)) do
     if string.sub(f, 1, 2) == 'x:' then
-      redis.call('HSET', KEYS[1], f, redis.call('HGET', KEYS[4], f))
-      redis.call('HDEL', KEYS[4], f)
+      redis.call('HSET', meta_key, f, redis.call('HGET', holders_key, f))
+      redis.call('HDEL', holders_key, f)
     end
   end
   for i = 1, size, 1000 do
     local batch = {}
     for j = i, math.min(i + 999, size) do batch[#batch + 1] = epoch .. ':' .. j end
-    redis.call('RPUSH', KEYS[2], unpack(batch))
+    redis.call('RPUSH', tokens_key, unpack(batch))
   end
   return epoch, nil
 end
@@ -198,7 +204,7 @@ end
 -- next_due is the earliest score in leases and waits, or NO_DUE.
 local function next_due()
   local d = NO_DUE
-  for _, key in ipairs({KEYS[3], KEYS[5]}) do
+  for _, key in ipairs({leases_key, waits_key}) do
     local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
     if first[2] then d = math.min(d, tonumber(first[2])) end
   end
@@ -231,8 +237,8 @@ local function each_lease(toks, f)
     local last = math.min(i + 999, #toks)
     local fields = {}
     for j = i, last do fields[#fields + 1] = 't:' .. toks[j] end
-    local recs = redis.call('HMGET', KEYS[4], unpack(fields))
-    local scores = redis.call('ZMSCORE', KEYS[3], unpack(toks, i, last))
+    local recs = redis.call('HMGET', holders_key, unpack(fields))
+    local scores = redis.call('ZMSCORE', leases_key, unpack(toks, i, last))
     for j = 1, #fields do
       local r = f(toks[i + j - 1], recs[j], scores[j])
       if r ~= nil then return r end
@@ -249,7 +255,7 @@ local function owned_by(acq, toks)
     local last = math.min(i + 999, #toks)
     local fields = {}
     for j = i, last do fields[#fields + 1] = 't:' .. toks[j] end
-    local recs = redis.call('HMGET', KEYS[4], unpack(fields))
+    local recs = redis.call('HMGET', holders_key, unpack(fields))
     for j = i, last do
       local rec, tok = recs[j - i + 1], toks[j]
       if rec and owner_of(rec) == acq and not seen[tok] then
@@ -278,40 +284,40 @@ end
 -- meta only when holders has it). A holders key of the wrong type is left
 -- alone here: the script fails on it later, with its undo.
 local function idle_setting(idle)
-  local cur = tonumber(redis.call('HGET', KEYS[1], 'idle')) or 0
-  local flag = redis.pcall('HGET', KEYS[4], 'idle')
+  local cur = tonumber(redis.call('HGET', meta_key, 'idle')) or 0
+  local flag = redis.pcall('HGET', holders_key, 'idle')
   if type(flag) == 'table' then flag = idle > 0 end
   if cur == idle and (idle > 0) == (flag and true or false) then return end
   if idle > 0 then
-    redis.call('HSET', KEYS[1], 'idle', fmt_int(idle))
-    redis.pcall('HSET', KEYS[4], 'idle', 1)
+    redis.call('HSET', meta_key, 'idle', fmt_int(idle))
+    redis.pcall('HSET', holders_key, 'idle', 1)
   else
-    redis.call('HDEL', KEYS[1], 'idle')
-    redis.pcall('HDEL', KEYS[4], 'idle')
+    redis.call('HDEL', meta_key, 'idle')
+    redis.pcall('HDEL', holders_key, 'idle')
   end
 end
 
 -- idle_keys are the keys that may exist while the semaphore is idle.
 local function idle_keys()
-  return {KEYS[1], KEYS[2], KEYS[4], base() .. 'waits'}
+  return {meta_key, tokens_key, holders_key, base() .. 'waits'}
 end
 
 -- wake removes the idle expiry, if set.
 local function wake()
-  if not redis.call('HGET', KEYS[1], 'exp') then return end
+  if not redis.call('HGET', meta_key, 'exp') then return end
   for _, key in ipairs(idle_keys()) do redis.call('PERSIST', key) end
-  redis.call('HDEL', KEYS[1], 'exp')
+  redis.call('HDEL', meta_key, 'exp')
 end
 
 -- settle_idle sets the idle expiry if the semaphore is idle and meta asks
 -- for one: at now_ms plus the idle time, or the last tombstone's expiry if
 -- later. Otherwise it removes it (wake).
 local function settle_idle(now_ms)
-  local m = redis.call('HMGET', KEYS[1], 'size', 'idle', 'coll', 'over', 'held')
+  local m = redis.call('HMGET', meta_key, 'size', 'idle', 'coll', 'over', 'held')
   local size, idle, coll, over, held = tonumber(m[1]), tonumber(m[2]), m[3], m[4], m[5]
   if not size or not idle or idle <= 0 or coll or over or held then return wake() end
-  local n = redis.pcall('LLEN', KEYS[2])
-  if n ~= size or redis.call('EXISTS', KEYS[3], base() .. 'wqueue') > 0 then return wake() end
+  local n = redis.pcall('LLEN', tokens_key)
+  if n ~= size or redis.call('EXISTS', leases_key, base() .. 'wqueue') > 0 then return wake() end
   local at = now_ms + idle
   local waits = base() .. 'waits'
   if type_err(waits, 'zset') then return wake() end
@@ -321,7 +327,7 @@ local function settle_idle(now_ms)
     at = math.max(at, tonumber(w[i + 1]))
   end
   for _, key in ipairs(idle_keys()) do redis.call('PEXPIREAT', key, fmt_int(at)) end
-  redis.call('HSET', KEYS[1], 'exp', fmt_int(at))
+  redis.call('HSET', meta_key, 'exp', fmt_int(at))
 end
 
 -- tokens.lua: giving tokens back, and a shrink's bookkeeping (after
@@ -336,12 +342,12 @@ end
 
 -- withheld returns the withheld tokens (a missing entry is skipped).
 local function withheld()
-  local n = shrink_count(redis.call('HGET', KEYS[1], 'held'))
+  local n = shrink_count(redis.call('HGET', meta_key, 'held'))
   local toks = {}
   for i = 1, n, 1000 do
     local f = {}
     for j = i, math.min(i + 999, n) do f[#f + 1] = 'h:' .. j end
-    for _, tok in ipairs(redis.call('HMGET', KEYS[1], unpack(f))) do
+    for _, tok in ipairs(redis.call('HMGET', meta_key, unpack(f))) do
       if tok then toks[#toks + 1] = tok end
     end
   end
@@ -362,13 +368,13 @@ end
 -- hset_all and hdel_all write or delete fields of meta, a thousand a command.
 local function hset_all(set)
   for i = 1, #set, 1000 do
-    redis.call('HSET', KEYS[1], unpack(set, i, math.min(i + 999, #set)))
+    redis.call('HSET', meta_key, unpack(set, i, math.min(i + 999, #set)))
   end
 end
 
 local function hdel_all(gone)
   for i = 1, #gone, 1000 do
-    redis.call('HDEL', KEYS[1], unpack(gone, i, math.min(i + 999, #gone)))
+    redis.call('HDEL', meta_key, unpack(gone, i, math.min(i + 999, #gone)))
   end
 end
 
@@ -376,7 +382,7 @@ end
 -- the withheld tokens keep (resize.lua; #keep <= over).
 local function save_shrink(over, old, keep)
   -- holders "slow" sends every release through meta, set first.
-  if over > 0 then redis.call('HSET', KEYS[4], 'slow', 1) end
+  if over > 0 then redis.call('HSET', holders_key, 'slow', 1) end
   local gone = {}
   for i = #keep + 1, old do gone[#gone + 1] = 'h:' .. i end
   if over == 0 then gone[#gone + 1] = 'over' end
@@ -407,7 +413,7 @@ end
 -- the list is not a list.
 local function returned(valid, retired_n, over, held)
   if over == nil then
-    local m = redis.call('HMGET', KEYS[1], 'over', 'held')
+    local m = redis.call('HMGET', meta_key, 'over', 'held')
     over, held = shrink_count(m[1]), shrink_count(m[2])
   end
   local shrinking = over > 0 or held > 0
@@ -418,7 +424,7 @@ local function returned(valid, retired_n, over, held)
     push = {}
     for _, tok in ipairs(valid) do
       if kept[tok] then
-        redis.call('HINCRBY', KEYS[1], 'rejected', 1) -- a copy: dropped
+        redis.call('HINCRBY', meta_key, 'rejected', 1) -- a copy: dropped
       elseif n < over then
         kept[tok] = true
         n = n + 1
@@ -429,16 +435,16 @@ local function returned(valid, retired_n, over, held)
       end
     end
     for i = n, over + 1, -1 do
-      local tok = redis.call('HGET', KEYS[1], 'h:' .. i)
+      local tok = redis.call('HGET', meta_key, 'h:' .. i)
       if tok then push[#push + 1] = tok end
       gone[#gone + 1] = 'h:' .. i
     end
     n = math.min(n, over)
   end
   for i = 1, #push, 1000 do
-    local r = redis.pcall('LPUSH', KEYS[2], unpack(push, i, math.min(i + 999, #push)))
+    local r = redis.pcall('LPUSH', tokens_key, unpack(push, i, math.min(i + 999, #push)))
     if type(r) == 'table' and r['err'] then
-      return 'REDSEM_WRONGTYPE ' .. KEYS[2] .. ' is not a list'
+      return 'REDSEM_WRONGTYPE ' .. tokens_key .. ' is not a list'
     end
   end
   if not shrinking then return nil end
@@ -457,7 +463,7 @@ end
 -- Returns true when tok was withheld.
 local function withhold(tok, over, kept)
   if over <= 0 then return false end
-  local m = redis.call('HMGET', KEYS[1], 'over', 'held')
+  local m = redis.call('HMGET', meta_key, 'over', 'held')
   local held = shrink_count(m[2])
   over = shrink_count(m[1])
   if held >= over then return false end
@@ -471,7 +477,7 @@ end
 -- settles a shrink's count. Anything else is dropped and counted as
 -- rejected. Returns 1 when pushed or withheld.
 local function give_back(tok, epoch, size, leased)
-  if epoch and is_valid(tok, epoch, size) and not redis.call('ZSCORE', KEYS[3], tok) then
+  if epoch and is_valid(tok, epoch, size) and not redis.call('ZSCORE', leases_key, tok) then
     returned({tok}, 0)
     return 1
   end
@@ -479,7 +485,7 @@ local function give_back(tok, epoch, size, leased)
     returned({}, 1)
     return 0
   end
-  if epoch then redis.call('HINCRBY', KEYS[1], 'rejected', 1) end
+  if epoch then redis.call('HINCRBY', meta_key, 'rejected', 1) end
   return 0
 end
 
@@ -489,16 +495,16 @@ end
 -- a sweep that finds the list through its registration in waits, which a
 -- stranger's key may have taken.
 local function unmoved(moved, e)
-  local toks = moved and redis.pcall('LRANGE', KEYS[6], 0, 99)
+  local toks = moved and redis.pcall('LRANGE', pend_key, 0, 99)
   if type(toks) == 'table' and #toks > 0 and #toks < 100 then
     local back = {}
     for i = #toks, 1, -1 do back[#back + 1] = toks[i] end
-    if type(redis.pcall('LPUSH', KEYS[2], unpack(back))) == 'number' then
-      redis.call('DEL', KEYS[6])
+    if type(redis.pcall('LPUSH', tokens_key, unpack(back))) == 'number' then
+      redis.call('DEL', pend_key)
       -- A list the move had emptied comes back without the idle expiry
       -- the other keys still have.
-      local exp = redis.pcall('HGET', KEYS[1], 'exp')
-      if type(exp) == 'string' then redis.pcall('PEXPIREAT', KEYS[2], exp) end
+      local exp = redis.pcall('HGET', meta_key, 'exp')
+      if type(exp) == 'string' then redis.pcall('PEXPIREAT', tokens_key, exp) end
     end
   end
   return redis.error_reply(e)
@@ -528,8 +534,8 @@ local function drop_partial(acq, epoch, size)
     local last = math.min(i + 999, #mine)
     local fields = {}
     for j = i, last do fields[#fields + 1] = 't:' .. mine[j] end
-    redis.call('ZREM', KEYS[3], unpack(mine, i, last))
-    redis.call('HDEL', KEYS[4], unpack(fields))
+    redis.call('ZREM', leases_key, unpack(mine, i, last))
+    redis.call('HDEL', holders_key, unpack(fields))
   end
   if not epoch then return 0 end
   local valid, retired, strays = {}, 0, 0
@@ -543,7 +549,7 @@ local function drop_partial(acq, epoch, size)
     end
   end
   if #valid > 0 or retired > 0 then returned(valid, retired) end
-  if strays > 0 then redis.call('HINCRBY', KEYS[1], 'rejected', strays) end
+  if strays > 0 then redis.call('HINCRBY', meta_key, 'rejected', strays) end
   return #valid
 end
 
@@ -558,8 +564,8 @@ local LATE_MS = 60000
 local function overdue(now_ms, limit)
   local due_now = {
     now_ms = now_ms,
-    expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_ms, 'LIMIT', 0, limit),
-    stale = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms, 'LIMIT', 0, limit),
+    expired = redis.call('ZRANGEBYSCORE', leases_key, '-inf', now_ms, 'LIMIT', 0, limit),
+    stale = redis.call('ZRANGEBYSCORE', waits_key, '-inf', now_ms, 'LIMIT', 0, limit),
     parts = {},
   }
   for _, w in ipairs(due_now.stale) do
@@ -577,23 +583,23 @@ end
 local function reclaim(due_now, epoch, size)
   local n = 0
   for _, tok in ipairs(due_now.expired) do
-    redis.call('ZREM', KEYS[3], tok)
-    local rec = redis.call('HGET', KEYS[4], 't:' .. tok)
-    if rec then redis.call('HDEL', KEYS[4], 't:' .. tok, 'a:' .. (owner_of(rec) or '')) end
+    redis.call('ZREM', leases_key, tok)
+    local rec = redis.call('HGET', holders_key, 't:' .. tok)
+    if rec then redis.call('HDEL', holders_key, 't:' .. tok, 'a:' .. (owner_of(rec) or '')) end
     n = n + give_back(tok, epoch, size, true)
   end
   local late = {}
   for _, w in ipairs(due_now.stale) do
     if string.sub(w, 1, 2) == 'x:' then
-      redis.call('HDEL', KEYS[1], w)
-      redis.call('HDEL', KEYS[4], w)
+      redis.call('HDEL', meta_key, w)
+      redis.call('HDEL', holders_key, w)
     else
       late[#late + 1] = 'x:' .. string.sub(w, 3)
     end
     local pend = base() .. 'pend:' .. string.sub(w, 3)
     local toks = redis.call('LRANGE', pend, 0, 9)
     redis.call('DEL', pend)
-    redis.call('ZREM', KEYS[5], w)
+    redis.call('ZREM', waits_key, w)
     for _, tok in ipairs(toks) do n = n + give_back(tok, epoch, size) end
     if due_now.parts[w] then n = n + drop_partial(string.sub(w, 3), epoch, size) end
   end
@@ -601,8 +607,8 @@ local function reclaim(due_now, epoch, size)
   -- registration becomes a tombstone for LATE_MS, as abort.lua leaves one
   -- (written after the pushes: at maxmemory the tokens are back first).
   for _, x in ipairs(late) do
-    redis.call('ZADD', KEYS[5], due_now.now_ms + LATE_MS, x)
-    redis.call('HSET', epoch and KEYS[1] or KEYS[4], x, fmt_int(due_now.now_ms + LATE_MS))
+    redis.call('ZADD', waits_key, due_now.now_ms + LATE_MS, x)
+    redis.call('HSET', epoch and meta_key or holders_key, x, fmt_int(due_now.now_ms + LATE_MS))
   end
   return n
 end
@@ -619,7 +625,7 @@ local pend_read = 100
 -- A key of another type under a pending name holds no token of ours.
 local function pending_tokens()
   local toks, lists, seen = {}, 0, {}
-  for _, w in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
+  for _, w in ipairs(redis.call('ZRANGE', waits_key, 0, -1)) do
     local kind = string.sub(w, 1, 2)
     local pend = base() .. 'pend:' .. string.sub(w, 3)
     local read = (kind == 'w:' or kind == 'x:') and not seen[pend]
@@ -664,7 +670,7 @@ local function inventory(epoch, size)
     into[#into + 1] = tok
     return true
   end
-  for _, tok in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  for _, tok in ipairs(redis.call('ZRANGE', leases_key, 0, -1)) do
     if is_valid(tok, epoch, size) then
       seen[tok] = true
       inv.leased[#inv.leased + 1] = tok
@@ -678,7 +684,7 @@ local function inventory(epoch, size)
   local pend
   pend, inv.pend_lists = pending_tokens()
   for _, tok in ipairs(pend) do place(tok, inv.pending) end
-  for _, tok in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+  for _, tok in ipairs(redis.call('LRANGE', tokens_key, 0, -1)) do
     if not place(tok, inv.free) then inv.drop[#inv.drop + 1] = tok end
   end
   for i = 1, size do
@@ -694,8 +700,8 @@ local size, epoch, _
 size, epoch, _, _, err = read_meta()
 if err then return redis.error_reply(err) end
 if not size then
-  if redis.call('EXISTS', KEYS[2]) + redis.call('EXISTS', KEYS[3]) > 0 then
-    return redis.error_reply('REDSEM_CORRUPT ' .. KEYS[1] .. ' is missing but tokens or leases exist')
+  if redis.call('EXISTS', tokens_key) + redis.call('EXISTS', leases_key) > 0 then
+    return redis.error_reply('REDSEM_CORRUPT ' .. meta_key .. ' is missing but tokens or leases exist')
   end
   return {0, {}, {}, {}, 0, 0, 0}
 end
@@ -704,19 +710,19 @@ local due_now
 due_now, err = overdue(math.floor(now_us() / 1000), 1000)
 if err then return redis.error_reply(err) end
 local reclaimed = reclaim(due_now, epoch, size)
-redis.call('HSET', KEYS[1], 'due', fmt_int(next_due()))
+redis.call('HSET', meta_key, 'due', fmt_int(next_due()))
 
 local inv = inventory(epoch, size)
 if #inv.drop > 0 then
-  redis.call('DEL', KEYS[2])
+  redis.call('DEL', tokens_key)
   for i = 1, #inv.free, 1000 do
-    redis.call('RPUSH', KEYS[2], unpack(inv.free, i, math.min(i + 999, #inv.free)))
+    redis.call('RPUSH', tokens_key, unpack(inv.free, i, math.min(i + 999, #inv.free)))
   end
 end
 
 local leases = #inv.leased + #inv.retired
 local records = 0
-for _, f in ipairs(redis.call('HKEYS', KEYS[4])) do
+for _, f in ipairs(redis.call('HKEYS', holders_key)) do
   local kind = string.sub(f, 1, 2)
   if kind == 't:' or kind == 'a:' then records = records + 1 end
 end
@@ -724,7 +730,7 @@ local minted, missing = {}, inv.missing
 if #missing > 0 and leases == 0 and records == 0 and inv.pend_lists == 0 then
   for i, slot in ipairs(missing) do minted[i] = epoch .. ':' .. slot end
   for i = 1, #minted, 1000 do
-    redis.call('RPUSH', KEYS[2], unpack(minted, i, math.min(i + 999, #minted)))
+    redis.call('RPUSH', tokens_key, unpack(minted, i, math.min(i + 999, #minted)))
   end
   missing = {}
 end
