@@ -14,7 +14,7 @@ import (
 
 // An election, from the call to Redis and back (docs/election.md):
 //
-//	Campaign ─ Acquire of the election's mutex (acquire.go: FIFO, waits in Redis)
+//	Campaign ─ Acquire of the election's mutex (tokens.go: FIFO, waits in Redis)
 //	         └ election.lua "claim": announce the holder, log the change, ring observers
 //	Proclaim ─ election.lua "claim" with the new value
 //	Resign   ─ election.lua "resign", then Lease.Release

@@ -30,8 +30,8 @@ type Semaphore struct {
 	cfg    config
 	k      keys
 	offset serverOffset // Redis TIME against this process's clock (lease.go)
-	q      waitQueue    // goroutines of this process waiting (acquire.go, shared waiting)
-	wake   wakeHint     // when its last wait was to end (acquire.go, Queue)
+	q      waitQueue    // goroutines of this process waiting (tokens.go, shared waiting)
+	wake   wakeHint     // when its last wait was to end (tokens.go, Queue)
 	// maxBlock caps one blocking wait (ns). It starts at engine.MaxBlock and
 	// shrinks when the connection's read timeout turns out to be shorter.
 	maxBlock atomic.Int64

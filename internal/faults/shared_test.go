@@ -219,7 +219,7 @@ func TestSharedWaitingCancellationStorm(t *testing.T) {
 }
 
 // Regression (found by TestSharedWaitingCancellationStorm with
-// -waitconns 2, fixed in acquire.go by "Serving the last local waiter stops the
+// -waitconns 2, fixed in tokens.go (then acquire.go) by "Serving the last local waiter stops the
 // other pumps"): with WithWaitConnections(n >= 2), when the local queue
 // emptied because its last waiter was served (not cancelled), the other
 // pumps stayed blocked in BLMOVE, registered as waiting, keeping a place in

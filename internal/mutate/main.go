@@ -38,7 +38,7 @@ type mutant struct {
 }
 
 // goFiles are the Go files of the acquisition and lease paths.
-var goFiles = []string{"acquire.go", "lease.go", "weighted.go", "rwmutex.go", "internal/engine/driver.go"}
+var goFiles = []string{"tokens.go", "lease.go", "weighted.go", "rwmutex.go", "internal/engine/driver.go"}
 
 func main() {
 	lang := flag.String("lang", "lua", "mutate the Lua scripts (lua) or the Go of the acquisition and lease paths (go)")

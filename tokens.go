@@ -15,7 +15,8 @@ import (
 	"github.com/redsem/redsem/internal/engine"
 )
 
-// Acquire and TryAcquire, from the call to Redis and back:
+// The token list's Go half: Acquire and TryAcquire, from the call to Redis
+// and back (the list itself: internal/engine/scripts/acquire.lua):
 //
 //	Acquire ─ shared waiting (default): the first waiter tries once, then a
 //	│         pump goroutine waits in Redis for the whole queue (acquireShared)
