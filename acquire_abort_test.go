@@ -93,7 +93,7 @@ func TestSemaphore_Acquire_abortResolvesAGrant(t *testing.T) {
 		require.NoError(t, err)
 		defer c.Close()
 		acq := engine.NewAcqID()
-		g, err := parseAcquireReply(engine.Acquire.Do(c, s.acquireArgs(acq, 0, "fresh")...))
+		g, err := parseAcquireReply(engine.Acquire.Do(c, s.acquireCall(acq, 0, "fresh").KeysAndArgs...))
 		require.NoError(t, err)
 		require.Equal(t, int64(engine.CodeGranted), g.Code)
 

@@ -14,5 +14,5 @@ func TestSemaphore_acquireArgs_defaultsLeftOut(t *testing.T) {
 	t.Parallel()
 	s, err := NewSemaphore(newPool(t, miniredisT(t).Addr()), "arity", 2)
 	require.NoError(t, err)
-	require.Len(t, s.acquireArgs(engine.NewAcqID(), 0, "fresh"), 14)
+	require.Len(t, s.acquireCall(engine.NewAcqID(), 0, "fresh").KeysAndArgs, 14)
 }

@@ -34,7 +34,7 @@ func TestSemaphore_Acquire_staleGrantsDoNotLoop(t *testing.T) {
 
 		var grants atomic.Int64
 		hp := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
-			if isScript(engine.Acquire, cmd, args) || isScript(engine.AcquireN, cmd, args) {
+			if isScript(engine.Acquire.Script, cmd, args) || isScript(engine.AcquireN.Script, cmd, args) {
 				grants.Add(1)
 				time.Sleep(2 * ttl)
 			}
@@ -74,7 +74,7 @@ func TestSemaphore_Acquire_staleGrantReleaseDoesNotOutliveContext(t *testing.T) 
 
 	var armed atomic.Bool
 	hp := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
-		if (isScript(engine.Acquire, cmd, args) || isScript(engine.AcquireN, cmd, args)) && armed.Swap(false) {
+		if (isScript(engine.Acquire.Script, cmd, args) || isScript(engine.AcquireN.Script, cmd, args)) && armed.Swap(false) {
 			time.Sleep(2 * ttl) // the grant is stale on arrival
 			_ = b.srv.Signal(syscall.SIGSTOP)
 		}

@@ -21,7 +21,7 @@ func tryRuns(t *testing.T, b *backend, s *Semaphore, k int) (string, func(phase 
 	t.Cleanup(func() { c.Close() })
 	return acq, func(phase string) engine.Reply {
 		t.Helper()
-		r, err := parseAcquireNReply(engine.AcquireN.Do(c, s.acquireNArgs(acq, k, 0, phase)...))
+		r, err := parseAcquireNReply(engine.AcquireN.Do(c, s.acquireNCall(acq, k, 0, phase).KeysAndArgs...))
 		require.NoError(t, err)
 		return r
 	}
@@ -79,7 +79,7 @@ func TestSemaphore_TryAcquireN_largeTakesSteps(t *testing.T) {
 		requireInventory(t, s, size, 0)
 
 		// Through the API.
-		cp, runsN := countRuns(b.pool, engine.AcquireN)
+		cp, runsN := countRuns(b.pool, engine.AcquireN.Script)
 		s2, err := NewSemaphore(cp, "try-steps", size)
 		require.NoError(t, err)
 		l, err = s2.TryAcquireN(ctx, size)

@@ -378,7 +378,7 @@ func TestSemaphore_AcquireN_crashedCollector(t *testing.T) {
 		c, err := redis.Dial("tcp", b.addr)
 		require.NoError(t, err)
 		const block = 300
-		r, err := parseAcquireNReply(engine.AcquireN.Do(c, s.acquireNArgs(engine.NewAcqID(), 3, block, "fresh")...))
+		r, err := parseAcquireNReply(engine.AcquireN.Do(c, s.acquireNCall(engine.NewAcqID(), 3, block, "fresh").KeysAndArgs...))
 		c.Close()
 		crashed := time.Now()
 		require.NoError(t, err)
@@ -408,7 +408,7 @@ func TestSemaphore_AcquireN_crashedCollector(t *testing.T) {
 		require.NoError(t, err)
 		c, err = redis.Dial("tcp", b.addr)
 		require.NoError(t, err)
-		_, err = engine.AcquireN.Do(c, s.acquireNArgs(engine.NewAcqID(), 4, block, "fresh")...)
+		_, err = engine.AcquireN.Do(c, s.acquireNCall(engine.NewAcqID(), 4, block, "fresh").KeysAndArgs...)
 		require.NoError(t, err)
 		c.Close()
 		crashed = time.Now()
@@ -787,9 +787,9 @@ func TestSemaphore_AcquireN_deadCollectorHandOnInRedisTime(t *testing.T) {
 			var r engine.Reply
 			var err error
 			if k == 1 {
-				r, err = parseAcquireReply(engine.Acquire.Do(c, s.acquireArgs(acq, engine.MaxBlock, phase)...))
+				r, err = parseAcquireReply(engine.Acquire.Do(c, s.acquireCall(acq, engine.MaxBlock, phase).KeysAndArgs...))
 			} else {
-				r, err = parseAcquireNReply(engine.AcquireN.Do(c, s.acquireNArgs(acq, k, engine.MaxBlock.Milliseconds(), phase)...))
+				r, err = parseAcquireNReply(engine.AcquireN.Do(c, s.acquireNCall(acq, k, engine.MaxBlock.Milliseconds(), phase).KeysAndArgs...))
 			}
 			require.NoError(t, err)
 			return r
@@ -853,7 +853,7 @@ func TestSemaphore_AcquireN_collectorSealsWithoutItsClient(t *testing.T) {
 		defer c.Close()
 		collector := engine.NewAcqID()
 		args := func(phase string) []interface{} {
-			return s.acquireNArgs(collector, 3, engine.MaxBlock.Milliseconds(), phase)
+			return s.acquireNCall(collector, 3, engine.MaxBlock.Milliseconds(), phase).KeysAndArgs
 		}
 		r, err := parseAcquireNReply(engine.AcquireN.Do(c, args("fresh")...))
 		require.NoError(t, err)
@@ -903,7 +903,7 @@ func TestSemaphore_AcquireN_partialLeasesOutliveTheirBackstop(t *testing.T) {
 		return
 	}
 	saved := engine.AcquireN
-	engine.AcquireN = acquireNWith(t, "local PARTIAL_MS = 3600000\n", "local PARTIAL_MS = 3000\n")
+	engine.AcquireN.Script = acquireNWith(t, "local PARTIAL_MS = 3600000\n", "local PARTIAL_MS = 3000\n")
 	defer func() { engine.AcquireN = saved }()
 	b := realRedis(t)
 	ctx := ctxT(t, 20*time.Second)

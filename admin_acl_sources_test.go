@@ -51,6 +51,7 @@ var scriptMethodCommands = map[string][]string{
 	"Load":      {"script|load"},
 	"hashOn":    {"script|load"},
 	"Hash":      nil, // sends nothing
+	"With":      nil, // builds a call, which RunScript or Call sends
 	"args":      nil,
 }
 

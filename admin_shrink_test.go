@@ -78,7 +78,7 @@ func TestHandle_Resize_shrinkWithholdsAPendingToken(t *testing.T) {
 			delete(held, moved)
 			require.NoError(t, s.Resize(ctx, 1))
 
-			r, err := parseAcquireReply(engine.RunScript(ctx, conn, engine.Acquire, s.acquireArgs(reg.Acq, time.Second, "wait")...))
+			r, err := parseAcquireReply(engine.RunScript(ctx, conn, s.acquireCall(reg.Acq, time.Second, "wait")))
 			require.NoError(t, err)
 			assert.NotEqual(t, int64(1), r.Code, "moved %d: granted %v with retired leases out on size 1", moved, r.Tokens)
 			st, err := s.Status(ctx)
@@ -133,7 +133,7 @@ func TestHandle_Resize_shrinkWithholdsACollectorsPendingToken(t *testing.T) {
 		require.Len(t, held, 4)
 
 		acq := engine.NewAcqID()
-		r, err := parseAcquireNReply(engine.RunScript(ctx, b.pool.Get(), engine.AcquireN, s.acquireNArgs(acq, 2, 5000, "fresh")...))
+		r, err := parseAcquireNReply(engine.RunScript(ctx, b.pool.Get(), s.acquireNCall(acq, 2, 5000, "fresh")))
 		require.NoError(t, err)
 		require.Equal(t, int64(0), r.Code)
 		require.Equal(t, int64(modeMove), r.Mode, "the collector waits in the token queue")
@@ -141,7 +141,7 @@ func TestHandle_Resize_shrinkWithholdsACollectorsPendingToken(t *testing.T) {
 		delete(held, 1)
 		require.NoError(t, s.Resize(ctx, 2))
 
-		r, err = parseAcquireNReply(engine.RunScript(ctx, conn, engine.AcquireN, s.acquireNArgs(acq, 2, 5000, "wait")...))
+		r, err = parseAcquireNReply(engine.RunScript(ctx, conn, s.acquireNCall(acq, 2, 5000, "wait")))
 		require.NoError(t, err)
 		assert.NotEqual(t, int64(1), r.Code)
 		st, err := s.Status(ctx)
@@ -180,7 +180,7 @@ func TestHandle_Resize_shrinkDoesNotRouteToACollector(t *testing.T) {
 		s := newSem(t, b, "shrink-route", 4, WithTTL(time.Minute), WithAdoptSize())
 		held := holdN(t, ctx, s.TryAcquire, 3)
 		coll := engine.NewAcqID()
-		r, err := parseAcquireNReply(engine.RunScript(ctx, b.pool.Get(), engine.AcquireN, s.acquireNArgs(coll, 2, 5000, "fresh")...))
+		r, err := parseAcquireNReply(engine.RunScript(ctx, b.pool.Get(), s.acquireNCall(coll, 2, 5000, "fresh")))
 		require.NoError(t, err)
 		require.Equal(t, int64(modeCollect), r.Mode, "the collector holds the last token: %+v", r)
 		require.NoError(t, s.Resize(ctx, 2))

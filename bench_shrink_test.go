@@ -36,7 +36,7 @@ func BenchmarkLease_Release_shrinkRedisTime(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer admin.Close()
-	for _, sc := range []*engine.Script{engine.Release, engine.Resize} {
+	for _, sc := range []*engine.Script{engine.Release.Script, engine.Resize.Script} {
 		if err := sc.Load(admin); err != nil {
 			b.Fatal(err)
 		}

@@ -2,7 +2,6 @@ package redsem
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -136,7 +135,7 @@ func (e *Election) abandon(ctx context.Context, l *Lease) {
 // reclaimed it).
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	o := &observer{e: e, id: engine.NewAcqID(), after: -1}
-	v, _, err := engine.Call(ctx, e.s.pool, engine.ElectionObserve, o.args(0)...)
+	v, _, err := engine.Call(ctx, e.s.pool, o.call(0))
 	r, err := parseObserveReply(v, err)
 	if err != nil {
 		return Leader{}, e.fail("read the leader of", err)
@@ -168,7 +167,7 @@ func (e *Election) Observe(ctx context.Context, f func(Leader)) error {
 		if cerr := engine.CtxErr(ctx); cerr != nil {
 			return e.fail("observe", cerr)
 		}
-		if engine.IsRedisError(err) || errors.Is(err, engine.ErrArity) {
+		if engine.IsRedisError(err) {
 			return e.fail("observe", err)
 		}
 		if read {
@@ -201,7 +200,7 @@ func (o *observer) session(ctx context.Context) (read bool, err error) {
 	defer conn.Close()
 	d := o.e.s.driver(nil)
 	asked := d.BlockFor(ctx)
-	r, err := parseObserveReply(engine.RunScript(ctx, conn, engine.ElectionObserve, o.args(asked)...))
+	r, err := parseObserveReply(engine.RunScript(ctx, conn, o.call(asked)))
 	for err == nil {
 		read = true
 		o.deliver(r)
@@ -217,7 +216,7 @@ func (o *observer) session(ctx context.Context) (read bool, err error) {
 		}
 		asked = d.BlockFor(ctx)
 		r, err = parseObserveReply(engine.BlockThenRun(ctx, conn, r.block, engine.BLPOP(o.e.bell(o.id)),
-			engine.ElectionObserve, o.args(asked)))
+			o.call(asked)))
 		if wake != nil {
 			wake.Stop()
 		}
@@ -254,15 +253,14 @@ func (o *observer) leave() {
 		defer close(done)
 		ctx, cancel := engine.Within(context.Background(), engine.SettleTimeout)
 		defer cancel()
-		_, _, _ = engine.Call(ctx, o.e.s.pool, engine.ElectionObserve, o.args(0)...)
+		_, _, _ = engine.Call(ctx, o.e.s.pool, o.call(0))
 	})
 	engine.Clk.WaitOrDone(context.Background(), done, engine.SettleWait)
 }
 
-func (o *observer) args(block time.Duration) []interface{} {
-	return engine.Args(engine.ElectionObserve, append(o.e.keys(), o.e.bell(o.id)),
-		engine.A("obsID", o.id), engine.A("epoch", o.epoch), engine.A("afterSeq", o.after),
-		engine.A("blockMs", block.Milliseconds()), engine.A("graceMs", o.e.s.cfg.grace.Milliseconds()))
+func (o *observer) call(block time.Duration) engine.Run {
+	return engine.ElectionObserve.With(append(o.e.keys(), o.e.bell(o.id)), engine.ObserveArgs{ObsID: o.id,
+		Epoch: o.epoch, AfterSeq: o.after, BlockMs: block.Milliseconds(), GraceMs: o.e.s.cfg.grace.Milliseconds()})
 }
 
 // observeReply is election_observe.lua's reply, decoded.
@@ -309,8 +307,8 @@ func (e *Election) bell(id string) string { return e.s.k.base + "ob:" + id }
 // change runs election.lua's op for acquisition acq; ok is false when a
 // claim finds acq's lease not current.
 func (e *Election) change(ctx context.Context, op, acq, value string) (ok bool, err error) {
-	v, _, err := engine.Call(ctx, e.s.pool, engine.Election, engine.Args(engine.Election, e.keys(),
-		engine.A("op", op), engine.A("acqID", acq), engine.A("value", value))...)
+	v, _, err := engine.Call(ctx, e.s.pool, engine.Election.With(e.keys(),
+		engine.ElectionArgs{Op: op, AcqID: acq, Value: value}))
 	vals, err := redis.Values(v, err)
 	if err != nil {
 		return false, err

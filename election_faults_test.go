@@ -76,7 +76,7 @@ func TestElection_failedCampaignResigns(t *testing.T) {
 	b := realRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	lossy := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
-		if isScript(engine.Election, cmd, args) && len(args) > 8 && args[8] == "claim" {
+		if isScript(engine.Election.Script, cmd, args) && len(args) > 8 && args[8] == "claim" {
 			return errLostReply
 		}
 		return nil

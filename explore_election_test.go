@@ -636,7 +636,7 @@ func TestExplorer_catchesBrokenElection(t *testing.T) {
 				src = strings.Replace(src, old, planted, 1)
 			}
 			saved := engine.Acquire
-			engine.Acquire = engine.Lua(6, src)
+			engine.Acquire.Script = engine.Lua(6, src)
 			return func() { engine.Acquire = saved }
 		}, 0, "not above an earlier term", ""},
 		{"an observer that misses a change: it skips the first it has not seen (3)", func(t *testing.T) func() {
@@ -644,7 +644,7 @@ func TestExplorer_catchesBrokenElection(t *testing.T) {
 			const old = "if tonumber(seq) > after then"
 			require.Contains(t, src, old)
 			saved := engine.ElectionObserve
-			engine.ElectionObserve = engine.Lua(7, strings.Replace(src, old, "if tonumber(seq) > after + 1 then", 1))
+			engine.ElectionObserve.Script = engine.Lua(7, strings.Replace(src, old, "if tonumber(seq) > after + 1 then", 1))
 			return func() { engine.ElectionObserve = saved }
 		}, 0, "c2 Observe reported .* but the change Redis logged next was|was not told of", ""},
 		{"a leader Redis does not announce: the claim writes nothing (1)", func(t *testing.T) func() {
@@ -652,7 +652,7 @@ func TestExplorer_catchesBrokenElection(t *testing.T) {
 			const old = "  announce(st, acq, fence, value, now)\n"
 			require.Contains(t, src, old)
 			saved := engine.Election
-			engine.Election = engine.Lua(6, strings.Replace(src, old, "", 1))
+			engine.Election.Script = engine.Lua(6, strings.Replace(src, old, "", 1))
 			return func() { engine.Election = saved }
 		}, 0, "believes it leads term .*, but Redis announces", ""},
 		{"a campaigner that sleeps past a dead leader's lease: its block is not cut at the deadline (4)", func(t *testing.T) func() {
@@ -660,7 +660,7 @@ func TestExplorer_catchesBrokenElection(t *testing.T) {
 			const old = "block = math.min(block, math.max(due - now_ms + 1, 10))"
 			require.Equal(t, 2, strings.Count(src, old))
 			saved := engine.Acquire
-			engine.Acquire = engine.Lua(6, strings.ReplaceAll(src, old, "block = block"))
+			engine.Acquire.Script = engine.Lua(6, strings.ReplaceAll(src, old, "block = block"))
 			return func() { engine.Acquire = saved }
 		}, 1, "campaigns while the leader's lease has expired, yet nothing wakes it", ""},
 	} {

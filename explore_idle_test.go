@@ -93,7 +93,7 @@ func TestExplorer_catchesMissingPersist(t *testing.T) {
 	src = strings.Replace(src, "  if exp then", "  if false then", 1)
 	src = strings.Replace(src, "idle_setting(idle)\nwake()\n", "idle_setting(idle)\n", 1)
 	saved := engine.Acquire
-	engine.Acquire = engine.Lua(6, src)
+	engine.Acquire.Script = engine.Lua(6, src)
 	defer func() { engine.Acquire = saved }()
 	env := newExploreEnv(t)
 	cx, n := exploreScenario(t, env, idleScenarios()[0], exploreDepth, time.Now().Add(time.Minute))

@@ -939,7 +939,7 @@ func TestExplorer_catchesBrokenRateGate(t *testing.T) {
 		i, c := i, c
 		t.Run(c.name, func(t *testing.T) {
 			saved := engine.RateTake
-			engine.RateTake = rateTakeWith(t, c.old, c.new)
+			engine.RateTake.Script = rateTakeWith(t, c.old, c.new)
 			defer func() { engine.RateTake = saved }()
 			env := newExploreEnv(t)
 			sc := rateScenarios()[c.scenario]
@@ -990,9 +990,9 @@ func TestExplorer_catchesBrokenRateIdleExpiry(t *testing.T) {
 			// In every script that writes: the helper is theirs too.
 			take, abort, set := engine.RateTake, engine.RateAbort, engine.RateSet
 			defer func() { engine.RateTake, engine.RateAbort, engine.RateSet = take, abort, set }()
-			engine.RateTake = rateTakeWith(t, c.old, c.new)
-			engine.RateAbort = rateScriptWith(t, "rate_abort.lua", c.old, c.new)
-			engine.RateSet = rateScriptWith(t, "rate_set.lua", c.old, c.new)
+			engine.RateTake.Script = rateTakeWith(t, c.old, c.new)
+			engine.RateAbort.Script = rateScriptWith(t, "rate_abort.lua", c.old, c.new)
+			engine.RateSet.Script = rateScriptWith(t, "rate_set.lua", c.old, c.new)
 			env := newExploreEnv(t)
 			if c.seed == 0 {
 				cx, n := walkScenario(t, env, rateScenarios()[idleScenario], 1, 40, time.Now().Add(time.Minute))

@@ -319,7 +319,7 @@ func TestExplorer_catchesBrokenRWLock(t *testing.T) {
 	const guard = "(mode == 'r' or not any_lease())"
 	require.Contains(t, src, guard)
 	saved := engine.RWAcquire
-	engine.RWAcquire = engine.Lua(6, strings.Replace(src, guard, "true", 1))
+	engine.RWAcquire.Script = engine.Lua(6, strings.Replace(src, guard, "true", 1))
 	defer func() { engine.RWAcquire = saved }()
 	env := newExploreEnv(t)
 	sc := rwScenarios()[0]

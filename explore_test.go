@@ -66,10 +66,10 @@ func newExploreEnv(t testing.TB) *exploreEnv {
 	exec, err := redis.Dial("tcp", m.Addr())
 	require.NoError(t, err)
 	t.Cleanup(func() { exec.Close() })
-	for _, s := range []*engine.Script{engine.Acquire, engine.Release, engine.Refresh, engine.Abort, engine.Reclaim,
-		engine.Status, engine.AcquireN, engine.AbortN, engine.Resize, engine.Repair, engine.Check,
-		engine.RWAcquire, engine.RWAbort, engine.RWRelease, engine.RWRefresh,
-		engine.RateTake, engine.RateAbort, engine.RateSet, engine.RateStatus, engine.Election, engine.ElectionObserve} {
+	for _, s := range []*engine.Script{engine.Acquire.Script, engine.Release.Script, engine.Refresh.Script, engine.Abort.Script, engine.Reclaim.Script,
+		engine.Status.Script, engine.AcquireN.Script, engine.AbortN.Script, engine.Resize.Script, engine.Repair.Script, engine.Check.Script,
+		engine.RWAcquire.Script, engine.RWAbort.Script, engine.RWRelease.Script, engine.RWRefresh.Script,
+		engine.RateTake.Script, engine.RateAbort.Script, engine.RateSet.Script, engine.RateStatus.Script, engine.Election.Script, engine.ElectionObserve.Script} {
 		require.NoError(t, s.Load(exec))
 	}
 	return &exploreEnv{m: m, exec: exec, direct: newPool(t, m.Addr())}
@@ -502,7 +502,7 @@ func TestExplore_weightedSteps(t *testing.T) {
 		return
 	}
 	saved := engine.AcquireN
-	engine.AcquireN = acquireNWith(t, "local STEP = 128\n", "local STEP = 1\n")
+	engine.AcquireN.Script = acquireNWith(t, "local STEP = 128\n", "local STEP = 1\n")
 	defer func() { engine.AcquireN = saved }()
 	env := newExploreEnv(t)
 	budget := exploreBudget(time.Second, 20*time.Second)
@@ -659,7 +659,7 @@ func TestExplorer_catchesReintroducedBugs(t *testing.T) {
 		src := engine.Source("refresh.lua")
 		body := "local tok, acq, ttl = ARGV[1]"
 		require.Contains(t, src, "\n"+body)
-		engine.Refresh = engine.Lua(4, src[:strings.LastIndex(src, "\n"+body)+1]+string(old))
+		engine.Refresh.Script = engine.Lua(4, src[:strings.LastIndex(src, "\n"+body)+1]+string(old))
 		defer func() { engine.Refresh = saved }()
 		env := newExploreEnv(t)
 		cx, n := exploreScenario(t, env, seamScenario(t, "refresh to a shorter TTL, then the holder dies"), 9, time.Now().Add(time.Minute))
@@ -677,7 +677,7 @@ func TestExplorer_catchesReintroducedBugs(t *testing.T) {
 			src = strings.Replace(src, old, planted, 1)
 		}
 		saved := engine.Acquire
-		engine.Acquire = engine.Lua(6, src)
+		engine.Acquire.Script = engine.Lua(6, src)
 		defer func() { engine.Acquire = saved }()
 		env := newExploreEnv(t)
 		cx, n := exploreScenario(t, env, seamScenario(t, "the server clock stands still or steps back"), exploreDepth, time.Now().Add(time.Minute))
@@ -693,7 +693,7 @@ func TestExplorer_catchesReintroducedBugs(t *testing.T) {
 			s    **engine.Script
 			file string
 			keys int
-		}{{&engine.Release, "release.lua", 4}, {&engine.Acquire, "acquire.lua", 6}} {
+		}{{&engine.Release.Script, "release.lua", 4}, {&engine.Acquire.Script, "acquire.lua", 6}} {
 			src := engine.Source(p.file)
 			require.Contains(t, src, keep)
 			saved[p.s] = *p.s
@@ -723,7 +723,7 @@ func TestExplorer_catchesReintroducedBugs(t *testing.T) {
 		const giveBack = "  redis.call('ZREM', leases_key, tok)\n  redis.call('HDEL', holders_key, 't:' .. tok, 'a:' .. acq)\n  give_back(tok, epoch, size, true)\n"
 		require.Contains(t, src, giveBack)
 		saved := engine.Abort
-		engine.Abort = engine.Lua(6, strings.Replace(src, giveBack, "", 1))
+		engine.Abort.Script = engine.Lua(6, strings.Replace(src, giveBack, "", 1))
 		defer func() { engine.Abort = saved }()
 		cx, n := exploreScenario(t, env, sc, exploreDepth, time.Now().Add(time.Minute))
 		t.Logf("found after %d schedules", n)
@@ -735,7 +735,7 @@ func TestExplorer_catchesReintroducedBugs(t *testing.T) {
 		const guard = " or not score or tonumber(score) <= now_ms then"
 		require.Contains(t, src, guard)
 		saved := engine.Refresh
-		engine.Refresh = engine.Lua(4, strings.Replace(src, guard, " or not score then", 1))
+		engine.Refresh.Script = engine.Lua(4, strings.Replace(src, guard, " or not score then", 1))
 		defer func() { engine.Refresh = saved }()
 		env := newExploreEnv(t)
 		cx, n := exploreScenario(t, env, seamScenario(t, "refresh to a shorter TTL, then the holder dies"), exploreDepth, time.Now().Add(time.Minute))

@@ -1209,14 +1209,14 @@ func (r *run) teardown() {
 // variables hold them now: a test may have put a broken one in).
 func explorerScripts() map[string]*engine.Script {
 	return map[string]*engine.Script{
-		"acquire.lua": engine.Acquire, "release.lua": engine.Release, "refresh.lua": engine.Refresh,
-		"abort.lua": engine.Abort, "reclaim.lua": engine.Reclaim, "register.lua": engine.Register,
-		"status.lua": engine.Status, "acquire_n.lua": engine.AcquireN, "abort_n.lua": engine.AbortN,
-		"resize.lua": engine.Resize, "repair.lua": engine.Repair, "check.lua": engine.Check,
-		"rw_acquire.lua": engine.RWAcquire, "rw_abort.lua": engine.RWAbort, "rw_release.lua": engine.RWRelease,
-		"rw_refresh.lua": engine.RWRefresh, "rate_take.lua": engine.RateTake, "rate_abort.lua": engine.RateAbort,
-		"rate_set.lua": engine.RateSet, "rate_status.lua": engine.RateStatus,
-		"election.lua": engine.Election, "election_observe.lua": engine.ElectionObserve,
+		"acquire.lua": engine.Acquire.Script, "release.lua": engine.Release.Script, "refresh.lua": engine.Refresh.Script,
+		"abort.lua": engine.Abort.Script, "reclaim.lua": engine.Reclaim.Script, "register.lua": engine.Register.Script,
+		"status.lua": engine.Status.Script, "acquire_n.lua": engine.AcquireN.Script, "abort_n.lua": engine.AbortN.Script,
+		"resize.lua": engine.Resize.Script, "repair.lua": engine.Repair.Script, "check.lua": engine.Check.Script,
+		"rw_acquire.lua": engine.RWAcquire.Script, "rw_abort.lua": engine.RWAbort.Script, "rw_release.lua": engine.RWRelease.Script,
+		"rw_refresh.lua": engine.RWRefresh.Script, "rate_take.lua": engine.RateTake.Script, "rate_abort.lua": engine.RateAbort.Script,
+		"rate_set.lua": engine.RateSet.Script, "rate_status.lua": engine.RateStatus.Script,
+		"election.lua": engine.Election.Script, "election_observe.lua": engine.ElectionObserve.Script,
 	}
 }
 

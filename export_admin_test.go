@@ -41,8 +41,8 @@ func (s *Semaphore) Resize(ctx context.Context, n int) error {
 	if n < 1 || n > MaxSize {
 		return fmt.Errorf("%w: %d is not between 1 and %d", ErrInvalidSize, n, MaxSize)
 	}
-	if _, _, err := engine.Call(ctx, s.pool, engine.Resize, engine.Args(engine.Resize, s.k.all(5),
-		engine.A("n", n), engine.A("seed", engine.NewAcqID()), engine.A("idleMs", s.cfg.idle.Milliseconds()))...); err != nil {
+	if _, _, err := engine.Call(ctx, s.pool, engine.Resize.With(s.k.all(5),
+		engine.ResizeArgs{N: n, Seed: engine.NewAcqID(), IdleMs: s.cfg.idle.Milliseconds()})); err != nil {
 		return s.scriptError("resize", err)
 	}
 	return nil

@@ -117,9 +117,10 @@ func (l *Lease) Tokens() []string {
 // scripts are read through their variables when a lease uses them (the
 // explorer's tests swap one in for an old version).
 type leaseKind struct {
-	what             string // "semaphore" or "rwmutex", for errors
-	release, refresh **engine.Script
-	keys             func(k keys) []interface{}
+	what    string // "semaphore" or "rwmutex", for errors
+	release *engine.Declared[engine.ReleaseArgs]
+	refresh *engine.Declared[engine.RefreshArgs]
+	keys    func(k keys) []interface{}
 }
 
 var semaphoreLeases = &leaseKind{what: "semaphore", release: &engine.Release, refresh: &engine.Refresh,
@@ -133,16 +134,11 @@ func (s *Semaphore) leaseKind() *leaseKind {
 	return s.kind
 }
 
-// tokenArgs are the keys and arguments of script acting on toks (one or
-// more of the lease's tokens): the first token, the acquisition id, extra,
-// then the other tokens (release.lua, refresh.lua; an RWMutex lease has
-// one token).
-func (l *Lease) tokenArgs(script *engine.Script, toks []string, extra ...engine.Arg) []interface{} {
-	args := append([]engine.Arg{engine.A("token", toks[0]), engine.A("acqID", l.acqID)}, extra...)
-	if len(toks) > 1 {
-		args = append(args, engine.RestStrings(toks[1:]))
-	}
-	return engine.Args(script, l.sem.leaseKind().keys(l.sem.k), args...)
+// releaseCall is the release of toks, one or more of the lease's tokens
+// (release.lua; rw_release.lua for an RWMutex's lease, of one token).
+func (l *Lease) releaseCall(toks []string) engine.Run {
+	kind := l.sem.leaseKind()
+	return kind.release.With(kind.keys(l.sem.k), engine.ReleaseArgs{Token: toks[0], AcqID: l.acqID, Others: toks[1:]})
 }
 
 // releaseChunk is the most tokens one run of release.lua gives back, and
@@ -252,8 +248,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	failpoint.Hit("release.sent") // a fault test's hook; a no-op in production
 	for l.relNext < len(l.tokens) {
 		chunk := l.tokens[l.relNext:min(l.relNext+releaseChunk, len(l.tokens))]
-		release := *s.leaseKind().release
-		v, retried, err := engine.Call(ctx, s.pool, release, l.tokenArgs(release, chunk)...)
+		v, retried, err := engine.Call(ctx, s.pool, l.releaseCall(chunk))
 		m, err := redis.Int(v, err)
 		if err != nil {
 			if l.relNext > 0 || retried || !engine.IsRedisError(err) {
@@ -306,8 +301,7 @@ func (l *Lease) giveBack(ctx context.Context) {
 	s := l.sem
 	for l.relNext < len(l.tokens) {
 		chunk := l.tokens[l.relNext:min(l.relNext+releaseChunk, len(l.tokens))]
-		release := *s.leaseKind().release
-		v, _, err := engine.Call(ctx, s.pool, release, l.tokenArgs(release, chunk)...)
+		v, _, err := engine.Call(ctx, s.pool, l.releaseCall(chunk))
 		m, err := redis.Int(v, err)
 		if err != nil {
 			return // what is left expires at its deadline
@@ -389,7 +383,8 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 			}
 		}
 		chunk := l.tokens[i:min(i+refreshChunk, len(l.tokens))]
-		v, _, err := engine.Call(ctx, s.pool, refresh, l.tokenArgs(refresh, chunk, engine.A("ttlMs", ttl.Milliseconds()))...)
+		v, _, err := engine.Call(ctx, s.pool, refresh.With(s.leaseKind().keys(s.k),
+			engine.RefreshArgs{Token: chunk[0], AcqID: l.acqID, TTLMs: ttl.Milliseconds(), Others: chunk[1:]}))
 		vals, err := redis.Int64s(v, err)
 		if err != nil {
 			// Runs before this one may have extended part of the lease:

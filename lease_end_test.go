@@ -50,7 +50,7 @@ func TestLease_Err_afterAFailedReleaseSaysSo(t *testing.T) {
 		ctx := ctxT(t, 10*time.Second)
 		var down atomic.Bool
 		hp := &hookPool{Pool: b.pool, BeforeDo: func(cmd string, args []interface{}) error {
-			if isScript(engine.Release, cmd, args) && down.Load() {
+			if isScript(engine.Release.Script, cmd, args) && down.Load() {
 				return errLink
 			}
 			return nil

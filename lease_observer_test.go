@@ -100,7 +100,7 @@ func observerSeesFailedAutoRefresh(t *testing.T) { // run by TestLease_Refresh_i
 		const ttl = 2 * time.Second
 		var failing atomic.Bool
 		hp := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
-			if failing.Load() && isScript(engine.Refresh, cmd, args) {
+			if failing.Load() && isScript(engine.Refresh.Script, cmd, args) {
 				return errLostReply
 			}
 			return nil

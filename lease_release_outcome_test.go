@@ -40,7 +40,7 @@ func TestLease_Release_retriedIntoAnErrorReplyEndsTheLease(t *testing.T) {
 	ln.Close()
 	var lose atomic.Bool
 	hp := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
-		if isScript(engine.Release, cmd, args) && lose.Swap(false) {
+		if isScript(engine.Release.Script, cmd, args) && lose.Swap(false) {
 			b.do(t, "REPLICAOF", "127.0.0.1", strconv.Itoa(nobody))
 			return errLostReply
 		}
@@ -69,7 +69,7 @@ func TestLease_Release_whoseEpochCheckFailsEndsTheLease(t *testing.T) {
 	var lose, hgetDown atomic.Bool
 	hp := &hookPool{Pool: b.pool,
 		AfterDo: func(cmd string, args []interface{}) error {
-			if isScript(engine.Release, cmd, args) && lose.Swap(false) {
+			if isScript(engine.Release.Script, cmd, args) && lose.Swap(false) {
 				return errLostReply
 			}
 			return nil

@@ -102,7 +102,7 @@ func TestLease_Release_largeLeaseInChunks(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 30*time.Second)
 		const size = 2*releaseChunk + 50
-		cp, runs := countRuns(b.pool, engine.Release)
+		cp, runs := countRuns(b.pool, engine.Release.Script)
 		s, err := NewSemaphore(cp, "release-chunks", size, WithFixedTTL(), WithTTL(time.Minute))
 		require.NoError(t, err)
 		l, err := s.AcquireN(ctx, size)
@@ -137,7 +137,7 @@ func TestLease_Release_halfDoneEndsTheLease(t *testing.T) {
 		var runs, failFrom atomic.Int64
 		failFrom.Store(2)
 		hp := &hookPool{Pool: b.pool, BeforeDo: func(cmd string, args []interface{}) error {
-			if isScript(engine.Release, cmd, args) && runs.Add(1) >= failFrom.Load() {
+			if isScript(engine.Release.Script, cmd, args) && runs.Add(1) >= failFrom.Load() {
 				return errLink
 			}
 			return nil
@@ -171,7 +171,7 @@ func TestLease_Release_ofUnknownOutcomeEndsTheLease(t *testing.T) {
 		var down atomic.Bool
 		down.Store(true)
 		hp := &hookPool{Pool: b.pool, BeforeDo: func(cmd string, args []interface{}) error {
-			if down.Load() && isScript(engine.Release, cmd, args) {
+			if down.Load() && isScript(engine.Release.Script, cmd, args) {
 				return errLink
 			}
 			return nil
@@ -202,7 +202,7 @@ func TestLease_Refresh_largeLeaseInRuns(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 30*time.Second)
 		const size = 2*refreshChunk + 50
-		cp, runs := countRuns(b.pool, engine.Refresh)
+		cp, runs := countRuns(b.pool, engine.Refresh.Script)
 		s, err := NewSemaphore(cp, "refresh-runs", size, WithFixedTTL(), WithTTL(10*time.Second))
 		require.NoError(t, err)
 		l, err := s.AcquireN(ctx, size)
@@ -266,7 +266,7 @@ func TestLease_Refresh_endedBetweenRunsExtendsNoMore(t *testing.T) {
 		require.NoError(t, engine.Refresh.Load(conn))
 		conn.Close()
 		hp := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
-			if isScript(engine.Refresh, cmd, args) && runs.Add(1) == 1 {
+			if isScript(engine.Refresh.Script, cmd, args) && runs.Add(1) == 1 {
 				for l.Valid() { // the lease expires while the first run is on the wire
 					time.Sleep(time.Millisecond)
 				}
@@ -297,7 +297,7 @@ func TestLease_Refresh_runsTakeTheEarliestDeadline(t *testing.T) {
 	var runs atomic.Int64
 	var stepped time.Time // miniredis's TIME from the second run on (fixed)
 	hp := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
-		if isScript(engine.Refresh, cmd, args) && runs.Add(1) == 1 {
+		if isScript(engine.Refresh.Script, cmd, args) && runs.Add(1) == 1 {
 			stepped = time.Now().Add(-3 * time.Second)
 			m.SetTime(stepped)
 		}

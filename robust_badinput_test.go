@@ -64,7 +64,7 @@ func TestSemaphore_Scripts_weightedRejectBadArgs(t *testing.T) {
 		require.NoError(t, err)
 		defer c.Close()
 		acq := engine.NewAcqID()
-		good := s.acquireNArgs(acq, 2, 100, "fresh")
+		good := s.acquireNCall(acq, 2, 100, "fresh").KeysAndArgs
 		nk := len(good) - 12
 		for i, bad := range []interface{}{"x", "short", 0, "-1", nil, "nan", "-5", "inf", 0, "later", nil, "-3"} {
 			if bad == nil {
@@ -119,26 +119,26 @@ func TestSemaphore_Scripts_argumentBounds(t *testing.T) {
 			args func(acq string) []interface{} // all in bounds
 		}
 		var (
-			acquire = script{engine.Acquire, one, func(acq string) []interface{} {
+			acquire = script{engine.Acquire.Script, one, func(acq string) []interface{} {
 				return []interface{}{3, acq, 1000, "", 0, 100, 100, "fresh", "fixed", 0}
 			}}
-			acquireN = script{engine.AcquireN, many, func(acq string) []interface{} {
+			acquireN = script{engine.AcquireN.Script, many, func(acq string) []interface{} {
 				return []interface{}{3, acq, 1, 1000, "", 0, 100, 100, 10, "fresh", "fixed", 0}
 			}}
-			abort   = script{engine.Abort, one, func(acq string) []interface{} { return []interface{}{acq, "release", 100} }}
-			abortN  = script{engine.AbortN, many, func(acq string) []interface{} { return []interface{}{acq, 1, "release", 100} }}
-			reclaim = script{engine.Reclaim, func(string) []interface{} { return k.all(5) }, func(string) []interface{} { return []interface{}{10} }}
-			refresh = script{engine.Refresh, func(string) []interface{} { return k.all(4) }, func(acq string) []interface{} {
+			abort   = script{engine.Abort.Script, one, func(acq string) []interface{} { return []interface{}{acq, "release", 100} }}
+			abortN  = script{engine.AbortN.Script, many, func(acq string) []interface{} { return []interface{}{acq, 1, "release", 100} }}
+			reclaim = script{engine.Reclaim.Script, func(string) []interface{} { return k.all(5) }, func(string) []interface{} { return []interface{}{10} }}
+			refresh = script{engine.Refresh.Script, func(string) []interface{} { return k.all(4) }, func(acq string) []interface{} {
 				return []interface{}{"x:1", acq, 1000}
 			}}
-			resize = script{engine.Resize, func(string) []interface{} { return big.k.all(5) }, func(acq string) []interface{} {
+			resize = script{engine.Resize.Script, func(string) []interface{} { return big.k.all(5) }, func(acq string) []interface{} {
 				return []interface{}{3, acq, 0}
 			}}
-			rwAcquire = script{engine.RWAcquire, rwk, func(acq string) []interface{} {
+			rwAcquire = script{engine.RWAcquire.Script, rwk, func(acq string) []interface{} {
 				return []interface{}{acq, "r", 1000, "", 0, 100, "fresh"}
 			}}
-			rwAbort   = script{engine.RWAbort, rwk, func(acq string) []interface{} { return []interface{}{acq, "release", 100, 1000} }}
-			rwRefresh = script{engine.RWRefresh, func(string) []interface{} { return rw.s.k.rw() }, func(acq string) []interface{} {
+			rwAbort   = script{engine.RWAbort.Script, rwk, func(acq string) []interface{} { return []interface{}{acq, "release", 100, 1000} }}
+			rwRefresh = script{engine.RWRefresh.Script, func(string) []interface{} { return rw.s.k.rw() }, func(acq string) []interface{} {
 				return []interface{}{"x:r", acq, 1000}
 			}}
 		)

@@ -339,7 +339,7 @@ func TestSemaphore_WithIdleExpiry_withATombstoneInWaits(t *testing.T) {
 		var lose atomic.Bool
 		lose.Store(true)
 		hp := &hookPool{Pool: b.pool, AfterDo: func(cmd string, args []interface{}) error {
-			if isScript(engine.Acquire, cmd, args) && lose.Swap(false) {
+			if isScript(engine.Acquire.Script, cmd, args) && lose.Swap(false) {
 				cancel()
 				return redistest.ErrLostReply
 			}

@@ -64,7 +64,7 @@ func TestSemaphore_Acquire_lateWaitScriptGrantsNothing(t *testing.T) {
 		defer conn.Close()
 		tok, err := redis.String(conn.Do("BLMOVE", s.k.tokens, s.k.pend(acq), "LEFT", "RIGHT", "1"))
 		require.NoError(t, err, "the token is free, so the late BLMOVE is served at once")
-		r, err := parseAcquireReply(engine.RunScript(ctx, conn, engine.Acquire, s.acquireArgs(acq, time.Second, "wait")...))
+		r, err := parseAcquireReply(engine.RunScript(ctx, conn, s.acquireCall(acq, time.Second, "wait")))
 		require.NoError(t, err)
 		assert.Equal(t, int64(2), r.Code, "a late lease script behind a swept registration granted %v", r.Tokens)
 		st, err := s.Status(ctx)

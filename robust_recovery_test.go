@@ -23,7 +23,7 @@ func TestSemaphore_Acquire_lostReplyIsResolved(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
-		hp, lose := loseReply(b.pool, engine.Acquire, true)
+		hp, lose := loseReply(b.pool, engine.Acquire.Script, true)
 		s, err := NewSemaphore(hp, "lost-acquire", 2)
 		require.NoError(t, err)
 		l, err := s.Acquire(ctx)
@@ -49,7 +49,7 @@ func TestLease_Release_lostReplyRetry(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
-		hp, lose := loseReply(b.pool, engine.Release, false)
+		hp, lose := loseReply(b.pool, engine.Release.Script, false)
 		s, err := NewSemaphore(hp, "lost-release", 2)
 		require.NoError(t, err)
 		l, err := s.Acquire(ctx)
@@ -82,7 +82,7 @@ func TestSemaphore_Acquire_strandedPendingTokenReturns(t *testing.T) {
 		c, err := redis.Dial("tcp", b.addr)
 		require.NoError(t, err)
 		acq := engine.NewAcqID()
-		r, err := parseAcquireReply(engine.Acquire.Do(c, s.acquireArgs(acq, 300*time.Millisecond, "fresh")...))
+		r, err := parseAcquireReply(engine.Acquire.Do(c, s.acquireCall(acq, 300*time.Millisecond, "fresh").KeysAndArgs...))
 		require.NoError(t, err)
 		require.Equal(t, int64(0), r.Code)
 		require.NoError(t, c.Send("BLMOVE", s.k.tokens, s.k.pend(acq), "LEFT", "RIGHT", "5"))
@@ -334,7 +334,7 @@ func TestLease_Release_weightedLostReplyRetry(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
-		hp, lose := loseReply(b.pool, engine.Release, false)
+		hp, lose := loseReply(b.pool, engine.Release.Script, false)
 		s, err := NewSemaphore(hp, "lost-release-n", 3)
 		require.NoError(t, err)
 		l, err := s.AcquireN(ctx, 3)
@@ -353,7 +353,7 @@ func TestSemaphore_AcquireN_lostGrantReplyIsResolved(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
-		hp, _ := loseReply(b.pool, engine.AcquireN, true)
+		hp, _ := loseReply(b.pool, engine.AcquireN.Script, true)
 		s, err := NewSemaphore(hp, "lost-grant-n", 3)
 		require.NoError(t, err)
 		l, err := s.AcquireN(ctx, 2)

@@ -44,7 +44,7 @@ func acquireScriptOp(st *wrongTypeState, blockMs int64) func(context.Context) er
 	return func(ctx context.Context) error {
 		c := st.s.pool.(testPool).Get()
 		defer c.Close()
-		_, err := parseAcquireReply(engine.RunScript(ctx, c, engine.Acquire, st.s.acquireArgs(engine.NewAcqID(), time.Duration(blockMs)*time.Millisecond, "fresh")...))
+		_, err := parseAcquireReply(engine.RunScript(ctx, c, st.s.acquireCall(engine.NewAcqID(), time.Duration(blockMs)*time.Millisecond, "fresh")))
 		return mapErr(err, st.s.scriptError, "acquire")
 	}
 }

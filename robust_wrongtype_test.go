@@ -80,7 +80,7 @@ func collectorState(t *testing.T, b *backend, ctx context.Context) (st *wrongTyp
 	s := newSem(t, b, "wt", 3, WithTTL(time.Minute), WithFixedTTL())
 	held := holdN(t, ctx, s.TryAcquire, 2)
 	coll = engine.NewAcqID()
-	r, err := parseAcquireNReply(engine.RunScript(ctx, b.pool.Get(), engine.AcquireN, s.acquireNArgs(coll, 2, 5000, "fresh")...))
+	r, err := parseAcquireNReply(engine.RunScript(ctx, b.pool.Get(), s.acquireNCall(coll, 2, 5000, "fresh")))
 	require.NoError(t, err)
 	require.Equal(t, int64(modeCollect), r.Mode, "%+v", r)
 	return &wrongTypeState{s: s, holder: held[0], keys: semKeys(s, coll)}, coll, held[1]
@@ -130,7 +130,7 @@ func wrongTypeOps() []wrongTypeOp {
 			return func(ctx context.Context) error {
 				c := st.s.pool.(testPool).Get()
 				defer c.Close()
-				_, err := parseAcquireReply(engine.RunScript(ctx, c, engine.Acquire, st.s.acquireArgs(w, time.Second, "wait")...))
+				_, err := parseAcquireReply(engine.RunScript(ctx, c, st.s.acquireCall(w, time.Second, "wait")))
 				return mapErr(err, st.s.scriptError, "acquire")
 			}
 		}).behindMove(),
@@ -138,7 +138,7 @@ func wrongTypeOps() []wrongTypeOp {
 			return func(ctx context.Context) error {
 				c := st.s.pool.(testPool).Get()
 				defer c.Close()
-				_, err := parseAcquireReply(engine.RunScript(ctx, c, engine.Acquire, st.s.acquireArgs(w, time.Second, "wait")...))
+				_, err := parseAcquireReply(engine.RunScript(ctx, c, st.s.acquireCall(w, time.Second, "wait")))
 				return mapErr(err, st.s.scriptError, "acquire")
 			}
 		}).behindMove(),
@@ -197,7 +197,7 @@ func wrongTypeOps() []wrongTypeOp {
 			st.run = func(ctx context.Context) error {
 				c := st.s.pool.(testPool).Get()
 				defer c.Close()
-				_, err := parseAcquireNReply(engine.RunScript(ctx, c, engine.AcquireN, st.s.acquireNArgs(coll, 2, 5000, "wait")...))
+				_, err := parseAcquireNReply(engine.RunScript(ctx, c, st.s.acquireNCall(coll, 2, 5000, "wait")))
 				return mapErr(err, st.s.scriptError, "acquire")
 			}
 			return st

@@ -118,16 +118,15 @@ type rwSide struct {
 	mode string // "r" or "w"
 }
 
-func (p *rwSide) args(acq string, blockMs int64, phase string) []interface{} {
+func (p *rwSide) call(acq string, blockMs int64, phase string) engine.Run {
 	s := p.s
-	return engine.Args(engine.RWAcquire, append(s.k.rw(), s.k.bell(acq)),
-		engine.A("acqID", acq), engine.A("mode", p.mode), engine.A("ttlMs", s.cfg.ttl.Milliseconds()),
-		engine.A("label", s.cfg.label), engine.A("blockMs", blockMs),
-		engine.A("graceMs", s.cfg.grace.Milliseconds()), engine.A("phase", phase))
+	return engine.RWAcquire.With(append(s.k.rw(), s.k.bell(acq)), engine.RWAcquireArgs{AcqID: acq, Mode: p.mode,
+		TTLMs: s.cfg.ttl.Milliseconds(), Label: s.cfg.label, BlockMs: blockMs, GraceMs: s.cfg.grace.Milliseconds(),
+		Phase: phase})
 }
 
 func (p *rwSide) First(ctx context.Context, conn redis.Conn, acq string, block time.Duration) (engine.Reply, error) {
-	return parseRWReply(engine.RunScript(ctx, conn, engine.RWAcquire, p.args(acq, block.Milliseconds(), "fresh")...))
+	return parseRWReply(engine.RunScript(ctx, conn, p.call(acq, block.Milliseconds(), "fresh")))
 }
 
 // Wait writes BLPOP on the waiter's doorbell and rw_acquire.lua in one
@@ -136,15 +135,13 @@ func (p *rwSide) First(ctx context.Context, conn redis.Conn, acq string, block t
 // the client reads a byte.
 func (p *rwSide) Wait(ctx context.Context, conn redis.Conn, acq string, r engine.Reply, next time.Duration) (engine.Reply, error) {
 	return parseRWReply(engine.BlockThenRun(ctx, conn, r.Block, engine.BLPOP(p.s.k.bell(acq)),
-		engine.RWAcquire, p.args(acq, next.Milliseconds(), "wait")))
+		p.call(acq, next.Milliseconds(), "wait")))
 }
 
 func (p *rwSide) Abort(ctx context.Context, acq, mode string) (engine.Reply, error) {
 	s := p.s
-	args := engine.Args(engine.RWAbort, append(s.k.rw(), s.k.bell(acq)),
-		engine.A("acqID", acq), engine.A("mode", mode), engine.A("tombMs", s.tombMs()),
-		engine.A("ttlMs", s.cfg.ttl.Milliseconds()))
-	v, _, err := engine.Call(ctx, s.pool, engine.RWAbort, args...)
+	v, _, err := engine.Call(ctx, s.pool, engine.RWAbort.With(append(s.k.rw(), s.k.bell(acq)),
+		engine.RWAbortArgs{AcqID: acq, Mode: mode, TombMs: s.tombMs(), TTLMs: s.cfg.ttl.Milliseconds()}))
 	return parseRWReply(v, err)
 }
 

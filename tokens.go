@@ -90,7 +90,7 @@ type oneToken struct {
 
 func (p *oneToken) First(ctx context.Context, conn redis.Conn, acq string, block time.Duration) (engine.Reply, error) {
 	sent := engine.Clk.Now()
-	r, err := parseAcquireReply(engine.RunScript(ctx, conn, engine.Acquire, p.s.acquireArgs(acq, block, "fresh")...))
+	r, err := parseAcquireReply(engine.RunScript(ctx, conn, p.s.acquireCall(acq, block, "fresh")))
 	p.s.wake.note(sent, block, r, err, true)
 	return r, err
 }
@@ -102,7 +102,7 @@ func (p *oneToken) Wait(ctx context.Context, conn redis.Conn, acq string, r engi
 	s := p.s
 	sent := engine.Clk.Now()
 	r, err := parseAcquireReply(engine.BlockThenRun(ctx, conn, r.Block, engine.BLMOVE(s.k.tokens, s.k.pend(acq)),
-		engine.Acquire, s.acquireArgs(acq, next, "wait")))
+		s.acquireCall(acq, next, "wait")))
 	s.wake.note(sent, next, r, err, false)
 	return r, err
 }
@@ -122,9 +122,8 @@ func (p *oneToken) Queue(ctx context.Context, conn redis.Conn, acq string) (engi
 	if s.cfg.adoptSize {
 		size = ""
 	}
-	reg := engine.Args(engine.Register, []interface{}{s.k.meta, s.k.tokens, s.k.waits},
-		engine.A("size", size), engine.A("acqID", acq), engine.A("blockMs", block.Milliseconds()),
-		engine.A("graceMs", s.cfg.grace.Milliseconds()))
+	reg := engine.Register.With([]interface{}{s.k.meta, s.k.tokens, s.k.waits}, engine.RegisterArgs{
+		Size: size, AcqID: acq, BlockMs: block.Milliseconds(), GraceMs: s.cfg.grace.Milliseconds()})
 	free := false
 	registered := func(v interface{}) bool {
 		vals, err := redis.Int64s(v, nil)
@@ -134,8 +133,8 @@ func (p *oneToken) Queue(ctx context.Context, conn redis.Conn, acq string) (engi
 		free = vals[1] > 0
 		return true
 	}
-	r, err := parseAcquireReply(engine.QueueThenRun(ctx, conn, engine.Register, reg, registered,
-		block, engine.BLMOVE(s.k.tokens, s.k.pend(acq)), engine.Acquire, s.acquireArgs(acq, block, "wait")))
+	r, err := parseAcquireReply(engine.QueueThenRun(ctx, conn, reg, registered,
+		block, engine.BLMOVE(s.k.tokens, s.k.pend(acq)), s.acquireCall(acq, block, "wait")))
 	switch {
 	case errors.Is(err, engine.ErrNotQueued), free:
 		s.wake.forget() // start with First next time
@@ -147,8 +146,8 @@ func (p *oneToken) Queue(ctx context.Context, conn redis.Conn, acq string) (engi
 
 func (p *oneToken) Abort(ctx context.Context, acq, mode string) (engine.Reply, error) {
 	s := p.s
-	v, _, err := engine.Call(ctx, s.pool, engine.Abort, engine.Args(engine.Abort, append(s.k.all(5), s.k.pend(acq)),
-		engine.A("acqID", acq), engine.A("mode", mode), engine.A("tombMs", s.tombMs()))...)
+	v, _, err := engine.Call(ctx, s.pool, engine.Abort.With(append(s.k.all(5), s.k.pend(acq)),
+		engine.AbortArgs{AcqID: acq, Mode: mode, TombMs: s.tombMs()}))
 	return parseAcquireReply(v, err)
 }
 
@@ -178,23 +177,16 @@ func (p *oneToken) fail(err error) error {
 	return p.s.ctxError(err)
 }
 
-// acquireArgs are acquire.lua's keys and arguments. phase is "fresh" for an
-// acquisition's first call and "wait" behind its BLMOVE.
-func (s *Semaphore) acquireArgs(acq string, block time.Duration, phase string) []interface{} {
-	args := []engine.Arg{
-		engine.A("size", s.size), engine.A("acqID", acq), engine.A("ttlMs", s.cfg.ttl.Milliseconds()),
-		engine.A("label", s.cfg.label), engine.A("blockMs", block.Milliseconds()), engine.A("graceMs", s.cfg.grace.Milliseconds()),
-		engine.A("tombMs", s.tombMs()), engine.A("phase", phase),
+// acquireCall is acquire.lua's call. phase is "fresh" for an acquisition's
+// first call and "wait" behind its BLMOVE.
+func (s *Semaphore) acquireCall(acq string, block time.Duration, phase string) engine.Run {
+	args := engine.AcquireArgs{Size: s.size, AcqID: acq, TTLMs: s.cfg.ttl.Milliseconds(), Label: s.cfg.label,
+		BlockMs: block.Milliseconds(), GraceMs: s.cfg.grace.Milliseconds(), TombMs: s.tombMs(), Phase: phase,
+		IdleMs: s.cfg.idle.Milliseconds()}
+	if s.cfg.adoptSize {
+		args.SizeMode = "adopt"
 	}
-	// The size mode and idle time are left out at their defaults: each
-	// argument costs Redis time on every call.
-	switch idle := s.cfg.idle.Milliseconds(); {
-	case idle > 0:
-		args = append(args, engine.A("sizeMode", s.sizeMode()), engine.A("idleMs", idle))
-	case s.cfg.adoptSize:
-		args = append(args, engine.A("sizeMode", s.sizeMode()))
-	}
-	return engine.Args(engine.Acquire, append(s.k.all(5), s.k.pend(acq)), args...)
+	return engine.Acquire.With(append(s.k.all(5), s.k.pend(acq)), args)
 }
 
 // parseAcquireReply decodes a reply of acquire.lua, abort.lua or their

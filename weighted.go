@@ -130,14 +130,12 @@ func parseAcquireNReply(v interface{}, err error) (engine.Reply, error) {
 	return r, err
 }
 
-// acquireNArgs are acquire_n.lua's keys and arguments.
-func (s *Semaphore) acquireNArgs(acq string, k int, blockMs int64, phase string) []interface{} {
-	return engine.Args(engine.AcquireN, append(s.k.all(5), s.k.pend(acq), s.k.bell(acq), s.k.wqueue()),
-		engine.A("size", s.size), engine.A("acqID", acq), engine.A("k", k), engine.A("ttlMs", s.cfg.ttl.Milliseconds()),
-		engine.A("label", s.cfg.label), engine.A("blockMs", blockMs),
-		engine.A("graceMs", min(s.cfg.grace, collectGrace).Milliseconds()), engine.A("tombMs", s.tombMs()),
-		engine.A("pollMs", collectPoll.Milliseconds()), engine.A("phase", phase),
-		engine.A("sizeMode", s.sizeMode()), engine.A("idleMs", s.cfg.idle.Milliseconds()))
+// acquireNCall is acquire_n.lua's call.
+func (s *Semaphore) acquireNCall(acq string, k int, blockMs int64, phase string) engine.Run {
+	return engine.AcquireN.With(append(s.k.all(5), s.k.pend(acq), s.k.bell(acq), s.k.wqueue()), engine.AcquireNArgs{
+		Size: s.size, AcqID: acq, K: k, TTLMs: s.cfg.ttl.Milliseconds(), Label: s.cfg.label, BlockMs: blockMs,
+		GraceMs: min(s.cfg.grace, collectGrace).Milliseconds(), TombMs: s.tombMs(), PollMs: collectPoll.Milliseconds(),
+		Phase: phase, SizeMode: s.sizeMode(), IdleMs: s.cfg.idle.Milliseconds()})
 }
 
 func (s *Semaphore) acquireN(ctx context.Context, k int, wait bool) (*Lease, error) {
@@ -175,9 +173,9 @@ type kTokens struct {
 // back what it collected before it returns the error (the driver settles
 // only waits, and a failed first run holds nothing).
 func (p *kTokens) First(ctx context.Context, conn redis.Conn, acq string, block time.Duration) (engine.Reply, error) {
-	r, err := parseAcquireNReply(engine.RunScript(ctx, conn, engine.AcquireN, p.s.acquireNArgs(acq, p.k, block.Milliseconds(), "fresh")...))
+	r, err := parseAcquireNReply(engine.RunScript(ctx, conn, p.s.acquireNCall(acq, p.k, block.Milliseconds(), "fresh")))
 	for err == nil && block == 0 && r.Code == engine.CodeWaiting && r.Mode == modeMore {
-		r, err = parseAcquireNReply(engine.RunScript(ctx, conn, engine.AcquireN, p.s.acquireNArgs(acq, p.k, 0, "more")...))
+		r, err = parseAcquireNReply(engine.RunScript(ctx, conn, p.s.acquireNCall(acq, p.k, 0, "more")))
 		switch {
 		case err != nil && engine.IsRedisError(err):
 			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engine.SettleTimeout)
@@ -201,7 +199,7 @@ func (p *kTokens) Wait(ctx context.Context, conn redis.Conn, acq string, r engin
 		wait = engine.BLMOVE(s.k.tokens, s.k.pend(acq))
 	}
 	return parseAcquireNReply(engine.BlockThenRun(ctx, conn, r.Block, wait,
-		engine.AcquireN, s.acquireNArgs(acq, p.k, next.Milliseconds(), "wait")))
+		s.acquireNCall(acq, p.k, next.Milliseconds(), "wait")))
 }
 
 // Abort runs abort_n.lua for acq in mode "release" (give back everything
@@ -209,9 +207,8 @@ func (p *kTokens) Wait(ctx context.Context, conn redis.Conn, acq string, r engin
 // "resolve" (keep a grant and report it).
 func (p *kTokens) Abort(ctx context.Context, acq, mode string) (engine.Reply, error) {
 	s := p.s
-	args := engine.Args(engine.AbortN, append(s.k.all(5), s.k.pend(acq), s.k.bell(acq), s.k.wqueue()),
-		engine.A("acqID", acq), engine.A("k", p.k), engine.A("mode", mode), engine.A("tombMs", s.tombMs()))
-	v, _, err := engine.Call(ctx, s.pool, engine.AbortN, args...)
+	v, _, err := engine.Call(ctx, s.pool, engine.AbortN.With(append(s.k.all(5), s.k.pend(acq), s.k.bell(acq), s.k.wqueue()),
+		engine.AbortNArgs{AcqID: acq, K: p.k, Mode: mode, TombMs: s.tombMs()}))
 	return parseAcquireNReply(v, err)
 }
 

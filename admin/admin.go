@@ -54,10 +54,10 @@ func (h *Handle) keys() []interface{} {
 	return []interface{}{b + "meta", b + "tokens", b + "leases", b + "holders", b + "waits"}
 }
 
-// call runs script through the pool (engine.Call: once more on a fresh
+// call runs r through the pool (engine.Call: once more on a fresh
 // connection when a pooled one is dead) and maps its error replies.
-func (h *Handle) call(ctx context.Context, op string, script *engine.Script, keysAndArgs ...interface{}) (interface{}, error) {
-	v, _, err := engine.Call(ctx, h.pool, script, keysAndArgs...)
+func (h *Handle) call(ctx context.Context, op string, r engine.Run) (interface{}, error) {
+	v, _, err := engine.Call(ctx, h.pool, r)
 	if err != nil {
 		return nil, engine.ScriptError(op, "semaphore", h.name, err)
 	}
@@ -77,8 +77,8 @@ func (h *Handle) Resize(ctx context.Context, n int) error {
 	if n < 1 || n > engine.MaxSize {
 		return fmt.Errorf("%w: %d is not between 1 and %d", engine.ErrInvalidSize, n, engine.MaxSize)
 	}
-	_, err := h.call(ctx, "resize", engine.Resize, engine.Args(engine.Resize, h.keys(),
-		engine.A("n", n), engine.A("seed", engine.NewAcqID()), engine.A("idleMs", 0))...)
+	_, err := h.call(ctx, "resize", engine.Resize.With(h.keys(),
+		engine.ResizeArgs{N: n, Seed: engine.NewAcqID()}))
 	return err
 }
 
@@ -87,7 +87,7 @@ func (h *Handle) Resize(ctx context.Context, n int) error {
 // Acquire does the same, and blocked waiters wake for it at the earliest
 // lease deadline, so calling Reclaim is never required.
 func (h *Handle) Reclaim(ctx context.Context) (int, error) {
-	return redis.Int(h.call(ctx, "reclaim", engine.Reclaim, engine.Args(engine.Reclaim, h.keys(), engine.A("limit", 1000))...))
+	return redis.Int(h.call(ctx, "reclaim", engine.Reclaim.With(h.keys(), engine.ReclaimArgs{Limit: 1000})))
 }
 
 // Delete removes every kind that lives under the name, in one atomic

@@ -69,7 +69,7 @@ func (inv Inventory) Healthy() bool {
 // writes nothing, against the size stored in Redis. Errors: ErrWrongType,
 // ErrCorrupt (unreadable meta), or a connection error.
 func (h *Handle) Check(ctx context.Context) (Inventory, error) {
-	vals, err := redis.Values(h.call(ctx, "check", engine.Check, h.keys()...))
+	vals, err := redis.Values(h.call(ctx, "check", engine.Check.With(h.keys(), engine.NoArgs{})))
 	if err != nil {
 		return Inventory{}, err
 	}
@@ -108,7 +108,7 @@ type RepairReport struct {
 // token at all; otherwise it returns the report and an error matching
 // ErrRepairUnsafe that says what blocks it. See docs/resize-and-repair.md.
 func (h *Handle) Repair(ctx context.Context) (RepairReport, error) {
-	vals, err := redis.Values(h.call(ctx, "repair", engine.Repair, h.keys()...))
+	vals, err := redis.Values(h.call(ctx, "repair", engine.Repair.With(h.keys(), engine.NoArgs{})))
 	if err != nil {
 		return RepairReport{}, err
 	}

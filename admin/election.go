@@ -31,7 +31,8 @@ type ElectionStatus struct {
 // observers. Errors: ErrWrongType, or a connection error.
 func (h *Handle) ElectionStatus(ctx context.Context) (ElectionStatus, error) {
 	b := h.base + "el:"
-	v, _, err := engine.Call(ctx, h.pool, engine.Status, b+"meta", b+"tokens", b+"leases", b+"holders", b+"waits")
+	v, _, err := engine.Call(ctx, h.pool, engine.Status.With(
+		[]interface{}{b + "meta", b + "tokens", b + "leases", b + "holders", b + "waits"}, engine.NoArgs{}))
 	vals, err := redis.Values(v, err)
 	if err != nil {
 		return ElectionStatus{}, engine.ScriptError("status", "election", h.name, err)

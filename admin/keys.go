@@ -126,7 +126,7 @@ func (h *Handle) runKeys(ctx context.Context, op, mode string) ([]string, error)
 	keys, types, bases := h.layoutKeys()
 	args := append(append(keys, mode, bases[0], bases[1], bases[2], bases[3]), types...)
 	// The script takes a variable number of keys: tell EVAL how many.
-	v, _, err := engine.Call(ctx, h.pool, keysScript, append([]interface{}{len(keys)}, args...)...)
+	v, _, err := engine.Call(ctx, h.pool, keysScript.With(append([]interface{}{len(keys)}, args...)...))
 	out, err := redis.Strings(v, err)
 	if err != nil {
 		return nil, engine.ScriptError(op, "name", h.name, err)

@@ -65,7 +65,7 @@ type Holder struct {
 // leases without one: what an Acquire refuses, in its words), or a
 // connection error.
 func (h *Handle) Status(ctx context.Context) (Status, error) {
-	vals, err := redis.Values(h.call(ctx, "status", engine.Status, h.keys()...))
+	vals, err := redis.Values(h.call(ctx, "status", engine.Status.With(h.keys(), engine.NoArgs{})))
 	if err != nil {
 		return Status{}, err
 	}
@@ -228,7 +228,8 @@ func (h *Handle) RWStatus(ctx context.Context) (RWStatus, error) {
 	b := h.base + "rw:"
 	// status.lua reads any semaphore-shaped key set: the queue stands in the
 	// free list's place.
-	v, _, err := engine.Call(ctx, h.pool, engine.Status, b+"meta", b+"queue", b+"leases", b+"holders", b+"waits")
+	v, _, err := engine.Call(ctx, h.pool, engine.Status.With(
+		[]interface{}{b + "meta", b + "queue", b + "leases", b + "holders", b + "waits"}, engine.NoArgs{}))
 	vals, err := redis.Values(v, err)
 	if err != nil {
 		return RWStatus{}, engine.ScriptError("status", "rwmutex", h.name, err)

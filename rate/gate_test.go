@@ -556,7 +556,7 @@ func TestRateGateCrashedClientLosesNothing(t *testing.T) {
 		var r engine.Reply
 		for tries := 0; ; tries++ {
 			require.Less(t, tries, 100, "the dead waiter never had to queue")
-			r, err = parseRateReply(engine.RateTake.Do(conn, g.q.takeArgs(engine.NewAcqID(), engine.MaxBlock.Microseconds(), "fresh", []int{1})...))
+			r, err = parseRateReply(engine.RateTake.Do(conn, g.q.takeCall(engine.NewAcqID(), engine.MaxBlock.Microseconds(), "fresh", []int{1}).KeysAndArgs...))
 			require.NoError(t, err)
 			if r.Code == 0 {
 				break
@@ -806,7 +806,7 @@ func TestRateGateQueueHasOneHead(t *testing.T) {
 		defer conn.Close()
 		var rs []engine.Reply
 		for range 2 {
-			args := g.q.takeArgs(engine.NewAcqID(), (10 * time.Second).Microseconds(), "fresh", []int{1})
+			args := g.q.takeCall(engine.NewAcqID(), (10 * time.Second).Microseconds(), "fresh", []int{1}).KeysAndArgs
 			r, err := parseRateReply(engine.RateTake.Do(conn, args...))
 			require.NoError(t, err)
 			require.Equal(t, int64(engine.CodeWaiting), r.Code, "queued within per of the Allow")

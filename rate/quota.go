@@ -242,9 +242,8 @@ func (q *Quota) setLimits(ctx context.Context, limits []Limit) (time.Time, error
 	for _, l := range limits {
 		rest = append(rest, l.N, l.Per.Microseconds())
 	}
-	args := engine.Args(engine.RateSet, q.k.state(), engine.A("idleMs", q.cfg.idle.Milliseconds()),
-		engine.A("limits", len(limits)), engine.Rest(rest...))
-	v, _, err := engine.Call(ctx, q.pool, engine.RateSet, args...)
+	v, _, err := engine.Call(ctx, q.pool, engine.RateSet.With(q.k.state(),
+		engine.RateSetArgs{IdleMs: q.cfg.idle.Milliseconds(), Limits: len(limits), Each: rest}))
 	at, err := redis.Int64s(v, err)
 	if err != nil {
 		return time.Time{}, q.scriptError("set rate", err)

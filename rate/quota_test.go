@@ -185,7 +185,7 @@ func TestGivenBackGrantKeepsLaterOnes(t *testing.T) {
 		acq := "0123456789abcdef0123456789abcdef"
 		c := b.pool.Get()
 		defer c.Close()
-		r, err := parseRateReply(engine.RateTake.Do(c, g.q.takeArgs(acq, 0, "fresh", []int{3})...))
+		r, err := parseRateReply(engine.RateTake.Do(c, g.q.takeCall(acq, 0, "fresh", []int{3}).KeysAndArgs...))
 		require.NoError(t, err)
 		require.Equal(t, int64(1), r.Code)
 		later, err := g.AllowN(ctx, 5)

@@ -71,8 +71,7 @@ func TestRateGate_givenBackStartRetimesTheHead(t *testing.T) {
 		conn := b.pool.Get()
 		defer conn.Close()
 		register := func(acq string, units int) engine.Reply {
-			args := g.q.takeArgs(acq, time.Minute.Microseconds(), "fresh", []int{units})
-			r, err := parseRateReply(engine.RunScript(ctx, conn, engine.RateTake, args...))
+			r, err := parseRateReply(engine.RunScript(ctx, conn, g.q.takeCall(acq, time.Minute.Microseconds(), "fresh", []int{units})))
 			require.NoError(t, err)
 			require.Equal(t, int64(engine.CodeWaiting), r.Code)
 			return r

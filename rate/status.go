@@ -84,7 +84,7 @@ func ReadStatus(ctx context.Context, pool Pool, prefix, name string) (Status, er
 }
 
 func readStatus(ctx context.Context, pool Pool, k keys, name string) (Status, error) {
-	v, _, err := engine.Call(ctx, pool, engine.RateStatus, k.state()...)
+	v, _, err := engine.Call(ctx, pool, engine.RateStatus.With(k.state(), engine.NoArgs{}))
 	vals, err := redis.Values(v, err)
 	if err != nil {
 		return Status{}, engine.ScriptError("status", "rate gate", name, err)

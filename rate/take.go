@@ -37,17 +37,15 @@ func parseRateReply(v interface{}, err error) (engine.Reply, error) {
 	return engine.Reply{}, fmt.Errorf("unexpected reply %v", vals)
 }
 
-// takeArgs are rate_take.lua's keys and arguments for acquisition acq of
-// units.
-func (q *Quota) takeArgs(acq string, blockUs int64, phase string, units []int) []interface{} {
+// takeCall is rate_take.lua's call for acquisition acq of units.
+func (q *Quota) takeCall(acq string, blockUs int64, phase string, units []int) engine.Run {
 	var rest []interface{}
 	for i, l := range q.limits {
 		rest = append(rest, l.N, l.Per.Microseconds(), units[i])
 	}
-	return engine.Args(engine.RateTake, q.k.args(acq), engine.A("acqID", acq), engine.A("blockUs", blockUs),
-		engine.A("graceUs", q.cfg.grace.Microseconds()), engine.A("tombUs", q.tomb().Microseconds()),
-		engine.A("phase", phase), engine.A("idleMs", q.cfg.idle.Milliseconds()), engine.A("limits", len(q.limits)),
-		engine.Rest(rest...))
+	return engine.RateTake.With(q.k.args(acq), engine.RateTakeArgs{AcqID: acq, BlockUs: blockUs,
+		GraceUs: q.cfg.grace.Microseconds(), TombUs: q.tomb().Microseconds(), Phase: phase,
+		IdleMs: q.cfg.idle.Milliseconds(), Limits: len(q.limits), Each: rest})
 }
 
 // tomb is how long an aborted acquisition's tombstone lives: longer than any
@@ -62,7 +60,7 @@ type takeUnits struct {
 }
 
 func (p *takeUnits) First(ctx context.Context, conn redis.Conn, acq string, block time.Duration) (engine.Reply, error) {
-	return parseRateReply(engine.RunScript(ctx, conn, engine.RateTake, p.q.takeArgs(acq, block.Microseconds(), "fresh", p.units)...))
+	return parseRateReply(engine.RunScript(ctx, conn, p.q.takeCall(acq, block.Microseconds(), "fresh", p.units)))
 }
 
 // Wait waits as rate_take.lua said, then runs it again (phase "wait"). A
@@ -72,29 +70,27 @@ func (p *takeUnits) First(ctx context.Context, conn redis.Conn, acq string, bloc
 // times BLPOP out only on its cron tick.
 func (p *takeUnits) Wait(ctx context.Context, conn redis.Conn, acq string, r engine.Reply, next time.Duration) (engine.Reply, error) {
 	q := p.q
-	args := q.takeArgs(acq, next.Microseconds(), "wait", p.units)
+	take := q.takeCall(acq, next.Microseconds(), "wait", p.units)
 	d := r.Block
 	if r.Head && d <= localWake {
 		engine.Clk.WaitOrDone(ctx, nil, d)
 		if err := ctx.Err(); err != nil {
 			return engine.Reply{}, err
 		}
-		return parseRateReply(engine.RunScript(ctx, conn, engine.RateTake, args...))
+		return parseRateReply(engine.RunScript(ctx, conn, take))
 	}
 	if r.Head {
 		d -= localWake
 	}
-	return parseRateReply(engine.BlockThenRun(ctx, conn, d, engine.BLPOP(q.k.inbox(acq)),
-		engine.RateTake, args))
+	return parseRateReply(engine.BlockThenRun(ctx, conn, d, engine.BLPOP(q.k.inbox(acq)), take))
 }
 
 // Abort runs rate_abort.lua (idempotent: it settles by acquisition id),
 // once more on another connection if the pooled one was dead.
 func (p *takeUnits) Abort(ctx context.Context, acq, mode string) (engine.Reply, error) {
 	q := p.q
-	args := engine.Args(engine.RateAbort, q.k.args(acq),
-		engine.A("acqID", acq), engine.A("mode", mode), engine.A("tombUs", q.tomb().Microseconds()))
-	v, _, err := engine.Call(ctx, q.pool, engine.RateAbort, args...)
+	v, _, err := engine.Call(ctx, q.pool, engine.RateAbort.With(q.k.args(acq),
+		engine.RateAbortArgs{AcqID: acq, Mode: mode, TombUs: q.tomb().Microseconds()}))
 	return parseRateReply(v, err)
 }
 

@@ -40,13 +40,13 @@ func gateOps() []gateOp {
 		{"Wait/blocked", func(t *testing.T, b *backend, ctx context.Context, g *Gate, acq string) func(ctx context.Context) error {
 			_, err := g.Allow(ctx)
 			require.NoError(t, err)
-			r, err := parseRateReply(engine.RateTake.Do(b.pool.Get(), g.q.takeArgs(acq, 5e6, "fresh", []int{1})...))
+			r, err := parseRateReply(engine.RateTake.Do(b.pool.Get(), g.q.takeCall(acq, 5e6, "fresh", []int{1}).KeysAndArgs...))
 			require.NoError(t, err)
 			require.Equal(t, int64(0), r.Code, "the gate is full: queued")
 			return func(ctx context.Context) error {
 				c := b.pool.Get()
 				defer c.Close()
-				_, err := parseRateReply(engine.RateTake.Do(c, g.q.takeArgs(acq, 5e6, "wait", []int{1})...))
+				_, err := parseRateReply(engine.RateTake.Do(c, g.q.takeCall(acq, 5e6, "wait", []int{1}).KeysAndArgs...))
 				if err != nil {
 					return g.q.scriptError("wait", err)
 				}

@@ -441,10 +441,6 @@ func NewAcqID() string {
 // list, or a weighted collector hold tokens: then it settles too.
 func failed(ctx context.Context, d *Driver, p Protocol, acq string, err error, blockLeft time.Duration, waited bool) (Reply, error) {
 	var zero Reply
-	if errors.Is(err, ErrArity) {
-		// Nothing was sent: a bug to report, not a wait to settle.
-		return zero, d.Fail(err)
-	}
 	if IsRedisError(err) || NotSent(err) {
 		// An error reply, or a dial that failed before anything was sent
 		// (a pool that dials lazily): nothing of this attempt is in doubt.
@@ -565,27 +561,26 @@ func BLMOVE(src, dst string) Blocking { return Blocking{move: true, src: src, ds
 func BLPOP(key string) Blocking { return Blocking{src: key} }
 
 // BlockThenRun writes a blocking command that waits block at most, and
-// script with scriptArgs behind it, in one write, and returns the script's
+// the script call next behind it, in one write, and returns the script's
 // reply: when the blocking command returns, Redis runs the script right
 // behind it, before the client reads a byte. An error reply of the blocking
 // command is returned for Drive to settle and map. A script unknown to the server
 // (NOSCRIPT) is run again with its source.
-func BlockThenRun(ctx context.Context, conn redis.Conn, block time.Duration, wait Blocking,
-	script *Script, scriptArgs []interface{}) (interface{}, error) {
-	return queueThenRun(ctx, conn, nil, nil, nil, block, wait, script, scriptArgs)
+func BlockThenRun(ctx context.Context, conn redis.Conn, block time.Duration, wait Blocking, next Run) (interface{}, error) {
+	return queueThenRun(ctx, conn, nil, nil, block, wait, next)
 }
 
 // QueueThenRun is BlockThenRun with a registration in front, in the same
-// write: reg with regArgs, sent with its source (EVAL) so that it never
+// write: reg, sent with its source (EVAL) so that it never
 // meets NOSCRIPT, then the blocking command, then script. registered
 // reads reg's reply: whether the blocking command may move a token (reg
 // recorded the waiter, so that a sweep finds what it moves). When it may
 // not, the connection is dropped, which ends a blocked command, and
 // ErrNotQueued returned: the acquisition is to be settled and started
 // over.
-func QueueThenRun(ctx context.Context, conn redis.Conn, reg *Script, regArgs []interface{}, registered func(interface{}) bool,
-	block time.Duration, wait Blocking, script *Script, scriptArgs []interface{}) (interface{}, error) {
-	return queueThenRun(ctx, conn, reg, regArgs, registered, block, wait, script, scriptArgs)
+func QueueThenRun(ctx context.Context, conn redis.Conn, reg Run, registered func(interface{}) bool,
+	block time.Duration, wait Blocking, next Run) (interface{}, error) {
+	return queueThenRun(ctx, conn, &reg, registered, block, wait, next)
 }
 
 // dropConn breaks conn, so that what it still waits for (a blocked
@@ -600,22 +595,15 @@ func dropConn(ctx context.Context, conn redis.Conn) {
 // ErrNotQueued is QueueThenRun's report that the registration refused.
 var ErrNotQueued = errors.New("redsem: the waiter's registration was refused")
 
-func queueThenRun(ctx context.Context, conn redis.Conn, reg *Script, regArgs []interface{}, registered func(interface{}) bool,
-	block time.Duration, wait Blocking, script *Script, scriptArgs []interface{}) (interface{}, error) {
-	if err := checkArity(script, scriptArgs); err != nil {
-		return nil, err
-	}
-	if reg != nil {
-		if err := checkArity(reg, regArgs); err != nil {
-			return nil, err
-		}
-	}
+func queueThenRun(ctx context.Context, conn redis.Conn, reg *Run, registered func(interface{}) bool,
+	block time.Duration, wait Blocking, next Run) (interface{}, error) {
+	script, scriptArgs := next.Script, next.KeysAndArgs
 	hash, err := script.hashOn(ctx, conn) // sends nothing but in a process's first wait
 	if err != nil {
 		return nil, err
 	}
 	if reg != nil {
-		if err := conn.Send("EVAL", reg.args(reg.src, regArgs)...); err != nil {
+		if err := conn.Send("EVAL", reg.Script.args(reg.Script.src, reg.KeysAndArgs)...); err != nil {
 			return nil, err
 		}
 	}

@@ -6,8 +6,8 @@ import (
 )
 
 // Reading a script's "-- KEYS:" and "-- ARGV:" header lines: NewScript
-// takes each script's argument names from them, and the tests hold every
-// declaration against them.
+// takes from the ARGV line how many arguments With always sends, and the
+// tests hold every declaration and its argument type against both.
 
 // ArgHeader is a script's "-- ARGV:" header: the names of its arguments in
 // order, how many of them a call must give (the rest are optional, left

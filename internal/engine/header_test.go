@@ -1,9 +1,9 @@
 package engine
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -37,10 +37,6 @@ func TestScriptHeadersMatchDeclarations(t *testing.T) {
 	for _, f := range files {
 		f = filepath.Base(f)
 		assert.True(t, entries[f] != helpers[f], "%s: entry %v, helper %v: it must be exactly one", f, entries[f], helpers[f])
-	}
-
-	for _, d := range decls {
-		assert.GreaterOrEqual(t, d.MinArgs, 0, "%s: its \"-- ARGV:\" header cannot be read", d.File)
 	}
 
 	// The check fails for a declaration that passes one key too few.
@@ -79,102 +75,91 @@ func TestReplyCodesMatch(t *testing.T) {
 	assert.Equal(t, want, got)
 }
 
-// A call whose argument count differs from the script's "-- ARGV:" header
-// is refused before anything is sent (ErrArity); every call the
-// suite makes passes through the same check, so a header and its call
-// site cannot drift apart unnoticed.
-func TestScriptCallsMatchArgvHeaders(t *testing.T) {
-	ctx := context.Background()
-	args := []interface{}{"m", "t", "l", "h", "w", "p", 2, NewAcqID(), 1000, "", 0, 100, 100, "fresh"}
-	for _, bad := range [][]interface{}{args[:len(args)-1], append(args, "fixed", 0, "extra")} {
-		_, err := RunScript(ctx, nil, Acquire, bad...) // a nil conn: nothing may be sent
-		require.ErrorIs(t, err, ErrArity)
-	}
-	lo, hi, err := headerArgs("acquire.lua")
-	require.NoError(t, err)
-	assert.Equal(t, [2]int{8, 10}, [2]int{lo, hi}, "acquire.lua: 8 arguments, and optionally the size mode and the idle time")
-	lo, hi, err = headerArgs("resize.lua")
-	require.NoError(t, err)
-	assert.Equal(t, [2]int{2, 3}, [2]int{lo, hi}, "resize.lua: n, seed, and optionally idleMs")
-	lo, hi, err = headerArgs("release.lua")
-	require.NoError(t, err)
-	assert.Equal(t, [2]int{2, Variadic}, [2]int{lo, hi}, "release.lua: token, acqID, then more tokens")
-	lo, hi, err = headerArgs("status.lua")
-	require.NoError(t, err)
-	assert.Equal(t, [2]int{0, 0}, [2]int{lo, hi})
-	_, _, err = headerArgs("base.lua")
-	assert.Error(t, err, "a helper has no ARGV header")
-}
+// Every script's argument type is its "-- ARGV:" header: one field per
+// name, in order and named alike (case aside), then a slice if and only if
+// the header ends in a "then" item; no header has optional names and a
+// "then" item both (With could not tell where the list starts). The check
+// fails for a script declared with another script's type.
+func TestArgTypesMatchHeaders(t *testing.T) {
+	decls := declarations()
+	assert.Empty(t, argTypeMismatches(decls))
+	wrong := Declaration{File: "acquire.lua", Keys: 6, Args: reflect.TypeFor[AcquireNArgs]()}
+	assert.Len(t, argTypeMismatches([]Declaration{wrong}), 1)
+	wrong = Declaration{File: "release.lua", Keys: 4, Args: reflect.TypeFor[AbortArgs]()}
+	assert.Len(t, argTypeMismatches([]Declaration{wrong}), 1)
 
-// Every call names its arguments as the script's "-- ARGV:" header does
-// (Args): a call that names one differently, shifts one, leaves a
-// required one out or adds one is refused before anything is sent, and the
-// names the calls give are the header's.
-func TestScriptCallsNameTheirArguments(t *testing.T) {
-	ctx := context.Background()
-	h, err := argHeader("acquire_n.lua", part("acquire_n.lua"))
-	require.NoError(t, err)
-	assert.Equal(t, []string{"size", "acqID", "k", "ttlMs", "label", "blockMs", "graceMs", "tombMs", "pollMs",
-		"phase", "sizeMode", "idleMs"}, h.Names)
-	assert.Equal(t, 12, h.Required)
-	h, err = argHeader("refresh.lua", part("refresh.lua"))
-	require.NoError(t, err)
-	assert.Equal(t, ArgHeader{Names: []string{"token", "acqID", "ttlMs"}, Required: 3, Rest: true}, h)
-	h, err = argHeader("acquire.lua", part("acquire.lua"))
+	h, err := argHeader("acquire.lua", part("acquire.lua"))
 	require.NoError(t, err)
 	assert.Equal(t, 8, h.Required)
 	assert.Equal(t, []string{"sizeMode", "idleMs"}, h.Names[8:])
-
-	keys := []interface{}{"{n}:meta", "{n}:tokens", "{n}:leases", "{n}:holders", "{n}:waits"}
-	pend := func(acq string) string { return "{n}:pend:" + acq }
-	good := []Arg{A("limit", 10)}
-	require.Equal(t, append(keys, 10), Args(Reclaim, keys, good...))
-	for name, bad := range map[string][]Arg{
-		"renamed":  {A("max", 10)},
-		"extra":    {A("limit", 10), A("limit", 10)},
-		"left out": {},
-		"rest":     {A("limit", 10), Rest("x")},
-	} {
-		_, err := RunScript(ctx, nil, Reclaim, Args(Reclaim, keys, bad...)...) // a nil conn: nothing may be sent
-		require.ErrorIs(t, err, ErrArity, name)
-	}
-	// A list of values goes last.
-	rel := keys[:4]
-	_, err = RunScript(ctx, nil, Release, Args(Release, rel,
-		A("token", "e:1"), Rest("e:2"), A("acqID", NewAcqID()))...)
-	require.ErrorIs(t, err, ErrArity)
-	assert.Len(t, Args(Release, rel, A("token", "e:1"), A("acqID", "a"), Rest("e:2", "e:3")), 4+4)
-	// Shifted: acqID and size swapped, the count right.
-	acq := NewAcqID()
-	args := []Arg{A("acqID", acq), A("size", 2), A("ttlMs", 1000), A("label", ""),
-		A("blockMs", 0), A("graceMs", 100), A("tombMs", 100), A("phase", "fresh")}
-	_, err = RunScript(ctx, nil, Acquire, Args(Acquire, append(keys, pend(acq)), args...)...)
-	require.ErrorIs(t, err, ErrArity)
-	assert.ErrorContains(t, err, `argument 1 is "size", called as "acqID"`)
-	// Optional ones: any first few, in order.
-	args[0], args[1] = A("size", 2), A("acqID", acq)
-	for _, tail := range [][]Arg{nil, {A("sizeMode", "fixed")}, {A("sizeMode", "fixed"), A("idleMs", 0)}} {
-		all := Args(Acquire, append(keys, pend(acq)), append(args, tail...)...)
-		assert.Len(t, all, 6+8+len(tail), "nothing appended to refuse the call")
-	}
-	_, err = RunScript(ctx, nil, Acquire, Args(Acquire, append(keys, pend(acq)), append(args, A("idleMs", 0))...)...)
-	require.ErrorIs(t, err, ErrArity, "idleMs without sizeMode")
+	h, err = argHeader("refresh.lua", part("refresh.lua"))
+	require.NoError(t, err)
+	assert.Equal(t, ArgHeader{Names: []string{"token", "acqID", "ttlMs"}, Required: 3, Rest: true}, h)
+	_, err = argHeader("base.lua", part("base.lua"))
+	assert.Error(t, err, "a helper has no ARGV header")
 }
 
-// headerArgs returns how many arguments lua/<file> takes by its "-- ARGV:"
-// header (argHeader): the names from "and optionally" on may be left
-// out, from the last (max counts them, min does not); with a "then" item,
-// any number may follow (max is Variadic).
-func headerArgs(file string) (min, max int, err error) {
-	h, err := argHeader(file, part(file))
-	if err != nil {
-		return 0, 0, err
+// argTypeMismatches lists the declarations whose argument type differs
+// from their script's "-- ARGV:" header.
+func argTypeMismatches(decls []Declaration) []string {
+	var out []string
+	for _, d := range decls {
+		h, err := argHeader(d.File, part(d.File))
+		if err != nil {
+			out = append(out, err.Error())
+			continue
+		}
+		var names []string
+		slice := false
+		for i := 0; i < d.Args.NumField(); i++ {
+			f := d.Args.Field(i)
+			if f.Type.Kind() == reflect.Slice {
+				slice = i == d.Args.NumField()-1
+				if !slice {
+					out = append(out, fmt.Sprintf("%s: %s %s: a list before the last field", d.File, d.Args, f.Name))
+				}
+				continue
+			}
+			names = append(names, strings.ToLower(f.Name))
+		}
+		want := []string{}
+		for _, n := range h.Names {
+			want = append(want, strings.ToLower(n))
+		}
+		switch {
+		case fmt.Sprint(names) != fmt.Sprint(want):
+			out = append(out, fmt.Sprintf("%s: %s has fields %v, its header names %v", d.File, d.Args, names, h.Names))
+		case slice != h.Rest:
+			out = append(out, fmt.Sprintf("%s: %s ends in a list: %v, its header: %v", d.File, d.Args, slice, h.Rest))
+		case h.Rest && h.Required != len(h.Names):
+			out = append(out, fmt.Sprintf("%s: optional arguments before a list", d.File))
+		}
 	}
-	min, max = h.Required, len(h.Names)
-	if h.Rest {
-		max = Variadic
-	}
-	return min, max, nil
+	return out
+}
+
+// With sends the fields in order, spreads a list, and leaves out the
+// optional ones from the last while they are zero, no others.
+func TestWith(t *testing.T) {
+	keys := []interface{}{"{n}:meta", "{n}:tokens", "{n}:leases", "{n}:holders", "{n}:waits", "{n}:pend:a"}
+	args := AcquireArgs{Size: 2, AcqID: "a", TTLMs: 1000, BlockMs: 5, GraceMs: 100, TombMs: 100, Phase: "fresh"}
+	r := Acquire.With(keys, args)
+	assert.Same(t, Acquire.Script, r.Script)
+	assert.Equal(t, append(keys[:6:6], 2, "a", int64(1000), "", int64(5), int64(100), int64(100), "fresh"), r.KeysAndArgs)
+	args.SizeMode = "adopt"
+	assert.Len(t, Acquire.With(keys, args).KeysAndArgs, 6+9)
+	args.SizeMode, args.IdleMs = "", 60000
+	got := Acquire.With(keys, args).KeysAndArgs
+	assert.Equal(t, []interface{}{"", int64(60000)}, got[6+8:], "sizeMode sent as \"\" so that idleMs is the tenth")
+
+	rel := Release.With(keys[:4], ReleaseArgs{Token: "e:1", AcqID: "a", Others: []string{"e:2", "e:3"}}).KeysAndArgs
+	assert.Equal(t, []interface{}{"e:1", "a", "e:2", "e:3"}, rel[4:])
+	one := Release.With(keys[:4], ReleaseArgs{Token: "e:1", AcqID: "a"}).KeysAndArgs
+	assert.Equal(t, []interface{}{"e:1", "a"}, one[4:])
+	// Required fields are sent even when zero.
+	ab := Abort.With(keys, AbortArgs{AcqID: "a"}).KeysAndArgs
+	assert.Equal(t, []interface{}{"a", "", int64(0)}, ab[6:])
+	assert.Len(t, Status.With(keys[:5], NoArgs{}).KeysAndArgs, 5)
 }
 
 // headerKeys returns the key names that lua/<file> lists on its

@@ -4,9 +4,9 @@ import (
 	"context"
 	"embed"
 	"errors"
-	"fmt"
 	"io"
 	"net"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,17 +16,15 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
-// How redsem calls a script: declared once (NewScript, the registry below), its
-// arguments named as its header names them (Args), checked before anything
-// is sent (checkArity), and run (RunScript on a connection, Call on a pool).
+// How redsem calls a script: declared once with the type of its arguments
+// (NewScript, the registry below), called with a value of that type (With),
+// and run (RunScript on a connection, Call on a pool) by EVALSHA (Script).
 
 // The registry: every script redsem runs, declared here and nowhere else,
 // each as its file in lua/, the number of keys it takes (named on its
-// "-- KEYS:" header line) and the helpers it runs after. Its arguments are
-// named on its "-- ARGV:" header, and every call names them the same way
-// (Args): RunScript refuses a call whose names or count differ before
-// anything is sent (ErrArity). Its replies start with a code named in
-// codes.lua.
+// "-- KEYS:" header line), the helpers it runs after and the type of its
+// arguments, whose fields are the names on its "-- ARGV:" header (args.go).
+// Its replies start with a code named in codes.lua.
 // TestScriptHeadersMatchDeclarations holds each declaration against its
 // headers, and every file in lua/ is an entry script here or a helper of
 // one, never both.
@@ -35,37 +33,37 @@ var (
 	// it runs before the other helpers are defined and serves the common
 	// case itself, as the rest of its script would
 	// (TestFastPathsMatchSlowPaths).
-	Acquire = NewScript(6, "acquire.lua", with([]string{"fast.lua", "acquire_fast.lua"}, semaphore)...)
+	Acquire = NewScript[AcquireArgs](6, "acquire.lua", with([]string{"fast.lua", "acquire_fast.lua"}, semaphore)...)
 	// A waiter's registration written with its wait (oneToken.Queue),
 	// always sent with its source.
-	Register = NewScript(3, "register.lua")
-	Release  = NewScript(4, "release.lua", with([]string{"fast.lua", "release_fast.lua"}, semaphore, weighted)...)
-	Refresh  = NewScript(4, "refresh.lua", semaphore...)
-	Abort    = NewScript(6, "abort.lua", semaphore...)
-	Reclaim  = NewScript(5, "reclaim.lua", semaphore...)
-	Status   = NewScript(5, "status.lua")
-	Resize   = NewScript(5, "resize.lua", semaphore...)
-	Check    = NewScript(5, "check.lua", with(semaphore, []string{"inventory.lua"})...)
-	Repair   = NewScript(5, "repair.lua", with(semaphore, []string{"inventory.lua"})...)
-	AcquireN = NewScript(8, "acquire_n.lua", with(semaphore, weighted)...)
-	AbortN   = NewScript(8, "abort_n.lua", with(semaphore, weighted)...)
+	Register = NewScript[RegisterArgs](3, "register.lua")
+	Release  = NewScript[ReleaseArgs](4, "release.lua", with([]string{"fast.lua", "release_fast.lua"}, semaphore, weighted)...)
+	Refresh  = NewScript[RefreshArgs](4, "refresh.lua", semaphore...)
+	Abort    = NewScript[AbortArgs](6, "abort.lua", semaphore...)
+	Reclaim  = NewScript[ReclaimArgs](5, "reclaim.lua", semaphore...)
+	Status   = NewScript[NoArgs](5, "status.lua")
+	Resize   = NewScript[ResizeArgs](5, "resize.lua", semaphore...)
+	Check    = NewScript[NoArgs](5, "check.lua", with(semaphore, []string{"inventory.lua"})...)
+	Repair   = NewScript[NoArgs](5, "repair.lua", with(semaphore, []string{"inventory.lua"})...)
+	AcquireN = NewScript[AcquireNArgs](8, "acquire_n.lua", with(semaphore, weighted)...)
+	AbortN   = NewScript[AbortNArgs](8, "abort_n.lua", with(semaphore, weighted)...)
 
 	// The read-write lock's.
-	RWAcquire = NewScript(6, "rw_acquire.lua", "base.lua", "rw_common.lua")
-	RWAbort   = NewScript(6, "rw_abort.lua", "base.lua", "rw_common.lua")
-	RWRelease = NewScript(5, "rw_release.lua", "base.lua", "rw_common.lua")
-	RWRefresh = NewScript(5, "rw_refresh.lua", "base.lua", "rw_common.lua")
+	RWAcquire = NewScript[RWAcquireArgs](6, "rw_acquire.lua", "base.lua", "rw_common.lua")
+	RWAbort   = NewScript[RWAbortArgs](6, "rw_abort.lua", "base.lua", "rw_common.lua")
+	RWRelease = NewScript[ReleaseArgs](5, "rw_release.lua", "base.lua", "rw_common.lua")
+	RWRefresh = NewScript[RefreshArgs](5, "rw_refresh.lua", "base.lua", "rw_common.lua")
 
 	// The election's, beside the keys of its mutex.
-	Election        = NewScript(6, "election.lua", "base.lua", "election_common.lua")
-	ElectionObserve = NewScript(7, "election_observe.lua", "base.lua", "election_common.lua")
+	Election        = NewScript[ElectionArgs](6, "election.lua", "base.lua", "election_common.lua")
+	ElectionObserve = NewScript[ObserveArgs](7, "election_observe.lua", "base.lua", "election_common.lua")
 
 	// The rate gate's (package rate): RateKeys keys for a start, its state
 	// keys (RateStateKeys) for the others.
-	RateTake   = NewScript(RateKeys, "rate_take.lua", rate...)
-	RateAbort  = NewScript(RateKeys, "rate_abort.lua", rate...)
-	RateSet    = NewScript(RateStateKeys, "rate_set.lua", rate...)
-	RateStatus = NewScript(RateStateKeys, "rate_status.lua", rate...)
+	RateTake   = NewScript[RateTakeArgs](RateKeys, "rate_take.lua", rate...)
+	RateAbort  = NewScript[RateAbortArgs](RateKeys, "rate_abort.lua", rate...)
+	RateSet    = NewScript[RateSetArgs](RateStateKeys, "rate_set.lua", rate...)
+	RateStatus = NewScript[NoArgs](RateStateKeys, "rate_status.lua", rate...)
 )
 
 // The helper files scripts share, in the order they run.
@@ -93,28 +91,70 @@ func with(lists ...[]string) []string {
 //go:embed scripts/*.lua
 var scriptsFS embed.FS
 
-// NewScript returns the script scripts/<file> taking keys keys: lua/<file>
-// run after codes.lua and the helper files it names (Redis scripts cannot
-// import one another), resolved into one file by go generate. Its
-// "-- ARGV:" header names its arguments: a call whose arguments differ is
-// refused before anything is sent (ErrArity).
-func NewScript(keys int, file string, helpers ...string) *Script {
+// NewScript returns the script scripts/<file> taking keys keys and the
+// fields of A as its arguments: lua/<file> run after codes.lua and the
+// helper files it names (Redis scripts cannot import one another),
+// resolved into one file by go generate.
+func NewScript[A any](keys int, file string, helpers ...string) Declared[A] {
 	helpers = append([]string{"codes.lua"}, helpers...)
-	d := Declaration{File: file, Keys: keys, Helpers: helpers, MinArgs: -1}
+	d := Declaration{File: file, Keys: keys, Helpers: helpers, Args: reflect.TypeFor[A]()}
 	b, _ := scriptsFS.ReadFile("scripts/" + file) // none yet: TestScriptsGenerated writes it
 	d.src = string(b)
 	if h, err := argHeader(file, d.src); err == nil {
-		d.MinArgs, d.MaxArgs, d.args = h.Required, len(h.Names), h
-		if h.Rest {
-			d.MaxArgs = Variadic
-		}
+		d.required = h.Required
 	}
 	script := Lua(keys, d.src)
 	script.decl = &d
 	declMu.Lock()
 	declared = append(declared, d)
 	declMu.Unlock()
-	return script
+	return Declared[A]{script}
+}
+
+// Declared is a script NewScript declared, called with arguments of type A.
+// Tests may swap its Script for another version of it (the explorer's
+// planted bugs).
+type Declared[A any] struct{ *Script }
+
+// With is the call of the script on keys with args: each field of args in
+// order, a slice last spread; the header's optional fields, from the last,
+// are left out while zero (each argument costs Redis time on every call).
+func (d Declared[A]) With(keys []interface{}, args A) Run {
+	v := reflect.ValueOf(args)
+	n := v.NumField()
+	out := make([]interface{}, 0, len(keys)+n+4)
+	out = append(out, keys...)
+	required := n
+	if d.decl != nil {
+		required = d.decl.required
+	}
+	for n > required && v.Field(n-1).Kind() != reflect.Slice && v.Field(n-1).IsZero() {
+		n--
+	}
+	for i := 0; i < n; i++ {
+		f := v.Field(i)
+		if f.Kind() != reflect.Slice {
+			out = append(out, f.Interface())
+			continue
+		}
+		for j := 0; j < f.Len(); j++ {
+			out = append(out, f.Index(j).Interface())
+		}
+	}
+	return Run{Script: d.Script, KeysAndArgs: out}
+}
+
+// Run is one call of a script: the script, then its keys and arguments as
+// it takes them.
+type Run struct {
+	Script      *Script
+	KeysAndArgs []interface{}
+}
+
+// With is a call of s on keysAndArgs as given: for a script no registry
+// declares (Lua), or a test's forged arguments.
+func (s *Script) With(keysAndArgs ...interface{}) Run {
+	return Run{Script: s, KeysAndArgs: keysAndArgs}
 }
 
 // Source returns the declared script scripts/<file> as Redis runs it; it
@@ -130,57 +170,16 @@ func Source(file string) string {
 	panic("redsem: no script declared as " + file)
 }
 
-// Variadic is Declaration.MaxArgs for a script whose arguments end in a
-// list of any length.
-const Variadic = 1 << 20
-
-// ErrArity is a call of a script with more or fewer arguments than its
-// "-- ARGV:" header lists: a bug in redsem, never sent to Redis.
-var ErrArity = errors.New("redsem: internal error: script called with the wrong number of arguments")
-
-// checkArity returns ErrArity, wrapped with the script and the counts, when
-// keysAndArgs does not fit script's declaration.
-func checkArity(script *Script, keysAndArgs []interface{}) error {
-	var d Declaration
-	if script.decl != nil {
-		d = *script.decl
-	}
-	if n := len(keysAndArgs); n > 0 {
-		if bad, isBad := keysAndArgs[n-1].(badArgs); isBad {
-			return fmt.Errorf("%w: %s: %s", ErrArity, d.File, bad.why)
-		}
-	}
-	if script.decl == nil || d.MinArgs < 0 {
-		return nil
-	}
-	if n := len(keysAndArgs) - d.Keys; n < d.MinArgs || n > d.MaxArgs {
-		return fmt.Errorf("%w: %s takes %d keys and %s arguments, called with %d values",
-			ErrArity, d.File, d.Keys, d.argRange(), len(keysAndArgs))
-	}
-	return nil
-}
-
-func (d Declaration) argRange() string {
-	switch {
-	case d.MaxArgs == Variadic:
-		return fmt.Sprintf("%d or more", d.MinArgs)
-	case d.MaxArgs != d.MinArgs:
-		return fmt.Sprintf("%d to %d", d.MinArgs, d.MaxArgs)
-	}
-	return fmt.Sprint(d.MinArgs)
-}
-
 // Declaration is a script as Go declares it: its file, how many of its
-// arguments are keys, and the helper files it runs after; and how many
-// other arguments it takes by its header (MinArgs -1: the header could not
-// be read, which TestScriptHeadersMatchDeclarations reports).
+// arguments are keys, the helper files it runs after and the type of its
+// other arguments.
 type Declaration struct {
-	File             string
-	Keys             int
-	Helpers          []string
-	MinArgs, MaxArgs int
-	args             ArgHeader
-	src              string // as sent with EVAL
+	File     string
+	Keys     int
+	Helpers  []string
+	Args     reflect.Type
+	required int    // the fields With always sends: before the header's optional ones
+	src      string // as sent with EVAL
 }
 
 var (
@@ -188,101 +187,17 @@ var (
 	declared []Declaration
 )
 
-// Arg is one argument of a script call, under the name the script's
-// "-- ARGV:" header gives it.
-type Arg struct {
-	Name  string
-	Value interface{}
-}
-
-// A is the argument name = v.
-func A(name string, v interface{}) Arg { return Arg{Name: name, Value: v} }
-
-// Rest is what follows the named arguments of a script whose header ends in
-// a "then ..." item (the other tokens of a lease, a limit's values): any
-// number of values, spread after the named ones.
-func Rest(vs ...interface{}) Arg { return Arg{Name: restName, Value: vs} }
-
-// RestStrings is Rest of strings.
-func RestStrings(vs []string) Arg {
-	out := make([]interface{}, len(vs))
-	for i, v := range vs {
-		out[i] = v
-	}
-	return Rest(out...)
-}
-
-const restName = "then ..."
-
-// badArgs ends the keys and arguments Args built for a call whose names are
-// not its script's: RunScript, Call and BlockThenRun refuse such a call
-// before anything is sent (ErrArity).
-type badArgs struct{ why string }
-
-// Args returns the keys and arguments of a call of script: keys, then the
-// value of each argument. The arguments must be named as the script's
-// "-- ARGV:" header names them, in its order: all of the required ones, of
-// the optional ones any first few, then Rest if the header has a "then"
-// item. A call named otherwise is refused before anything is sent, with
-// ErrArity saying which name differs; so the Go side of every call states
-// each argument by name and cannot shift one against the script.
-func Args(script *Script, keys []interface{}, args ...Arg) []interface{} {
-	var d Declaration
-	ok := script.decl != nil
-	if ok {
-		d = *script.decl
-	}
-	out := make([]interface{}, 0, len(keys)+len(args)+4)
-	out = append(out, keys...)
-	var bad string
-	refuse := func(format string, v ...interface{}) {
-		if ok && bad == "" {
-			bad = fmt.Sprintf(format, v...)
-		}
-	}
-	i := 0
-	for j, a := range args {
-		if a.Name == restName {
-			switch {
-			case !d.args.Rest:
-				refuse("values after its arguments, which its header does not take")
-			case j != len(args)-1:
-				refuse("values before its argument %q", args[j+1].Name)
-			}
-			out = append(out, a.Value.([]interface{})...)
-			continue
-		}
-		switch {
-		case i >= len(d.args.Names):
-			refuse("argument %q after its %d", a.Name, len(d.args.Names))
-		case d.args.Names[i] != a.Name:
-			refuse("argument %d is %q, called as %q", i+1, d.args.Names[i], a.Name)
-		}
-		i++
-		out = append(out, a.Value)
-	}
-	if i < d.args.Required {
-		refuse("argument %q left out", d.args.Names[i])
-	}
-	if bad != "" {
-		out = append(out, badArgs{bad})
-	}
-	return out
-}
-
 // Pool is where the scripts' connections come from; redsem.Pool and
 // rate.Pool have this method set.
 type Pool interface {
 	GetContext(ctx context.Context) (redis.Conn, error)
 }
 
-// RunScript runs script on conn under ctx. A context that can never end
-// needs no watcher goroutine, so the plain call is used then, and one that
-// ends only at its deadline (Within) reads with that timeout instead.
-func RunScript(ctx context.Context, conn redis.Conn, script *Script, keysAndArgs ...interface{}) (interface{}, error) {
-	if err := checkArity(script, keysAndArgs); err != nil {
-		return nil, err
-	}
+// RunScript runs r on conn under ctx. A context that can never end needs
+// no watcher goroutine, so the plain call is used then, and one that ends
+// only at its deadline (Within) reads with that timeout instead.
+func RunScript(ctx context.Context, conn redis.Conn, r Run) (interface{}, error) {
+	script, keysAndArgs := r.Script, r.KeysAndArgs
 	if ctx.Done() == nil {
 		return script.Do(conn, keysAndArgs...)
 	}
@@ -305,7 +220,7 @@ func Within(parent context.Context, d time.Duration) (context.Context, context.C
 // deadlineOnly is a context that ends at its deadline and never before.
 type deadlineOnly struct{ context.Context }
 
-// Call runs script on a connection from pool. A pooled connection may be
+// Call runs r on a connection from pool. A pooled connection may be
 // dead (killed by CLIENT KILL, cut by a proxy, or from before a server
 // restart) and fail on first use, and so may every other idle connection of
 // the pool. So when an attempt fails on the connection and ctx is still
@@ -318,16 +233,16 @@ type deadlineOnly struct{ context.Context }
 // (nothing sent: Redis unreachable) ends Call at once, without a retry. Only
 // idempotent scripts go through Call; whether an earlier attempt took effect
 // is for the caller to judge.
-func Call(ctx context.Context, pool Pool, script *Script, keysAndArgs ...interface{}) (v interface{}, retried bool, err error) {
+func Call(ctx context.Context, pool Pool, r Run) (v interface{}, retried bool, err error) {
 	for attempt := 0; ; attempt++ {
 		var conn redis.Conn
 		conn, err = pool.GetContext(ctx)
 		if err != nil {
 			return nil, retried, err
 		}
-		v, err = RunScript(ctx, conn, script, keysAndArgs...)
+		v, err = RunScript(ctx, conn, r)
 		conn.Close()
-		if err == nil || IsRedisError(err) || errors.Is(err, ErrArity) || NotSent(err) || CtxErr(ctx) != nil {
+		if err == nil || IsRedisError(err) || NotSent(err) || CtxErr(ctx) != nil {
 			return v, retried, err
 		}
 		if attempt >= MaxDeadConns || (attempt >= 1 && !DeadConn(err)) {

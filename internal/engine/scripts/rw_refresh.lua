@@ -1,7 +1,7 @@
 -- rw_refresh.lua: extend an RWMutex lease that this acquisition still owns
 -- and that has not yet expired. An expired lease is never resurrected (FM-09).
 -- KEYS: meta, leases, holders, queue, waits (see rw_common.lua)
--- ARGV: token ("<epoch>:<mode>", unused), acqID, ttlMs
+-- ARGV: token ("<epoch>:<mode>", unused), acqID, ttlMs, then other tokens (never any)
 -- Returns {1, deadlineMs, nowUs} when extended, {0, 0, nowUs} when lost.
 -- A deadline moved earlier rings the head of the queue, which wakes by the
 -- earliest lease deadline: so a holder that shortens its lease and dies is

@@ -1,7 +1,7 @@
 -- rw_release.lua: give back an RWMutex lease, only while this acquisition
 -- still owns it, and let in the waiters it held up.
 -- KEYS: meta, leases, holders, queue, waits (see rw_common.lua)
--- ARGV: token ("<epoch>:<mode>", unused), acqID
+-- ARGV: token ("<epoch>:<mode>", unused), acqID, then other tokens (never any)
 -- Returns 1 when released, 0 when the lease is no longer recorded (expired
 -- and reclaimed, released before, or the lock was lost). A lease that
 -- expired but was not reclaimed yet is released normally.
