@@ -6,8 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 var write = flag.Bool("write", false, "write scripts/ from lua/ (go generate)")
@@ -116,4 +120,80 @@ func part(file string) string {
 		panic(err)
 	}
 	return string(b)
+}
+
+// A key a helper names but its script does not take (pend_key in
+// release.lua, whose helpers include the weighted collector's) is nil in
+// that script: it may appear only in functions the script never calls, so
+// that no call can reach Redis with a nil key. The check fails for a
+// script whose body calls such a function.
+func TestScriptsUseOnlyTheirKeys(t *testing.T) {
+	for _, d := range declarations() {
+		keys, err := headerKeys(d.File)
+		require.NoError(t, err)
+		assert.Empty(t, unboundKeyUses(d.src, keys), d.File)
+	}
+	bad := "local a_key = KEYS[1]\nlocal function f()\n  return b_key\nend\nlocal function g()\n  return f()\nend\ng()\n"
+	assert.Equal(t, []string{"b_key in f"}, unboundKeyUses(bad, []string{"a"}))
+	assert.Empty(t, unboundKeyUses(strings.TrimSuffix(bad, "g()\n"), []string{"a"}), "f is never called")
+}
+
+var (
+	keyUse      = regexp.MustCompile(`\b([a-z][a-z0-9]*)_key\b`)
+	luaFunction = regexp.MustCompile(`^local function ([A-Za-z_][A-Za-z0-9_]*)\(`)
+	luaCallOf   = regexp.MustCompile(`\b([A-Za-z_][A-Za-z0-9_]*)\(`)
+)
+
+// unboundKeyUses lists the uses of a <name>_key not among keys in the
+// top-level functions of src that its body reaches by calls, and in the
+// body itself ("in body"). A top-level function runs from its "local
+// function" line to the first "end" at the start of a line.
+func unboundKeyUses(src string, keys []string) []string {
+	bound := map[string]bool{}
+	for _, k := range keys {
+		bound[k] = true
+	}
+	code := map[string]string{} // function name → its lines; "body": the rest
+	fn := ""
+	for _, line := range strings.Split(src, "\n") {
+		if i := strings.Index(line, "--"); i >= 0 {
+			line = line[:i]
+		}
+		if m := luaFunction.FindStringSubmatch(line); m != nil && fn == "" {
+			fn = m[1]
+			continue
+		}
+		if fn == "" {
+			code["body"] += line + "\n"
+			continue
+		}
+		code[fn] += line + "\n"
+		if line == "end" {
+			fn = ""
+		}
+	}
+	reached := map[string]bool{"body": true}
+	todo := []string{"body"}
+	for len(todo) > 0 {
+		f := todo[0]
+		todo = todo[1:]
+		for _, m := range luaCallOf.FindAllStringSubmatch(code[f], -1) {
+			if _, ok := code[m[1]]; ok && !reached[m[1]] {
+				reached[m[1]] = true
+				todo = append(todo, m[1])
+			}
+		}
+	}
+	var out []string
+	for f := range reached {
+		seen := map[string]bool{}
+		for _, m := range keyUse.FindAllStringSubmatch(code[f], -1) {
+			if _, isFunc := code[m[0]]; !bound[m[1]] && !seen[m[1]] && !isFunc {
+				seen[m[1]] = true
+				out = append(out, m[1]+"_key in "+f)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
 }
