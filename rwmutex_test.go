@@ -284,13 +284,17 @@ func rwLeaseContract(t *testing.T) { // run by TestLease_Refresh_inTime
 		ctx := ctxT(t, time.Minute)
 		// TTLs of a second and more: a loaded machine's slow round trip or
 		// late refresh must not end a lease the test means to be live.
-		m := newRW(t, b, "contract", WithTTL(time.Second), WithFixedTTL())
-		l, err := m.Lock(ctx)
+		// The first lease's TTL leaves a -race run on a loaded machine
+		// time between its grant and its refresh (CI met 1 s expiring).
+		long := newRW(t, b, "contract", WithTTL(10*time.Second), WithFixedTTL())
+		l, err := long.Lock(ctx)
 		require.NoError(t, err)
 		assert.Regexp(t, `^[0-9a-f]{12}:w$`, l.Token())
-		require.NoError(t, l.Refresh(ctx, time.Second))
+		require.NoError(t, l.Refresh(ctx, 10*time.Second))
 		require.NoError(t, l.Release(ctx))
 		require.ErrorIs(t, l.Refresh(ctx, time.Second), ErrReleased)
+
+		m := newRW(t, b, "contract", WithTTL(time.Second), WithFixedTTL())
 
 		r, err := m.RLock(ctx)
 		require.NoError(t, err)
