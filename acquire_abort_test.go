@@ -52,14 +52,17 @@ func TestSemaphore_Acquire_abortLeavesAnotherHoldersLease(t *testing.T) {
 func TestSemaphore_Acquire_abortTombstoneLowersDue(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 20*time.Second)
+		ctx := ctxT(t, 40*time.Second)
 		s := newSem(t, b, "abort-due", 1, WithTTL(time.Minute))
 		l, err := s.TryAcquire(ctx)
 		require.NoError(t, err)
 		require.NoError(t, l.Release(ctx)) // due is now a minute away
 
 		acq := engine.NewAcqID()
-		args := append(s.k.all(5), s.k.pend(acq), acq, "release", 200)
+		// A tombstone of 3s: long enough that a loaded machine's next
+		// steps run before it expires (CI met 200ms passing first), far
+		// below the minute to the next lease deadline.
+		args := append(s.k.all(5), s.k.pend(acq), acq, "release", 3000)
 		r, err := parseAcquireReply(engine.Abort.Do(b.pool.Get(), args...))
 		require.NoError(t, err)
 		require.Equal(t, int64(0), r.Code, "nothing held: a tombstone")
@@ -69,13 +72,13 @@ func TestSemaphore_Acquire_abortTombstoneLowersDue(t *testing.T) {
 		require.ErrorIs(t, err, ErrNoToken)
 
 		var got *Lease
-		for end := time.Now().Add(3 * time.Second); got == nil && time.Now().Before(end); {
+		for end := time.Now().Add(20 * time.Second); got == nil && time.Now().Before(end); {
 			if got, err = s.TryAcquire(ctx); err != nil {
 				require.ErrorIs(t, err, ErrNoToken)
 				time.Sleep(50 * time.Millisecond)
 			}
 		}
-		require.NotNil(t, got, "the token stranded behind a 200ms tombstone was not swept within 3s")
+		require.NotNil(t, got, "the token stranded behind a 3s tombstone was not swept within 20s")
 		require.NoError(t, got.Release(ctx))
 		requireInventory(t, s, 1, 0)
 	})
