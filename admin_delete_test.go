@@ -84,7 +84,16 @@ func deleteWithWeightedWaiters(t *testing.T, b *backend, name string) (raced boo
 	now, _ := redis.String(b.read(t, "HGET", s.k.meta, "epoch"), nil)
 	cancel()
 	errFirst, errSecond := <-first, <-second
-	if len(keys) > 0 && now != "" && now != epoch {
+	if (len(keys) > 0 && now != "" && now != epoch) || errFirst == nil || errSecond == nil {
+		// Even then, nothing of the deleted epoch is left.
+		for _, read := range [][]interface{}{{"LRANGE", s.k.tokens, 0, -1}, {"ZRANGE", s.k.leases, 0, -1},
+			{"HGETALL", s.k.holders}} {
+			all, err := redis.Strings(b.read(t, read[0].(string), read[1:]...), nil)
+			require.NoError(t, err)
+			for _, v := range all {
+				assert.NotContains(t, v, epoch+":", "%v: a token of the deleted epoch", read)
+			}
+		}
 		return true
 	}
 	assert.Empty(t, keys, "nothing of the semaphore is left")

@@ -123,9 +123,10 @@ func part(file string) string {
 }
 
 // A key a helper names but its script does not take (pend_key in
-// release.lua, whose helpers include the weighted collector's) is nil in
-// that script: it may appear only in functions the script never calls, so
-// that no call can reach Redis with a nil key. The check fails for a
+// release.lua, whose helpers include the weighted collector's) is an
+// undefined global in that script (an error in Redis, nil in miniredis): it
+// may appear only in functions the script never calls, so that no run
+// reaches it. The check fails for a
 // script whose body calls such a function.
 func TestScriptsUseOnlyTheirKeys(t *testing.T) {
 	for _, d := range declarations() {

@@ -133,6 +133,8 @@ func argTypeMismatches(decls []Declaration) []string {
 			out = append(out, fmt.Sprintf("%s: %s ends in a list: %v, its header: %v", d.File, d.Args, slice, h.Rest))
 		case h.Rest && h.Required != len(h.Names):
 			out = append(out, fmt.Sprintf("%s: optional arguments before a list", d.File))
+		case d.required != h.Required:
+			out = append(out, fmt.Sprintf("%s: With always sends %d arguments, its header requires %d", d.File, d.required, h.Required))
 		}
 	}
 	return out

@@ -309,7 +309,7 @@ type Script struct {
 }
 
 // Lua returns the script src taking keys keys (-1: the caller passes the
-// count before them), declared nowhere: no arity check.
+// count before them), declared nowhere: its arguments are sent as given.
 func Lua(keys int, src string) *Script { return &Script{keys: keys, src: src} }
 
 // Src is the script's source, as EVAL sends it.
