@@ -34,6 +34,7 @@ type Server struct {
 	args []string
 	pid  int
 	done chan error // receives the exit status of the current process
+	held int        // a socket bound to Port while the server is down; 0: none
 	ping []redis.DialOption
 	tb   testing.TB
 }
@@ -101,7 +102,7 @@ func startWith(tb testing.TB, args func(s *Server) []string, ping []redis.DialOp
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		s.args = args(s)
 		if lastErr = s.start(); lastErr == nil {
-			tb.Cleanup(s.Kill)
+			tb.Cleanup(func() { s.Kill(); s.unhold() })
 			return s
 		}
 	}
@@ -110,6 +111,7 @@ func startWith(tb testing.TB, args func(s *Server) []string, ping []redis.DialOp
 }
 
 func (s *Server) start() error {
+	s.unhold()
 	cmd := exec.Command(s.bin, s.args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -164,7 +166,10 @@ func freePort() (int, error) {
 func (s *Server) Pid() int { return s.pid }
 
 // Kill stops the server with SIGKILL and waits for it; a no-op when it is
-// not running.
+// not running. Its port stays taken until Restart or the test's end (a
+// socket bound to it that does not listen), so that a client dialing it is
+// refused, as by a server that is gone, and never reaches the server
+// another test started on a port freed a moment before.
 func (s *Server) Kill() {
 	if s.done == nil {
 		return
@@ -172,6 +177,33 @@ func (s *Server) Kill() {
 	_ = syscall.Kill(s.pid, syscall.SIGKILL)
 	<-s.done
 	s.done = nil
+	s.hold()
+}
+
+// hold binds a socket to the server's port, without listening: the
+// kernel's choice of a free port (every test server's and miniredis's)
+// passes over it, and a connect to it is refused. SO_REUSEADDR lets it
+// bind while the killed server's connections linger in TIME_WAIT. A
+// failure leaves the port as it is.
+func (s *Server) hold() {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	_ = syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
+	if syscall.Bind(fd, &syscall.SockaddrInet4{Port: s.Port, Addr: [4]byte{127, 0, 0, 1}}) != nil {
+		syscall.Close(fd)
+		return
+	}
+	s.held = fd
+}
+
+// unhold frees the port hold took, if it did.
+func (s *Server) unhold() {
+	if s.held != 0 {
+		syscall.Close(s.held)
+		s.held = 0
+	}
 }
 
 // Signal sends sig to the server process (e.g. SIGSTOP, SIGCONT).
