@@ -93,6 +93,7 @@ func TestMutants_ofTheSourcesStayWellFormed(t *testing.T) {
 	if err := os.Chdir("../.."); err != nil {
 		t.Fatal(err)
 	}
+	ids := map[string]bool{}
 	for _, lang := range []string{"lua", "go"} {
 		ms, err := mutants(lang)
 		if err != nil {
@@ -102,6 +103,7 @@ func TestMutants_ofTheSourcesStayWellFormed(t *testing.T) {
 			t.Fatalf("%s: only %d mutants", lang, len(ms))
 		}
 		for _, m := range ms {
+			ids[m.ID] = true
 			b, err := os.ReadFile(m.File)
 			if err != nil {
 				t.Fatal(err)
@@ -115,6 +117,20 @@ func TestMutants_ofTheSourcesStayWellFormed(t *testing.T) {
 				}
 			} else if _, err := parser.ParseFile(token.NewFileSet(), m.File, src, parser.SkipObjectResolution); err != nil {
 				t.Errorf("%s: %v", m.ID, err)
+			}
+		}
+	}
+	// What killed.txt and survivors.txt record names mutants of the files
+	// as they are: an edit that moves a recorded mutant's line or column
+	// moves its id too.
+	for _, f := range []string{"internal/mutate/killed.txt", "internal/mutate/survivors.txt"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n, line := range strings.Split(string(b), "\n") {
+			if fs := strings.Fields(line); len(fs) > 0 && !strings.HasPrefix(fs[0], "#") && !ids[fs[0]] {
+				t.Errorf("%s:%d: %s is no mutant of the files now (-list prints the ids)", f, n+1, fs[0])
 			}
 		}
 	}
