@@ -62,6 +62,17 @@ func TestHoldingKeepsInFlightAndRate(t *testing.T) {
 					most = max(most, running)
 					starts = append(starts, st.At)
 					mu.Unlock()
+					// Hold until another holder runs too (or every start
+					// is made, or 2s pass): the test must see the slots
+					// full, whatever the machine's speed.
+					for held := time.Now(); time.Since(held) < 2*time.Second; time.Sleep(time.Millisecond) {
+						mu.Lock()
+						full := running >= inflight || len(starts) == 16
+						mu.Unlock()
+						if full {
+							break
+						}
+					}
 					time.Sleep(15 * time.Millisecond)
 					mu.Lock()
 					running--
