@@ -17,7 +17,7 @@ if #acq < 16 or string.find(acq, '[|:]') or not k or not tomb
   or (mode ~= 'release' and mode ~= 'resolve') then
   return redis.error_reply('REDSEM_ARG invalid arguments to abort_n')
 end
-local err = check_types(5) or type_err(pend_key, 'list') or type_err(bell_key, 'list')
+local err = check_types(meta_key, tokens_key, leases_key, holders_key, waits_key) or type_err(pend_key, 'list') or type_err(bell_key, 'list')
   or type_err(queue_key, 'list') or type_err(part_of(acq), 'list')
 if err then return redis.error_reply(err) end
 local now = now_us()

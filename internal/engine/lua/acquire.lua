@@ -41,7 +41,7 @@ end
 -- changed before the script fails.
 local err
 if not fresh then
-  err = check_types(5) or type_err(pend_key, 'list')
+  err = check_types(meta_key, tokens_key, leases_key, holders_key, waits_key) or type_err(pend_key, 'list')
   if err then return unmoved(true, err) end
 end
 -- A tombstone: the client settled this acquisition (abort.lua) before this
@@ -59,7 +59,7 @@ if err then return unmoved(not fresh, err) end
 
 local due_now
 if not fresh or not msize or now_ms >= due or over > 0 then
-  if fresh then err = check_types(5) end
+  if fresh then err = check_types(meta_key, tokens_key, leases_key, holders_key, waits_key) end
   if not err and msize and now_ms >= due then due_now, err = overdue(now_ms, 100) end
   if err then return unmoved(not fresh, err) end
 end

@@ -5,7 +5,7 @@
 -- Returns {exists, size, epoch, nowUs, leased, pending, free, retired, dups,
 -- strangers, missing, held}; see inventory.lua for what each list holds.
 
-local err = check_types(5)
+local err = check_types(meta_key, tokens_key, leases_key, holders_key, waits_key)
 if err then return redis.error_reply(err) end
 local size, epoch, _
 size, epoch, _, _, err = read_meta()

@@ -15,7 +15,7 @@ local op, acq, value = ARGV[1], ARGV[2], ARGV[3]
 if (op ~= 'claim' and op ~= 'resign' and op ~= 'wake') or #acq < 16 or string.find(acq, '[|:]') then
   return redis.error_reply('REDSEM_ARG invalid arguments to election')
 end
-local err = check_el_types(6)
+local err = check_el_types(meta_key, leases_key, holders_key, leader_key, log_key, observers_key)
 if err then return redis.error_reply(err) end
 local now = now_us()
 if op == 'wake' then

@@ -20,10 +20,10 @@
 
 local LOG_MAX = 100
 
-local function check_el_types(n)
+local function check_el_types(...)
   local want = {'hash', 'zset', 'hash', 'hash', 'list', 'zset', 'list'}
-  for i = 1, n do
-    local e = type_err(KEYS[i], want[i])
+  for i, key in ipairs({...}) do
+    local e = type_err(key, want[i])
     if e then return e end
   end
   return nil

@@ -20,7 +20,7 @@ local block, grace = int_arg(ARGV[4], 0, 1e9), int_arg(ARGV[5], 0, 1e9)
 if #obs < 16 or not after or not block or not grace then
   return redis.error_reply('REDSEM_ARG invalid arguments to election_observe')
 end
-local err = check_el_types(7)
+local err = check_el_types(meta_key, leases_key, holders_key, leader_key, log_key, observers_key, bell_key)
 if err then return redis.error_reply(err) end
 redis.call('DEL', bell_key)
 local now = now_us()

@@ -14,7 +14,7 @@ local acq, mode, tomb = ARGV[1], ARGV[2], int_arg(ARGV[3], 0, 1e12)
 if not tomb or (mode ~= 'release' and mode ~= 'resolve') then
   return redis.error_reply('REDSEM_ARG invalid arguments to rate_abort')
 end
-local err = check_rate_types(9)
+local err = check_rate_types(meta_key, holders_key, queue_key, waits_key, log1_key, log2_key, log3_key, log4_key, inbox_key)
 if err then return redis.error_reply(err) end
 local now = now_us()
 local st

@@ -43,11 +43,11 @@ local function log_key(i)
   return log_keys[i]
 end
 
--- check_rate_types checks the first nkeys keys of the layout above.
-local function check_rate_types(nkeys)
+-- check_rate_types checks the keys given, in the order of the layout above.
+local function check_rate_types(...)
   local want = {'hash', 'hash', 'list', 'zset', 'zset', 'zset', 'zset', 'zset', 'list'}
-  for i = 1, nkeys do
-    local e = type_err(KEYS[i], want[i])
+  for i, key in ipairs({...}) do
+    local e = type_err(key, want[i])
     if e then return e end
   end
   return nil

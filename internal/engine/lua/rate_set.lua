@@ -71,7 +71,7 @@ local function count_forgotten(st, i, was, now, idle_us)
   redis.call('HSET', holders_key, 'g:' .. id, table.concat(rec, ' '))
 end
 
-local err = check_rate_types(8)
+local err = check_rate_types(meta_key, holders_key, queue_key, waits_key, log1_key, log2_key, log3_key, log4_key)
 if err then return redis.error_reply(err) end
 local now = now_us()
 

@@ -7,7 +7,7 @@
 -- that no script has let go yet, and the log entries without a grant record
 -- among those looked at (up to 1000 from the oldest).
 
-local err = check_rate_types(8)
+local err = check_rate_types(meta_key, holders_key, queue_key, waits_key, log1_key, log2_key, log3_key, log4_key)
 if err then return redis.error_reply(err) end
 local now = now_us()
 local meta = redis.call('HGETALL', meta_key)

@@ -41,7 +41,7 @@ if not want or #acq < 16 or string.find(acq, '[|:]') or not block or not grace o
   or (ARGV[5] ~= 'fresh' and ARGV[5] ~= 'wait') then
   return redis.error_reply('REDSEM_ARG invalid arguments to rate_take')
 end
-local err = check_rate_types(9)
+local err = check_rate_types(meta_key, holders_key, queue_key, waits_key, log1_key, log2_key, log3_key, log4_key, inbox_key)
 if err then return redis.error_reply(err) end
 local now = now_us()
 

@@ -7,7 +7,7 @@
 
 local limit = int_arg(ARGV[1], 1, 100000)
 if not limit then return redis.error_reply('REDSEM_ARG invalid limit') end
-local err = check_types(5)
+local err = check_types(meta_key, tokens_key, leases_key, holders_key, waits_key)
 if err then return redis.error_reply(err) end
 local size, epoch, _
 size, epoch, _, _, err = read_meta()

@@ -20,7 +20,7 @@
 -- add a permit; while anything is held or in flight, a missing token may be
 -- that very one (its lease record lost or damaged), so nothing is minted.
 
-local err = check_types(5)
+local err = check_types(meta_key, tokens_key, leases_key, holders_key, waits_key)
 if err then return redis.error_reply(err) end
 local size, epoch, _
 size, epoch, _, _, err = read_meta()

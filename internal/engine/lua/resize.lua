@@ -15,7 +15,7 @@ local idle = int_arg(ARGV[3] or '0', 0, 1e12)
 if not idle or not n or not seed or #seed < 12 or string.find(seed, '[|:]') then
   return redis.error_reply('REDSEM_ARG invalid arguments to resize')
 end
-local err = check_types(5)
+local err = check_types(meta_key, tokens_key, leases_key, holders_key, waits_key)
 if err then return redis.error_reply(err) end
 local size, epoch, _
 size, epoch, _, _, err = read_meta()

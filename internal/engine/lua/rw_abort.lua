@@ -15,7 +15,7 @@ local tomb, ttl = int_arg(ARGV[3], 0, 1e9), int_arg(ARGV[4], 1, 1e12)
 if not tomb or not ttl or (mode ~= 'release' and mode ~= 'resolve') then
   return redis.error_reply('REDSEM_ARG invalid arguments to rw_abort')
 end
-local st, err = rw_open(6)
+local st, err = rw_open(meta_key, leases_key, holders_key, queue_key, waits_key, bell_key)
 if err then return redis.error_reply(err) end
 local now = now_us()
 local now_ms = math.floor(now / 1000)

@@ -26,7 +26,7 @@ if #acq < 16 or string.find(acq, '[|:]') or (mode ~= 'r' and mode ~= 'w') or not
   or not block or not grace or (phase ~= 'fresh' and phase ~= 'wait') then
   return redis.error_reply('REDSEM_ARG invalid arguments to rw_acquire')
 end
-local st, err = rw_open(6)
+local st, err = rw_open(meta_key, leases_key, holders_key, queue_key, waits_key, bell_key)
 if err then return redis.error_reply(err) end
 local now = now_us()
 local now_ms = math.floor(now / 1000)

@@ -19,10 +19,10 @@
 -- a grant is provisional (p) for min(ttl, max(grace, 1s)) until its
 -- waiter's script confirms it with a full TTL.
 
-local function check_rw_types(n)
+local function check_rw_types(...)
   local want = {'hash', 'zset', 'hash', 'list', 'zset', 'list'}
-  for i = 1, n do
-    local e = type_err(KEYS[i], want[i])
+  for i, key in ipairs({...}) do
+    local e = type_err(key, want[i])
     if e then return e end
   end
   return nil
@@ -49,9 +49,9 @@ local function rw_state()
   return {epoch = m[1], fence = fence, writer = writer}, nil
 end
 
--- rw_open checks the first n keys' types, then reads meta.
-local function rw_open(n)
-  local err = check_rw_types(n)
+-- rw_open checks the types of the keys given, then reads meta.
+local function rw_open(...)
+  local err = check_rw_types(...)
   if err then return nil, err end
   return rw_state()
 end

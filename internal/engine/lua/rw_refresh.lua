@@ -9,7 +9,7 @@
 
 local acq, ttl = ARGV[2], int_arg(ARGV[3], 1, 1e12)
 if not ttl then return redis.error_reply('REDSEM_ARG invalid ttl') end
-local err = check_rw_types(5)
+local err = check_rw_types(meta_key, leases_key, holders_key, queue_key, waits_key)
 if err then return redis.error_reply(err) end
 local now = now_us()
 local now_ms = math.floor(now / 1000)

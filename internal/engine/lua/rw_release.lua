@@ -7,7 +7,7 @@
 -- expired but was not reclaimed yet is released normally.
 
 local acq = ARGV[2]
-local st, err = rw_open(5)
+local st, err = rw_open(meta_key, leases_key, holders_key, queue_key, waits_key)
 if err then return redis.error_reply(err) end
 if not st then return not_here(leases_key) or 0 end
 local l = lease_of(acq)

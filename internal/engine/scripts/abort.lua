@@ -120,10 +120,10 @@ local function shrink_count(s)
   return math.min(math.floor(n), 100000)
 end
 
-local function check_types(n)
+local function check_types(...)
   local want = {'hash', 'list', 'zset', 'hash', 'zset'}
-  for i = 1, n do
-    local e = type_err(KEYS[i], want[i])
+  for i, key in ipairs({...}) do
+    local e = type_err(key, want[i])
     if e then return e end
   end
   return nil
@@ -608,7 +608,7 @@ local acq, mode, tomb = ARGV[1], ARGV[2], int_arg(ARGV[3], 0, 1e9)
 if not tomb or (mode ~= 'release' and mode ~= 'resolve') then
   return redis.error_reply('REDSEM_ARG invalid arguments to abort')
 end
-local err = check_types(5)
+local err = check_types(meta_key, tokens_key, leases_key, holders_key, waits_key)
 if err then return redis.error_reply(err) end
 err = type_err(pend_key, 'list')
 if err then return redis.error_reply(err) end

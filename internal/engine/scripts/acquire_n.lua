@@ -142,10 +142,10 @@ local function shrink_count(s)
   return math.min(math.floor(n), 100000)
 end
 
-local function check_types(n)
+local function check_types(...)
   local want = {'hash', 'list', 'zset', 'hash', 'zset'}
-  for i = 1, n do
-    local e = type_err(KEYS[i], want[i])
+  for i, key in ipairs({...}) do
+    local e = type_err(key, want[i])
     if e then return e end
   end
   return nil
@@ -902,7 +902,7 @@ local fresh = phase == 'fresh'
 local try = block == 0 -- TryAcquireN: phase "fresh" or "more"
 -- All reads and checks come before the first write.
 local part = part_of(acq)
-local err = check_types(5) or type_err(pend_key, 'list') or type_err(bell_key, 'list')
+local err = check_types(meta_key, tokens_key, leases_key, holders_key, waits_key) or type_err(pend_key, 'list') or type_err(bell_key, 'list')
   or type_err(queue_key, 'list') or type_err(part, 'list')
 if err then return unmoved(phase == 'wait', err) end
 local aborted = tombstone_of(acq) -- see acquire.lua

@@ -119,10 +119,10 @@ end
 
 local LOG_MAX = 100
 
-local function check_el_types(n)
+local function check_el_types(...)
   local want = {'hash', 'zset', 'hash', 'hash', 'list', 'zset', 'list'}
-  for i = 1, n do
-    local e = type_err(KEYS[i], want[i])
+  for i, key in ipairs({...}) do
+    local e = type_err(key, want[i])
     if e then return e end
   end
   return nil
@@ -203,7 +203,7 @@ local block, grace = int_arg(ARGV[4], 0, 1e9), int_arg(ARGV[5], 0, 1e9)
 if #obs < 16 or not after or not block or not grace then
   return redis.error_reply('REDSEM_ARG invalid arguments to election_observe')
 end
-local err = check_el_types(7)
+local err = check_el_types(meta_key, leases_key, holders_key, leader_key, log_key, observers_key, bell_key)
 if err then return redis.error_reply(err) end
 redis.call('DEL', bell_key)
 local now = now_us()

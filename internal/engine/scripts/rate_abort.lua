@@ -139,11 +139,11 @@ local function log_key(i)
   return log_keys[i]
 end
 
--- check_rate_types checks the first nkeys keys of the layout above.
-local function check_rate_types(nkeys)
+-- check_rate_types checks the keys given, in the order of the layout above.
+local function check_rate_types(...)
   local want = {'hash', 'hash', 'list', 'zset', 'zset', 'zset', 'zset', 'zset', 'list'}
-  for i = 1, nkeys do
-    local e = type_err(KEYS[i], want[i])
+  for i, key in ipairs({...}) do
+    local e = type_err(key, want[i])
     if e then return e end
   end
   return nil
@@ -591,7 +591,7 @@ local acq, mode, tomb = ARGV[1], ARGV[2], int_arg(ARGV[3], 0, 1e12)
 if not tomb or (mode ~= 'release' and mode ~= 'resolve') then
   return redis.error_reply('REDSEM_ARG invalid arguments to rate_abort')
 end
-local err = check_rate_types(9)
+local err = check_rate_types(meta_key, holders_key, queue_key, waits_key, log1_key, log2_key, log3_key, log4_key, inbox_key)
 if err then return redis.error_reply(err) end
 local now = now_us()
 local st

@@ -147,11 +147,11 @@ local function log_key(i)
   return log_keys[i]
 end
 
--- check_rate_types checks the first nkeys keys of the layout above.
-local function check_rate_types(nkeys)
+-- check_rate_types checks the keys given, in the order of the layout above.
+local function check_rate_types(...)
   local want = {'hash', 'hash', 'list', 'zset', 'zset', 'zset', 'zset', 'zset', 'list'}
-  for i = 1, nkeys do
-    local e = type_err(KEYS[i], want[i])
+  for i, key in ipairs({...}) do
+    local e = type_err(key, want[i])
     if e then return e end
   end
   return nil
@@ -647,7 +647,7 @@ local function count_forgotten(st, i, was, now, idle_us)
   redis.call('HSET', holders_key, 'g:' .. id, table.concat(rec, ' '))
 end
 
-local err = check_rate_types(8)
+local err = check_rate_types(meta_key, holders_key, queue_key, waits_key, log1_key, log2_key, log3_key, log4_key)
 if err then return redis.error_reply(err) end
 local now = now_us()
 

@@ -115,10 +115,10 @@ local function shrink_count(s)
   return math.min(math.floor(n), 100000)
 end
 
-local function check_types(n)
+local function check_types(...)
   local want = {'hash', 'list', 'zset', 'hash', 'zset'}
-  for i = 1, n do
-    local e = type_err(KEYS[i], want[i])
+  for i, key in ipairs({...}) do
+    local e = type_err(key, want[i])
     if e then return e end
   end
   return nil
@@ -601,7 +601,7 @@ end
 -- The rest of reclaim.lua (its header is at the top).
 local limit = int_arg(ARGV[1], 1, 100000)
 if not limit then return redis.error_reply('REDSEM_ARG invalid limit') end
-local err = check_types(5)
+local err = check_types(meta_key, tokens_key, leases_key, holders_key, waits_key)
 if err then return redis.error_reply(err) end
 local size, epoch, _
 size, epoch, _, _, err = read_meta()

@@ -230,10 +230,10 @@ local function shrink_count(s)
   return math.min(math.floor(n), 100000)
 end
 
-local function check_types(n)
+local function check_types(...)
   local want = {'hash', 'list', 'zset', 'hash', 'zset'}
-  for i = 1, n do
-    local e = type_err(KEYS[i], want[i])
+  for i, key in ipairs({...}) do
+    local e = type_err(key, want[i])
     if e then return e end
   end
   return nil

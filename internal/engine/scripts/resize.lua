@@ -119,10 +119,10 @@ local function shrink_count(s)
   return math.min(math.floor(n), 100000)
 end
 
-local function check_types(n)
+local function check_types(...)
   local want = {'hash', 'list', 'zset', 'hash', 'zset'}
-  for i = 1, n do
-    local e = type_err(KEYS[i], want[i])
+  for i, key in ipairs({...}) do
+    local e = type_err(key, want[i])
     if e then return e end
   end
   return nil
@@ -609,7 +609,7 @@ local idle = int_arg(ARGV[3] or '0', 0, 1e12)
 if not idle or not n or not seed or #seed < 12 or string.find(seed, '[|:]') then
   return redis.error_reply('REDSEM_ARG invalid arguments to resize')
 end
-local err = check_types(5)
+local err = check_types(meta_key, tokens_key, leases_key, holders_key, waits_key)
 if err then return redis.error_reply(err) end
 local size, epoch, _
 size, epoch, _, _, err = read_meta()

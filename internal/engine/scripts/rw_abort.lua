@@ -111,10 +111,10 @@ end
 -- a grant is provisional (p) for min(ttl, max(grace, 1s)) until its
 -- waiter's script confirms it with a full TTL.
 
-local function check_rw_types(n)
+local function check_rw_types(...)
   local want = {'hash', 'zset', 'hash', 'list', 'zset', 'list'}
-  for i = 1, n do
-    local e = type_err(KEYS[i], want[i])
+  for i, key in ipairs({...}) do
+    local e = type_err(key, want[i])
     if e then return e end
   end
   return nil
@@ -141,9 +141,9 @@ local function rw_state()
   return {epoch = m[1], fence = fence, writer = writer}, nil
 end
 
--- rw_open checks the first n keys' types, then reads meta.
-local function rw_open(n)
-  local err = check_rw_types(n)
+-- rw_open checks the types of the keys given, then reads meta.
+local function rw_open(...)
+  local err = check_rw_types(...)
   if err then return nil, err end
   return rw_state()
 end
@@ -288,7 +288,7 @@ local tomb, ttl = int_arg(ARGV[3], 0, 1e9), int_arg(ARGV[4], 1, 1e12)
 if not tomb or not ttl or (mode ~= 'release' and mode ~= 'resolve') then
   return redis.error_reply('REDSEM_ARG invalid arguments to rw_abort')
 end
-local st, err = rw_open(6)
+local st, err = rw_open(meta_key, leases_key, holders_key, queue_key, waits_key, bell_key)
 if err then return redis.error_reply(err) end
 local now = now_us()
 local now_ms = math.floor(now / 1000)

@@ -107,10 +107,10 @@ end
 -- a grant is provisional (p) for min(ttl, max(grace, 1s)) until its
 -- waiter's script confirms it with a full TTL.
 
-local function check_rw_types(n)
+local function check_rw_types(...)
   local want = {'hash', 'zset', 'hash', 'list', 'zset', 'list'}
-  for i = 1, n do
-    local e = type_err(KEYS[i], want[i])
+  for i, key in ipairs({...}) do
+    local e = type_err(key, want[i])
     if e then return e end
   end
   return nil
@@ -137,9 +137,9 @@ local function rw_state()
   return {epoch = m[1], fence = fence, writer = writer}, nil
 end
 
--- rw_open checks the first n keys' types, then reads meta.
-local function rw_open(n)
-  local err = check_rw_types(n)
+-- rw_open checks the types of the keys given, then reads meta.
+local function rw_open(...)
+  local err = check_rw_types(...)
   if err then return nil, err end
   return rw_state()
 end
@@ -281,7 +281,7 @@ end
 -- The rest of rw_refresh.lua (its header is at the top).
 local acq, ttl = ARGV[2], int_arg(ARGV[3], 1, 1e12)
 if not ttl then return redis.error_reply('REDSEM_ARG invalid ttl') end
-local err = check_rw_types(5)
+local err = check_rw_types(meta_key, leases_key, holders_key, queue_key, waits_key)
 if err then return redis.error_reply(err) end
 local now = now_us()
 local now_ms = math.floor(now / 1000)

@@ -106,10 +106,10 @@ end
 -- a grant is provisional (p) for min(ttl, max(grace, 1s)) until its
 -- waiter's script confirms it with a full TTL.
 
-local function check_rw_types(n)
+local function check_rw_types(...)
   local want = {'hash', 'zset', 'hash', 'list', 'zset', 'list'}
-  for i = 1, n do
-    local e = type_err(KEYS[i], want[i])
+  for i, key in ipairs({...}) do
+    local e = type_err(key, want[i])
     if e then return e end
   end
   return nil
@@ -136,9 +136,9 @@ local function rw_state()
   return {epoch = m[1], fence = fence, writer = writer}, nil
 end
 
--- rw_open checks the first n keys' types, then reads meta.
-local function rw_open(n)
-  local err = check_rw_types(n)
+-- rw_open checks the types of the keys given, then reads meta.
+local function rw_open(...)
+  local err = check_rw_types(...)
   if err then return nil, err end
   return rw_state()
 end
@@ -279,7 +279,7 @@ end
 
 -- The rest of rw_release.lua (its header is at the top).
 local acq = ARGV[2]
-local st, err = rw_open(5)
+local st, err = rw_open(meta_key, leases_key, holders_key, queue_key, waits_key)
 if err then return redis.error_reply(err) end
 if not st then return not_here(leases_key) or 0 end
 local l = lease_of(acq)
