@@ -76,12 +76,12 @@ func deleteWithWeightedWaiters(t *testing.T, b *backend, name string) (raced boo
 	go func() { _, err := s.AcquireN(wctx, 2); second <- err }()
 	require.Eventually(t, func() bool { return b.llen(t, s.k.wqueue()) == 1 }, 5*time.Second, time.Millisecond)
 	time.Sleep(50 * time.Millisecond)
-	epoch, err := redis.String(b.read(t, "HGET", s.k.meta, "epoch"), nil)
+	epoch, err := redis.String(b.read(t, "HGET", s.k.meta, "gen"), nil)
 	require.NoError(t, err)
 	require.NoError(t, s.Delete(ctx))
 	keys, err := redis.Strings(b.read(t, "KEYS", "*{"+name+"}*"), nil)
 	require.NoError(t, err)
-	now, _ := redis.String(b.read(t, "HGET", s.k.meta, "epoch"), nil)
+	now, _ := redis.String(b.read(t, "HGET", s.k.meta, "gen"), nil)
 	cancel()
 	errFirst, errSecond := <-first, <-second
 	if (len(keys) > 0 && now != "" && now != epoch) || errFirst == nil || errSecond == nil {

@@ -44,7 +44,9 @@ var (
 	ErrSizeMismatch = errors.New("redsem: size mismatch")
 
 	// ErrWrongType is returned when a key of the semaphore holds a Redis value
-	// of another type (someone else wrote to it). Nothing was written.
+	// of another type (someone else wrote to it), or when clients of redsem
+	// before protocol v2 use the name (CHANGELOG: how to deploy across the
+	// change). Nothing was written.
 	ErrWrongType = engine.ErrWrongType
 
 	// ErrCorrupt is returned when the semaphore's keys are inconsistent in a

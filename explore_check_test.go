@@ -156,7 +156,7 @@ func (r *run) view() srvView {
 	if m.Type(k.meta) == "hash" {
 		size, _ := strconv.Atoi(m.HGet(k.meta, "size"))
 		v.size = size
-		v.epoch = m.HGet(k.meta, "epoch")
+		v.epoch = m.HGet(k.meta, "gen")
 		v.exists = size > 0 && v.epoch != ""
 		v.fence, _ = strconv.ParseFloat(m.HGet(k.meta, "fence"), 64)
 		v.over, _ = strconv.Atoi(m.HGet(k.meta, "over"))

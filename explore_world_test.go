@@ -1038,7 +1038,7 @@ func (r *run) applyStranger(i int) {
 // a valid token (the lowest slot), a token of an older epoch, or garbage
 // (mu held). Copies are counted, so the inventory check allows them.
 func (r *run) forge(kind string) {
-	epoch := r.m.HGet(r.k.meta, "epoch")
+	epoch := r.m.HGet(r.k.meta, "gen")
 	if epoch == "" {
 		// No semaphore yet: a list without meta is corruption the library
 		// refuses (ErrCorrupt), not a forged token among real ones.

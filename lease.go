@@ -320,7 +320,7 @@ func (l *Lease) sameEpoch(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	defer conn.Close()
-	stored, err := redis.String(redis.DoContext(conn, ctx, "HGET", l.sem.k.meta, "epoch"))
+	stored, err := redis.String(redis.DoContext(conn, ctx, "HGET", l.sem.k.meta, "gen"))
 	if errors.Is(err, redis.ErrNil) {
 		return false, nil
 	}

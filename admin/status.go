@@ -87,7 +87,7 @@ func (h *Handle) Status(ctx context.Context) (Status, error) {
 // holds the two together.
 func corruption(metaKey string, r engine.StatusReply) string {
 	m := r.Meta
-	size, epoch, fence := m["size"], m["epoch"], m["fence"]
+	size, epoch, fence := m["size"], epochOf(m), m["fence"]
 	if size == "" && epoch == "" {
 		if len(r.Tokens) > 0 || len(r.Leases) > 0 {
 			return metaKey + " is missing but tokens or leases exist"
@@ -104,6 +104,16 @@ func corruption(metaKey string, r engine.StatusReply) string {
 		return metaKey + " holds fence " + fence + ", too large to grow"
 	}
 	return ""
+}
+
+// epochOf is the epoch meta holds: gen, or epoch for a semaphore of the
+// layout before protocol v2, which the next script to read it upgrades
+// (meta.lua's upgrade) or refuses.
+func epochOf(m map[string]string) string {
+	if e := m["gen"]; e != "" {
+		return e
+	}
+	return m["epoch"]
 }
 
 // luaNumber is Lua's tonumber for the numbers redsem and strangers write.
@@ -123,11 +133,11 @@ func parseStatus(r engine.StatusReply) Status {
 	st.ServerTime = time.UnixMicro(nowUs)
 	st.Waiting = r.Waiting
 	m := r.Meta
-	if m["size"] != "" || m["epoch"] != "" {
+	if m["size"] != "" || epochOf(m) != "" {
 		st.Exists = true
 		n, _ := luaNumber(m["size"])
 		st.Size = int(n)
-		st.Epoch = m["epoch"]
+		st.Epoch = epochOf(m)
 		st.Rejected, _ = strconv.ParseInt(m["rejected"], 10, 64)
 		st.Withheld, _ = strconv.Atoi(m["held"])
 		idle, _ := strconv.ParseInt(m["idle"], 10, 64)

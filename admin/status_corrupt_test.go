@@ -30,7 +30,7 @@ func TestHandle_Status_corrupt(t *testing.T) {
 			{"size 100001", true, func(m, _, _ string) { b.do(t, "HSET", m, "size", "100001") }},
 			{"size 0x3", false, func(m, _, _ string) { b.do(t, "HSET", m, "size", "0x3") }},
 			{"size 3.0", false, func(m, _, _ string) { b.do(t, "HSET", m, "size", "3.0") }},
-			{"no epoch", true, func(m, _, _ string) { b.do(t, "HDEL", m, "epoch") }},
+			{"no epoch", true, func(m, _, _ string) { b.do(t, "HDEL", m, "gen") }},
 			{"no fence", true, func(m, _, _ string) { b.do(t, "HDEL", m, "fence") }},
 			{"fence x", true, func(m, _, _ string) { b.do(t, "HSET", m, "fence", "x") }},
 			{"fence too large", true, func(m, _, _ string) { b.do(t, "HSET", m, "fence", "9000000000000000") }},

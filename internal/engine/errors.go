@@ -43,6 +43,8 @@ func ScriptError(op, kind, name string, err error) error {
 		return fmt.Errorf("%w: %s %q: %s", ErrWrongType, kind, Printable(name), msg)
 	case strings.HasPrefix(msg, "OOM "):
 		return fmt.Errorf("%w: %s %q: %s", ErrOutOfMemory, kind, Printable(name), msg)
+	case strings.HasPrefix(msg, "REDSEM_LAYOUT "):
+		return fmt.Errorf("%w: %s", ErrWrongType, strings.TrimPrefix(msg, "REDSEM_LAYOUT "))
 	case strings.HasPrefix(msg, "REDSEM_CORRUPT "):
 		return fmt.Errorf("%w: %s", ErrCorrupt, strings.TrimPrefix(msg, "REDSEM_CORRUPT "))
 	}

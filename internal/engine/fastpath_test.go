@@ -319,7 +319,7 @@ func newSemState(rng *rand.Rand, nowMs int64, corrupt, holds bool, wrongType ...
 		return s.strays(nowMs) // no semaphore (yet, or any more)
 	}
 	nowUs := nowMs * 1000
-	meta := []interface{}{"HSET", s.key("meta"), "size", s.size, "epoch", s.epoch, "created", nowMs - 100000,
+	meta := []interface{}{"HSET", s.key("meta"), "size", s.size, "gen", s.epoch, "created", nowMs - 100000,
 		"fence", pick[interface{}](rng, nowUs-rng.Int63n(2e6), nowUs+rng.Int63n(2e6), "000123", nowUs)}
 	if corrupt && rng.Intn(10) == 0 {
 		if rng.Intn(2) == 0 {

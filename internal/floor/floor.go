@@ -39,7 +39,7 @@ func Setup(conn redis.Conn) error {
 	if _, err := conn.Do("DEL", base+"meta", base+"tokens", base+"leases", base+"holders"); err != nil {
 		return err
 	}
-	if _, err := conn.Do("HSET", base+"meta", "size", 4, "epoch", epoch, "fence", "1795811129821313",
+	if _, err := conn.Do("HSET", base+"meta", "size", 4, "gen", epoch, "fence", "1795811129821313",
 		"due", "9000000000000000", "rejected", 0, "created", "1795811129786"); err != nil {
 		return err
 	}
@@ -62,7 +62,7 @@ func Setup(conn redis.Conn) error {
 // commands, on keys and arguments like its own, cost at least skeleton.
 func All() []Floor {
 	skeletonAcquire := redis.NewScript(6, `
-local m = redis.call('HMGET', KEYS[1], 'size', 'epoch', 'fence', 'due', 'over', 'x:' .. ARGV[2], 'idle', 'exp')
+local m = redis.call('HMGET', KEYS[1], 'size', 'gen', 'fence', 'due', 'over', 'x:' .. ARGV[2], 'idle', 'exp')
 local t = redis.call('TIME')
 redis.call('HSET', KEYS[1], 'fence', t[1] .. t[2])
 local tok = redis.call('LPOP', KEYS[2])

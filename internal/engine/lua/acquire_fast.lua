@@ -34,7 +34,7 @@ repeat
     or #acq < 16 or string.find(acq, '|', 1, true) or string.find(acq, ':', 1, true) then
     break
   end
-  local m = redis.pcall('HMGET', meta_key, 'size', 'epoch', 'fence', 'due', 'over', 'x:' .. acq, 'idle', 'exp')
+  local m = redis.pcall('HMGET', meta_key, 'size', 'gen', 'fence', 'due', 'over', 'x:' .. acq, 'idle', 'exp')
   if m['err'] and not fresh then break end -- acquire.lua undoes the BLMOVE first
   if m['err'] then return fast_fail(m, meta_key) end
   local msize, epoch, fence, due_s, over, tombstone, idle, exp = m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8]

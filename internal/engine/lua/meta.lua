@@ -1,7 +1,8 @@
 -- meta.lua: the semaphore's record and its tokens (after base.lua).
 --
 -- Keys (one hash tag, so one cluster slot):
---   meta_key         hash  size, epoch, fence, due, rejected, created, idle
+--   meta_key         hash  size, gen (the epoch), fence, due, rejected,
+--                          created, idle
 --                          and exp (idle.lua), "x:"..acqID -> tombstone
 --                          expiry, a shrink's over, held, "h:"..i
 --                          (tokens.lua), a weighted collector's coll and
@@ -37,20 +38,53 @@ local function check_types(...)
   return nil
 end
 
+-- upgrade moves a semaphore of the first layout (its epoch in meta's epoch
+-- field, as redsem wrote it before protocol v2) to this one once no client
+-- of that layout uses it: no lease and no waiter's registration whose
+-- deadline is still ahead. It renames epoch to gen, so that the clients of
+-- the first layout refuse the name from then on (their scripts find no
+-- epoch: REDSEM_CORRUPT) and grant nothing; what they left behind (expired
+-- leases, stranded pending lists, a shrink's or a collector's fields) is
+-- stored as this layout stores it, for the sweeps. A name in use is refused
+-- with REDSEM_LAYOUT: the clients of both layouts must not grant from it
+-- at once.
+local function upgrade(epoch)
+  local now_ms = math.floor(now_us() / 1000)
+  local busy = #redis.call('ZRANGE', leases_key, now_ms, '+inf', 'BYSCORE', 'LIMIT', 0, 1) > 0
+  if not busy then
+    for _, w in ipairs(redis.call('ZRANGE', base() .. 'waits', now_ms, '+inf', 'BYSCORE')) do
+      if string.sub(w, 1, 2) == 'w:' then busy = true; break end
+    end
+  end
+  if busy then
+    return 'REDSEM_LAYOUT ' .. meta_key .. ' is in use by clients of redsem before protocol v2;'
+      .. ' stop them (or wait until none holds or waits), and the next v2 client moves the name to v2'
+  end
+  redis.call('HSET', meta_key, 'gen', epoch)
+  redis.call('HDEL', meta_key, 'epoch')
+  return nil
+end
+
 -- read_meta returns size, epoch, fence, due, nil, coll, over and held (nil
 -- when the semaphore does not exist), or nil, nil, nil, nil, err. due is a
 -- lower bound of every score in leases and waits (0 when unknown): the
--- sweeps wait until then.
+-- sweeps wait until then. The epoch is stored as gen: a client of the first
+-- layout, which reads epoch, finds none and refuses the name (upgrade).
 local function read_meta()
-  local m = redis.call('HMGET', meta_key, 'size', 'epoch', 'fence', 'due', 'coll', 'over', 'held')
-  local msize, epoch, fence_s, due, coll, over, held = m[1], m[2], m[3], m[4], m[5], m[6], m[7]
-  if not msize and not epoch then return nil, nil, nil, nil, nil end
+  local m = redis.call('HMGET', meta_key, 'size', 'gen', 'fence', 'due', 'coll', 'over', 'held', 'epoch')
+  local msize, epoch, fence_s, due, coll, over, held, first = m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8]
+  if not msize and not epoch and not first then return nil, nil, nil, nil, nil end
   local size, fence = tonumber(msize), tonumber(fence_s)
-  if not size or size < 1 or size > 100000 or size % 1 ~= 0 or not epoch or not fence then
+  if not size or size < 1 or size > 100000 or size % 1 ~= 0 or not (epoch or first) or not fence then
     return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. meta_key .. ' is not a redsem meta record'
   end
   if fence >= FENCE_MAX then
     return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. meta_key .. ' holds fence ' .. fence_s .. ', too large to grow'
+  end
+  if not epoch then
+    local err = upgrade(first)
+    if err then return nil, nil, nil, nil, err end
+    epoch = first
   end
   return size, epoch, fence, tonumber(due) or 0, nil, coll, shrink_count(over), shrink_count(held)
 end
@@ -82,7 +116,7 @@ local function create(size, seed, now)
   end
   local epoch = string.sub(seed, 1, 12)
   redis.call('HSETNX', meta_key, 'size', size)
-  redis.call('HSET', meta_key, 'epoch', epoch, 'fence', fmt_int(now), 'due', fmt_int(NO_DUE),
+  redis.call('HSET', meta_key, 'gen', epoch, 'fence', fmt_int(now), 'due', fmt_int(NO_DUE),
     'rejected', 0, 'created', math.floor(now / 1000))
   -- Tombstones of acquisitions aborted before now move to meta.
   for _, f in ipairs(redis.call('HKEYS', holders_key)) do

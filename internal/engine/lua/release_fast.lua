@@ -33,7 +33,7 @@ repeat
   -- shrink fields, written last.
   local push, set, gone = tok, nil, nil
   if slow then
-    local m = redis.pcall('HMGET', meta_key, 'epoch', 'size', 'over', 'held', 'coll')
+    local m = redis.pcall('HMGET', meta_key, 'gen', 'size', 'over', 'held', 'coll')
     if m['err'] then return fast_fail(m, meta_key) end
     local epoch, size, over, held, coll = m[1], tonumber(m[2]), tonumber(m[3]), tonumber(m[4] or 0), m[5]
     local e, slot = string.match(tok, '^([^:]+):([1-9][0-9]*)$')

@@ -1,0 +1,95 @@
+package redsem
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// firstLayout turns s's meta record into what redsem wrote before protocol
+// v2: the epoch in meta's epoch field instead of gen. Every other key of
+// that layout is stored as this one stores it.
+func firstLayout(t *testing.T, b *backend, s *Semaphore) {
+	t.Helper()
+	epoch := b.read(t, "HGET", s.k.meta, "gen")
+	require.NotNil(t, epoch)
+	b.do(t, "HSET", s.k.meta, "epoch", epoch)
+	b.do(t, "HDEL", s.k.meta, "gen")
+}
+
+// A name of the layout before protocol v2 that nobody uses is moved to v2
+// by the next acquisition: its epoch becomes gen, which the clients of that
+// layout do not read, so they refuse the name from then on.
+func TestLayout_anIdleNameOfTheFirstLayoutIsUpgraded(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "up-idle", 2)
+		l, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		fence := l.Fence()
+		require.NoError(t, l.Release(ctx))
+		firstLayout(t, b, s)
+		epoch := b.read(t, "HGET", s.k.meta, "epoch")
+
+		l, err = s.Acquire(ctx)
+		require.NoError(t, err)
+		assert.Greater(t, l.Fence(), fence)
+		assert.Equal(t, epoch, b.read(t, "HGET", s.k.meta, "gen"), "the epoch moves to gen")
+		assert.Nil(t, b.read(t, "HGET", s.k.meta, "epoch"), "a client of the first layout finds no epoch")
+		require.NoError(t, l.Release(ctx))
+		requireInventory(t, s, 2, 0)
+	})
+}
+
+// While a client of the first layout holds a lease or waits, a v2 client
+// refuses the name with ErrWrongType, saying what to do, and writes
+// nothing; once what they left has lapsed, the next acquisition upgrades
+// the name and the sweep gives back the lapsed lease's token.
+func TestLayout_aNameInUseByTheFirstLayoutIsRefused(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "up-busy", 1)
+		held, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		firstLayout(t, b, s)
+
+		before := b.snapshot(t)
+		_, err = s.TryAcquire(ctx)
+		require.ErrorIs(t, err, ErrWrongType)
+		assert.Contains(t, err.Error(), "before protocol v2")
+		assert.Equal(t, before, b.snapshot(t), "a refused acquisition wrote")
+
+		// The lease lapses a second ago (due, the earliest deadline, with it);
+		// a waiter of the first layout still waits.
+		now := serverMillis(t, b)
+		b.do(t, "ZADD", s.k.leases, "XX", now-1000, held.Token())
+		b.do(t, "HSET", s.k.meta, "due", now-1000)
+		waiter := "w:0123456789abcdef0123456789abcdef"
+		b.do(t, "ZADD", s.k.waits, now+60000, waiter)
+		_, err = s.TryAcquire(ctx)
+		require.ErrorIs(t, err, ErrWrongType, "a registered waiter of the first layout")
+		// Its registration lapses too; a tombstone of an aborted acquisition
+		// uses nothing.
+		b.do(t, "ZADD", s.k.waits, now-1000, waiter)
+		b.do(t, "ZADD", s.k.waits, now+60000, "x:fedcba9876543210fedcba9876543210")
+
+		l, err := s.TryAcquire(ctx)
+		require.NoError(t, err, "nothing of the first layout is live")
+		assert.Equal(t, held.Token(), l.Token(), "the lapsed lease's token, swept")
+		assert.ErrorIs(t, held.Release(ctx), ErrLeaseLost)
+		require.NoError(t, l.Release(ctx))
+		requireInventory(t, s, 1, 0)
+	})
+}
+
+// serverMillis is the backend's TIME in ms.
+func serverMillis(t *testing.T, b *backend) int64 {
+	t.Helper()
+	now, err := redis.Int64s(b.do(t, "TIME"), nil)
+	require.NoError(t, err)
+	return now[0]*1000 + now[1]/1000
+}
