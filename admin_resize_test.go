@@ -270,7 +270,7 @@ func TestHandle_Resize_shrinkDrainsStrictly(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
-		s := newSem(t, b, "drain", 4, WithAdoptSize(), WithTTL(300*time.Millisecond), WithFixedTTL())
+		s := newSem(t, b, "drain", 4, WithAdoptSize(), WithTTL(30*time.Second), WithFixedTTL())
 		held := takeAll(t, ctx, s)
 		require.Len(t, held, 4)
 		require.NoError(t, s.Resize(ctx, 2))
@@ -280,8 +280,8 @@ func TestHandle_Resize_shrinkDrainsStrictly(t *testing.T) {
 		require.NoError(t, held[2].Refresh(ctx, 5*time.Second))
 		_, err := s.TryAcquire(ctx)
 		require.ErrorIs(t, err, ErrNoToken, "holders 2 and 4: the size is reached")
-		time.Sleep(400 * time.Millisecond) // 4's lease expires
-		l, err := s.TryAcquire(ctx)        // reclaims 4 (dropped) and frees the withheld 1
+		b.lapse(t, s, held[4].Token()) // 4's lease expires
+		l, err := s.TryAcquire(ctx)    // reclaims 4 (dropped) and frees the withheld 1
 		require.NoError(t, err)
 		assert.Equal(t, held[1].Token(), l.Token())
 		_, err = s.TryAcquire(ctx)

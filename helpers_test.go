@@ -263,6 +263,20 @@ func (b *backend) zcard(t testing.TB, key string) int {
 	return n
 }
 
+// lapse makes the leases of toks on s expire a second ago by the server's
+// clock, and lowers meta's due with them, as if their TTL had run out: a
+// test that needs a lapsed lease gets one whatever the machine's speed.
+func (b *backend) lapse(t testing.TB, s *Semaphore, toks ...string) {
+	t.Helper()
+	now, err := redis.Int64s(b.do(t, "TIME"), nil)
+	require.NoError(t, err)
+	past := now[0]*1000 + now[1]/1000 - 1000
+	for _, tok := range toks {
+		require.Equal(t, int64(1), b.do(t, "ZADD", s.k.leases, "XX", "CH", past, tok), "%s is not leased", tok)
+	}
+	b.do(t, "HSET", s.k.meta, "due", past)
+}
+
 // keyCount counts the keys in the database.
 func (b *backend) keyCount(t testing.TB) int {
 	n, err := redis.Int(b.read(t, "DBSIZE"), nil)

@@ -65,9 +65,8 @@ func TestLayout_aNameInUseByTheFirstLayoutIsRefused(t *testing.T) {
 
 		// The lease lapses a second ago (due, the earliest deadline, with it);
 		// a waiter of the first layout still waits.
+		b.lapse(t, s, held.Token())
 		now := serverMillis(t, b)
-		b.do(t, "ZADD", s.k.leases, "XX", now-1000, held.Token())
-		b.do(t, "HSET", s.k.meta, "due", now-1000)
 		waiter := "w:0123456789abcdef0123456789abcdef"
 		b.do(t, "ZADD", s.k.waits, now+60000, waiter)
 		_, err = s.TryAcquire(ctx)
