@@ -6,6 +6,8 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/redsem/redsem/internal/engine"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -35,6 +37,16 @@ func TestLayout_anIdleNameOfTheFirstLayoutIsUpgraded(t *testing.T) {
 		firstLayout(t, b, s)
 		epoch := b.read(t, "HGET", s.k.meta, "epoch")
 
+		// Check reads it as it is; an admin command that is no acquisition
+		// refuses it. Neither writes.
+		before := b.snapshot(t)
+		inv, err := s.Check(ctx)
+		require.NoError(t, err)
+		assert.True(t, inv.Healthy(), "%+v", inv)
+		_, err = s.handle().Reclaim(ctx)
+		require.ErrorIs(t, err, engine.ErrLayout)
+		assert.Equal(t, before, b.snapshot(t), "Check or Reclaim wrote")
+
 		l, err = s.Acquire(ctx)
 		require.NoError(t, err)
 		assert.Greater(t, l.Fence(), fence)
@@ -60,7 +72,10 @@ func TestLayout_aNameInUseByTheFirstLayoutIsRefused(t *testing.T) {
 		before := b.snapshot(t)
 		_, err = s.TryAcquire(ctx)
 		require.ErrorIs(t, err, ErrWrongType)
+		require.ErrorIs(t, err, engine.ErrLayout)
 		assert.Contains(t, err.Error(), "before protocol v2")
+		_, err = s.TryAcquireN(ctx, 1)
+		require.ErrorIs(t, err, engine.ErrLayout)
 		assert.Equal(t, before, b.snapshot(t), "a refused acquisition wrote")
 
 		// The lease lapses a second ago (due, the earliest deadline, with it);
@@ -69,8 +84,10 @@ func TestLayout_aNameInUseByTheFirstLayoutIsRefused(t *testing.T) {
 		now := serverMillis(t, b)
 		waiter := "w:0123456789abcdef0123456789abcdef"
 		b.do(t, "ZADD", s.k.waits, now+60000, waiter)
+		before = b.snapshot(t)
 		_, err = s.TryAcquire(ctx)
 		require.ErrorIs(t, err, ErrWrongType, "a registered waiter of the first layout")
+		assert.Equal(t, before, b.snapshot(t), "a refused acquisition wrote")
 		// Its registration lapses too; a tombstone of an aborted acquisition
 		// uses nothing.
 		b.do(t, "ZADD", s.k.waits, now-1000, waiter)

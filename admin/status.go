@@ -98,7 +98,7 @@ func corruption(metaKey string, r engine.StatusReply) string {
 	n, nOK := luaNumber(size)
 	f, fOK := luaNumber(fence)
 	switch {
-	case !nOK || n < 1 || n > 100000 || n != math.Trunc(n) || epoch == "" || !fOK:
+	case !nOK || n < 1 || n > 100000 || n != math.Trunc(n) || epoch == "" || !fOK || m["gen"] != "" && m["epoch"] != "":
 		return metaKey + " is not a redsem meta record"
 	case f >= 9e15:
 		return metaKey + " holds fence " + fence + ", too large to grow"

@@ -181,3 +181,34 @@ func TestCheckServer(t *testing.T) {
 	r = e.run(t, "check", "--server", "name")
 	assert.Equal(t, exitUsage, r.code, r.stderr)
 }
+
+// A name that clients of redsem before protocol v2 hold: the commands
+// refuse it (exit 65) and say to stop those clients, never to delete the
+// name, which would take their leases from under them.
+func TestEarlierLayoutIsRefusedWithoutADeleteHint(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c, err := redis.Dial("tcp", e.srv.Addr, redis.DialDatabase(2))
+	require.NoError(t, err)
+	defer c.Close()
+	now, err := redis.Int64s(c.Do("TIME"))
+	require.NoError(t, err)
+	deadline := now[0]*1000 + now[1]/1000 + 600000
+	for _, cmd := range [][]interface{}{
+		{"HSET", "redsem:{old}:meta", "size", 1, "epoch", "abcdefabcdef", "fence", now[0] * 1000000, "due", deadline},
+		{"ZADD", "redsem:{old}:leases", deadline, "abcdefabcdef:1"},
+		{"HSET", "redsem:{old}:holders", "t:abcdefabcdef:1", "0123456789abcdef0123456789abcdef|1|1|old", "a:0123456789abcdef0123456789abcdef", "abcdefabcdef:1"},
+	} {
+		_, err := c.Do(cmd[0].(string), cmd[1:]...)
+		require.NoError(t, err)
+	}
+	for _, args := range [][]string{{"run", "--size", "1", "old", "--", "true"}, {"repair", "old"}, {"reclaim", "old"}} {
+		r := e.run(t, args...)
+		assert.Equal(t, exitData, r.code, "%v: %s", args, r.stderr)
+		assert.Contains(t, r.stderr, "before protocol v2", "%v", args)
+		assert.NotContains(t, r.stderr, "delete", "%v", args)
+	}
+	epoch, err := redis.String(c.Do("HGET", "redsem:{old}:meta", "epoch"))
+	require.NoError(t, err)
+	assert.Equal(t, "abcdefabcdef", epoch, "a refused command moved the name")
+}

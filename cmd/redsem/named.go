@@ -12,6 +12,7 @@ import (
 
 	"github.com/redsem/redsem"
 	"github.com/redsem/redsem/admin"
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/rate"
 )
 
@@ -231,8 +232,13 @@ func slotList(slots []int) string {
 }
 
 // wrongTypeHint adds to an error about a key of the wrong type, or a
-// corrupt record (which repair does not mend), how to clear the name.
+// corrupt record (which repair does not mend), how to clear the name; not
+// to a name of the layout before protocol v2, whose clients may hold it
+// (the error says what to do).
 func wrongTypeHint(err error, name string) error {
+	if errors.Is(err, engine.ErrLayout) {
+		return err
+	}
 	if errors.Is(err, redsem.ErrWrongType) || errors.Is(err, redsem.ErrCorrupt) {
 		return fmt.Errorf("%w (redsem delete --force %s removes every key of the name)", err, shellQuote(name))
 	}

@@ -23,6 +23,10 @@ var (
 	// try or start as busy without importing either package.
 	ErrNoToken     = errors.New("redsem: no token free")
 	ErrRateLimited = errors.New("redsem: rate limited")
+	// ErrLayout is ErrWrongType for a name of the layout before protocol v2
+	// (meta.lua's read_meta): errors.Is matches both, and the CLI tells it
+	// apart from a stranger's key, which only deleting the name clears.
+	ErrLayout = fmt.Errorf("%w", ErrWrongType)
 )
 
 // ScriptError turns the error replies the scripts share, and those of Redis
@@ -44,7 +48,7 @@ func ScriptError(op, kind, name string, err error) error {
 	case strings.HasPrefix(msg, "OOM "):
 		return fmt.Errorf("%w: %s %q: %s", ErrOutOfMemory, kind, Printable(name), msg)
 	case strings.HasPrefix(msg, "REDSEM_LAYOUT "):
-		return fmt.Errorf("%w: %s", ErrWrongType, strings.TrimPrefix(msg, "REDSEM_LAYOUT "))
+		return fmt.Errorf("%w: %s", ErrLayout, strings.TrimPrefix(msg, "REDSEM_LAYOUT "))
 	case strings.HasPrefix(msg, "REDSEM_CORRUPT "):
 		return fmt.Errorf("%w: %s", ErrCorrupt, strings.TrimPrefix(msg, "REDSEM_CORRUPT "))
 	}

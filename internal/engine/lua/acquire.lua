@@ -52,7 +52,7 @@ local now = now_us()
 local now_ms = math.floor(now / 1000)
 
 local msize, epoch, fence, due, over, _
-msize, epoch, fence, due, err, _, over = read_meta()
+msize, epoch, fence, due, err, _, over = read_meta('upgrade', size_mode ~= 'adopt' and size or nil)
 if err then return unmoved(not fresh, err) end
 size, err = size_in_force(msize, size, size_mode == 'adopt')
 if err then return unmoved(not fresh, err) end

@@ -8,7 +8,7 @@
 local err = check_types(meta_key, tokens_key, leases_key, holders_key, waits_key)
 if err then return redis.error_reply(err) end
 local size, epoch, _
-size, epoch, _, _, err = read_meta()
+size, epoch, _, _, err = read_meta('read')
 if err then return redis.error_reply(err) end
 local exists = 1
 if not size then exists, size, epoch = 0, 0, '' end

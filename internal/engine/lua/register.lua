@@ -10,14 +10,15 @@
 -- ARGV: size, acqID, blockMs, graceMs
 -- Returns {1, free, nowUs}, registered, with free the tokens on the list
 -- (the BLMOVE takes one at once); {0} not registered: the semaphore does
--- not exist, has another size (size "" takes any), or has a tombstone of
--- acqID, or a key is of the wrong type. Then the BLMOVE must not wait, and
+-- not exist, is of the layout before protocol v2 (no gen), has another
+-- size (size "" takes any), or has a tombstone of acqID, or a key is of
+-- the wrong type. Then the BLMOVE must not wait, and
 -- the client drops its connection. Writes nothing it does not register.
 local meta, tokens, waits = meta_key, tokens_key, waits_key
 local size, acq, block_ms, grace_ms = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 
-local m = redis.pcall('HMGET', meta, 'size', 'due', 'x:' .. acq)
-if m['err'] or not m[1] or (size ~= '' and m[1] ~= size) or m[3] then return {0} end
+local m = redis.pcall('HMGET', meta, 'size', 'due', 'x:' .. acq, 'gen')
+if m['err'] or not m[1] or (size ~= '' and m[1] ~= size) or m[3] or not m[4] then return {0} end
 local due = tonumber(m[2])
 local free = redis.pcall('LLEN', tokens)
 if not due or type(free) ~= 'number' then return {0} end

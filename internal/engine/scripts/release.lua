@@ -245,24 +245,28 @@ end
 -- of that layout uses it: no lease and no waiter's registration whose
 -- deadline is still ahead. It renames epoch to gen, so that the clients of
 -- the first layout refuse the name from then on (their scripts find no
--- epoch: REDSEM_CORRUPT) and grant nothing; what they left behind (expired
--- leases, stranded pending lists, a shrink's or a collector's fields) is
--- stored as this layout stores it, for the sweeps. A name in use is refused
--- with REDSEM_LAYOUT: the clients of both layouts must not grant from it
--- at once.
+-- epoch: REDSEM_CORRUPT) and grant nothing, and sets due to 0, so that the
+-- acquisition that moved it sweeps what they left (lapsed leases, stranded
+-- pending lists) before anything else. A name in use is refused with
+-- REDSEM_LAYOUT, and so is one whose waits hold more than a thousand live
+-- entries (tombstones: it is tried again once they lapse). Every key is
+-- type-checked before the first write.
 local function upgrade(epoch)
+  local waits = base() .. 'waits'
+  local err = check_types(meta_key, tokens_key, leases_key, base() .. 'holders', waits)
+  if err then return err end
   local now_ms = math.floor(now_us() / 1000)
   local busy = #redis.call('ZRANGE', leases_key, now_ms, '+inf', 'BYSCORE', 'LIMIT', 0, 1) > 0
-  if not busy then
-    for _, w in ipairs(redis.call('ZRANGE', base() .. 'waits', now_ms, '+inf', 'BYSCORE')) do
-      if string.sub(w, 1, 2) == 'w:' then busy = true; break end
-    end
+  local live = busy and {} or redis.call('ZRANGE', waits, now_ms, '+inf', 'BYSCORE', 'LIMIT', 0, 1000)
+  busy = busy or #live == 1000
+  for _, w in ipairs(live) do
+    if string.sub(w, 1, 2) == 'w:' then busy = true end
   end
   if busy then
     return 'REDSEM_LAYOUT ' .. meta_key .. ' is in use by clients of redsem before protocol v2;'
-      .. ' stop them (or wait until none holds or waits), and the next v2 client moves the name to v2'
+      .. ' stop them (or wait until none holds or waits), and the next v2 acquisition moves the name to v2'
   end
-  redis.call('HSET', meta_key, 'gen', epoch)
+  redis.call('HSET', meta_key, 'gen', epoch, 'due', 0)
   redis.call('HDEL', meta_key, 'epoch')
   return nil
 end
@@ -270,23 +274,31 @@ end
 -- read_meta returns size, epoch, fence, due, nil, coll, over and held (nil
 -- when the semaphore does not exist), or nil, nil, nil, nil, err. due is a
 -- lower bound of every score in leases and waits (0 when unknown): the
--- sweeps wait until then. The epoch is stored as gen: a client of the first
--- layout, which reads epoch, finds none and refuses the name (upgrade).
-local function read_meta()
+-- sweeps wait until then. The epoch is stored as gen; a semaphore of the
+-- layout before protocol v2 (epoch instead) is read as it is with layout
+-- 'read', moved to v2 (upgrade) with layout 'upgrade' by an acquisition
+-- asking for its size (ask; nil takes any), and refused otherwise.
+local function read_meta(layout, ask)
   local m = redis.call('HMGET', meta_key, 'size', 'gen', 'fence', 'due', 'coll', 'over', 'held', 'epoch')
   local msize, epoch, fence_s, due, coll, over, held, first = m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8]
   if not msize and not epoch and not first then return nil, nil, nil, nil, nil end
   local size, fence = tonumber(msize), tonumber(fence_s)
-  if not size or size < 1 or size > 100000 or size % 1 ~= 0 or not (epoch or first) or not fence then
+  if not size or size < 1 or size > 100000 or size % 1 ~= 0 or not (epoch or first) or not fence
+    or (epoch and first) then
     return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. meta_key .. ' is not a redsem meta record'
   end
   if fence >= FENCE_MAX then
     return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. meta_key .. ' holds fence ' .. fence_s .. ', too large to grow'
   end
-  if not epoch then
+  if not epoch and layout == 'upgrade' and (ask == nil or ask == size) then
     local err = upgrade(first)
     if err then return nil, nil, nil, nil, err end
+    epoch, due = first, 0
+  elseif not epoch and layout == 'read' then
     epoch = first
+  elseif not epoch then
+    return nil, nil, nil, nil, 'REDSEM_LAYOUT ' .. meta_key .. ' is of the layout before protocol v2:'
+      .. ' the next v2 acquisition moves it, once no client of an earlier release holds or waits on it'
   end
   return size, epoch, fence, tonumber(due) or 0, nil, coll, shrink_count(over), shrink_count(held)
 end
