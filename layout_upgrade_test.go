@@ -1,6 +1,7 @@
 package redsem
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -46,6 +47,10 @@ func TestLayout_anIdleNameOfTheFirstLayoutIsUpgraded(t *testing.T) {
 		_, err = s.handle().Reclaim(ctx)
 		require.ErrorIs(t, err, engine.ErrLayout)
 		assert.Equal(t, before, b.snapshot(t), "Check or Reclaim wrote")
+		// A client that asks for another size is told so, and moves nothing.
+		_, err = newSem(t, b, "up-idle", 3).TryAcquire(ctx)
+		require.ErrorIs(t, err, ErrSizeMismatch)
+		assert.Equal(t, before, b.snapshot(t), "an acquisition of another size wrote")
 
 		l, err = s.Acquire(ctx)
 		require.NoError(t, err)
@@ -91,6 +96,17 @@ func TestLayout_aNameInUseByTheFirstLayoutIsRefused(t *testing.T) {
 		// Its registration lapses too; a tombstone of an aborted acquisition
 		// uses nothing.
 		b.do(t, "ZADD", s.k.waits, now-1000, waiter)
+		// A thousand live tombstones of aborted acquisitions are more than
+		// the upgrade reads through: it tries again once they lapse.
+		tombs := []interface{}{s.k.waits}
+		for i := 0; i < 1000; i++ {
+			tombs = append(tombs, now+60000, fmt.Sprintf("x:%032d", i))
+		}
+		b.do(t, "ZADD", tombs...)
+		_, err = s.TryAcquire(ctx)
+		require.ErrorIs(t, err, engine.ErrLayout, "a thousand live tombstones")
+		b.do(t, "ZREMRANGEBYRANK", s.k.waits, 1, -1)
+		require.Equal(t, 1, b.zcard(t, s.k.waits))
 		b.do(t, "ZADD", s.k.waits, now+60000, "x:fedcba9876543210fedcba9876543210")
 
 		l, err := s.TryAcquire(ctx)

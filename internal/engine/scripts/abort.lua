@@ -167,7 +167,8 @@ end
 -- sweeps wait until then. The epoch is stored as gen; a semaphore of the
 -- layout before protocol v2 (epoch instead) is read as it is with layout
 -- 'read', moved to v2 (upgrade) with layout 'upgrade' by an acquisition
--- asking for its size (ask; nil takes any), and refused otherwise.
+-- asking for its size (ask; nil takes any: REDSEM_SIZE for another), and
+-- refused otherwise.
 local function read_meta(layout, ask)
   local m = redis.call('HMGET', meta_key, 'size', 'gen', 'fence', 'due', 'coll', 'over', 'held', 'epoch')
   local msize, epoch, fence_s, due, coll, over, held, first = m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8]
@@ -180,7 +181,9 @@ local function read_meta(layout, ask)
   if fence >= FENCE_MAX then
     return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. meta_key .. ' holds fence ' .. fence_s .. ', too large to grow'
   end
-  if not epoch and layout == 'upgrade' and (ask == nil or ask == size) then
+  if not epoch and layout == 'upgrade' and ask and ask ~= size then
+    return nil, nil, nil, nil, 'REDSEM_SIZE ' .. msize
+  elseif not epoch and layout == 'upgrade' then
     local err = upgrade(first)
     if err then return nil, nil, nil, nil, err end
     epoch, due = first, 0
