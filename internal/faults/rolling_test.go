@@ -160,19 +160,6 @@ func fatals(evs []history.Event) []history.Event {
 	return out
 }
 
-// builtAt reports whether the worker of pid ran a program other than this
-// tree's worker.
-func (r *run) builtAt(pid int) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, p := range r.procs {
-		if p.pid() == pid {
-			return p.bin != workerBin
-		}
-	}
-	return false
-}
-
 // buildWorkerAt builds the worker of commit rev of this repository (git
 // archive, go build) and returns its path. Without that commit (a shallow
 // clone, an export without .git) the test is skipped, and says so.
