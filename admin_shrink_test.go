@@ -352,3 +352,35 @@ func TestHandle_Resize_shrinkDropsACopyOfAWithheldTokenWeighted(t *testing.T) {
 		requireInventory(t, s, 2, 0)
 	})
 }
+
+// A dead waiter's pending list that holds a copy of a withheld token, swept
+// while the shrink drains: the copy is dropped and counted, the withheld
+// token stays withheld, and nothing more than the new size is granted.
+func TestHandle_Resize_shrinkDropsACopyOfAWithheldTokenSwept(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		s := newSem(t, b, "shrink-copy-swept", 2, WithTTL(time.Minute), WithAdoptSize())
+		leases := takeAll(t, ctx, s)
+		require.NoError(t, s.Resize(ctx, 1))                // slot 2 retired, still held
+		require.NoError(t, leases[1].Release(ctx))          // withheld
+		dead := "0123456789abcdef0123456789abcdef"          // a waiter that died behind its BLMOVE
+		b.do(t, "RPUSH", s.k.pend(dead), leases[1].Token()) // with a copy of the withheld token
+		b.do(t, "ZADD", s.k.waits, 1, "w:"+dead)
+		b.do(t, "HSET", s.k.meta, "due", 1)
+		before, err := s.Status(ctx)
+		require.NoError(t, err)
+		_, err = s.TryAcquire(ctx) // sweeps the pending list first
+		require.ErrorIs(t, err, ErrNoToken, "the copy must not be granted beside the retired holder")
+		after, err := s.Status(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, before.Rejected+1, after.Rejected, "the copy is dropped and counted")
+		assert.Equal(t, 0, b.llen(t, s.k.pend(dead)))
+		assert.Equal(t, 0, b.llen(t, s.k.tokens), "the copy reached the token list")
+		require.NoError(t, leases[2].Release(ctx))
+		l, err := s.TryAcquire(ctx)
+		require.NoError(t, err, "the withheld token came back")
+		require.NoError(t, l.Release(ctx))
+		requireInventory(t, s, 1, 0)
+	})
+}

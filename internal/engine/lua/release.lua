@@ -75,7 +75,7 @@ end
 -- Onto the list, or withheld while a shrink drains (see returned).
 if epoch then
   -- The token list was checked above, so this does not fail half way.
-  local perr = returned(back, retired, over, held)
+  local perr = returned(back, retired, over, held, true)
   if perr then return redis.error_reply(perr) end
 end
 local gone = {}

@@ -47,10 +47,10 @@ end
 --
 -- It serves a release of one token this acquisition owns while holders has
 -- no "slow" field (no shrink drains, no collector holds the ticket): the
--- token goes back onto the list and meta is not read. While a shrink drains
--- (and no collector holds the ticket) it does what returned (tokens.lua)
--- does for one token. Anything else leaves the loop (break) for release.lua:
--- with nothing changed, or, when a release must settle idle expiry, done.
+-- token goes back onto the list and meta is not read. Anything else (a
+-- shrink's withholding, a collector, a weighted lease, a token not owned)
+-- leaves the loop (break) for release.lua: with nothing changed, or, when
+-- a release must settle idle expiry, done.
 -- The first write (HDEL) frees memory, so a release works at OOM; a push or
 -- ZREM that fails on a key of the wrong type is undone before the script
 -- fails. No migrating-slot probe: Redis runs it on a migrating slot only
@@ -67,65 +67,28 @@ repeat
   if h['err'] then return fast_fail(h, holders_key) end
   local rec, slow, idle_flag = h[1], h[2], h[3]
   -- A token not owned: release.lua answers (see not_here). 124 is '|'.
-  if not (rec and string.sub(rec, 1, #acq) == acq and string.byte(rec, #acq + 1) == 124) then break end
-  -- push: the token that goes onto the list, if any; set and gone: meta's
-  -- shrink fields, written last.
-  local push, set, gone = tok, nil, nil
-  if slow then
-    local m = redis.pcall('HMGET', meta_key, 'gen', 'size', 'over', 'held', 'coll')
-    if m['err'] then return fast_fail(m, meta_key) end
-    local epoch, size, over, held, coll = m[1], tonumber(m[2]), tonumber(m[3]), tonumber(m[4] or 0), m[5]
-    local e, slot = string.match(tok, '^([^:]+):([1-9][0-9]*)$')
-    slot = tonumber(slot)
-    if not epoch or e ~= epoch or coll or not size or not over or not held or not slot
-      or over < 1 or over > 100000 or over % 1 ~= 0 or held < 0 or held > over or held % 1 ~= 0 then
-      break
-    end
-    if slot <= size and held < over then
-      push, set = nil, {'h:' .. (held + 1), tok, 'held', held + 1}
-    elseif slot > size then
-      -- Retired: dropped. over falls by one; if more are withheld than
-      -- that, the last withheld goes back.
-      push, over, set, gone = nil, over - 1, {}, {}
-      if held > over then
-        push = redis.call('HGET', meta_key, 'h:' .. held)
-        gone[1] = 'h:' .. held
-        held = held - 1
-      end
-      if over == 0 then gone[#gone + 1] = 'over' else set[#set + 1] = 'over'; set[#set + 1] = over end
-      if held == 0 then gone[#gone + 1] = 'held' else set[#set + 1] = 'held'; set[#set + 1] = held end
-    end
-  end
+  if slow or not (rec and string.sub(rec, 1, #acq) == acq and string.byte(rec, #acq + 1) == 124) then break end
   redis.call('HDEL', holders_key, 't:' .. tok, 'a:' .. acq)
-  local len = 0
-  if push then
-    len = redis.pcall('LPUSH', tokens_key, push)
-    if type(len) == 'table' then
-      redis.call('HSET', holders_key, 't:' .. tok, rec, 'a:' .. acq, tok)
-      return fast_fail(len, tokens_key)
-    end
+  local len = redis.pcall('LPUSH', tokens_key, tok)
+  if type(len) == 'table' then
+    redis.call('HSET', holders_key, 't:' .. tok, rec, 'a:' .. acq, tok)
+    return fast_fail(len, tokens_key)
   end
   local r = redis.pcall('ZREM', leases_key, tok)
   if type(r) == 'table' then
-    if push then redis.call('LPOP', tokens_key) end
+    redis.call('LPOP', tokens_key)
     redis.call('HSET', holders_key, 't:' .. tok, rec, 'a:' .. acq, tok)
     return fast_fail(r, leases_key)
   end
-  if gone and #gone > 0 then redis.call('HDEL', meta_key, unpack(gone)) end
-  if set and #set > 0 then redis.call('HSET', meta_key, unpack(set)) end
   -- The release that puts the last token back sets the idle expiry (what
   -- settle_idle does when no lease, waiter or weighted queue is left). Only
-  -- a semaphore with idle expiry has holders' idle flag; a release that may
-  -- have ended a shrink (slow), or that finds waits holding something,
-  -- leaves it to settle_idle. A meta of the wrong type sets nothing.
-  if not idle_flag or not (slow or len > 0) then return 1 end
+  -- a semaphore with idle expiry has holders' idle flag; a release that
+  -- finds waits holding something leaves it to settle_idle. A meta of the
+  -- wrong type sets nothing.
+  if not idle_flag then return 1 end
   local i = redis.pcall('HMGET', meta_key, 'size', 'idle')
   local idle = not i['err'] and tonumber(i[2])
   if not idle or idle <= 0 then return 1 end
-  if slow then
-    settle_after_fast = true
-    break
-  end
   if tonumber(i[1]) ~= len then return 1 end
   local base = string.sub(meta_key, 1, #meta_key - 4)
   if redis.call('EXISTS', leases_key, base .. 'waits', base .. 'wqueue') > 0 then
@@ -557,10 +520,13 @@ end
 -- retired_n leases on retired tokens that ended. While a shrink drains, a
 -- valid token is withheld instead while fewer than over are, and each
 -- retired lease that ended lets the last withheld one go back. over and
--- held may be passed when the caller read meta. release_fast.lua does the
--- same for one token. Returns an error string, with nothing written, when
+-- held may be passed when the caller read meta. A valid token that is a
+-- copy of a withheld one is dropped, unless the caller passes checked: none
+-- is (its leases just ended, and a withheld token is never leased, or it
+-- checked them against withheld_set), which spares reading every withheld
+-- token (O(1) a token). Returns an error string, with nothing written, when
 -- the list is not a list.
-local function returned(valid, retired_n, over, held)
+local function returned(valid, retired_n, over, held, checked)
   if over == nil then
     local m = redis.call('HMGET', meta_key, 'over', 'held')
     over, held = shrink_count(m[1]), shrink_count(m[2])
@@ -568,7 +534,7 @@ local function returned(valid, retired_n, over, held)
   local shrinking = over > 0 or held > 0
   local push, set, gone, n = valid, {}, {}, held
   if shrinking then
-    local kept = withheld_set(held)
+    local kept = checked and {} or withheld_set(held)
     over = math.max(over - retired_n, 0)
     push = {}
     for _, tok in ipairs(valid) do
@@ -616,7 +582,7 @@ local function withhold(tok, over, kept)
   local held = shrink_count(m[2])
   over = shrink_count(m[1])
   if held >= over then return false end
-  returned({tok}, 0, over, held)
+  returned({tok}, 0, over, held, true)
   kept[tok] = true
   return true
 end
@@ -1085,7 +1051,7 @@ end
 -- Onto the list, or withheld while a shrink drains (see returned).
 if epoch then
   -- The token list was checked above, so this does not fail half way.
-  local perr = returned(back, retired, over, held)
+  local perr = returned(back, retired, over, held, true)
   if perr then return redis.error_reply(perr) end
 end
 local gone = {}
