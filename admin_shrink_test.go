@@ -370,13 +370,21 @@ func TestHandle_Resize_shrinkDropsACopyOfAWithheldTokenSwept(t *testing.T) {
 		b.do(t, "HSET", s.k.meta, "due", 1)
 		before, err := s.Status(ctx)
 		require.NoError(t, err)
-		_, err = s.TryAcquire(ctx) // sweeps the pending list first
-		require.ErrorIs(t, err, ErrNoToken, "the copy must not be granted beside the retired holder")
+		// Reclaim sweeps and grants nothing, so no acquisition's own check
+		// can drop the copy in its stead.
+		_, err = s.Reclaim(ctx)
+		require.NoError(t, err)
 		after, err := s.Status(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, before.Rejected+1, after.Rejected, "the copy is dropped and counted")
 		assert.Equal(t, 0, b.llen(t, s.k.pend(dead)))
 		assert.Equal(t, 0, b.llen(t, s.k.tokens), "the copy reached the token list")
+		m, err := redis.StringMap(b.do(t, "HGETALL", s.k.meta), nil)
+		require.NoError(t, err)
+		assert.Equal(t, "1", m["held"], "withheld once, not twice")
+		assert.Equal(t, leases[1].Token(), m["h:1"])
+		_, err = s.TryAcquire(ctx)
+		require.ErrorIs(t, err, ErrNoToken, "nothing beside the retired holder")
 		require.NoError(t, leases[2].Release(ctx))
 		l, err := s.TryAcquire(ctx)
 		require.NoError(t, err, "the withheld token came back")
