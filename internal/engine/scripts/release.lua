@@ -254,17 +254,16 @@ local function read_meta(layout, ask)
   if fence >= FENCE_MAX then
     return nil, nil, nil, nil, 'REDSEM_CORRUPT ' .. meta_key .. ' holds fence ' .. fence_s .. ', too large to grow'
   end
-  if not epoch and layout == 'upgrade' and ask and ask ~= size then
-    return nil, nil, nil, nil, 'REDSEM_SIZE ' .. msize
-  elseif not epoch and layout == 'upgrade' then
+  if not epoch and layout == 'read' then
+    epoch = first
+  elseif not epoch and layout ~= 'upgrade' then
+    return nil, nil, nil, nil, 'REDSEM_LAYOUT ' .. meta_key .. ' is of the layout before protocol v2:'
+      .. ' the next v2 acquisition moves it, once no client of an earlier release holds or waits on it'
+  elseif not epoch then
+    if ask and ask ~= size then return nil, nil, nil, nil, 'REDSEM_SIZE ' .. msize end
     local err = upgrade(first)
     if err then return nil, nil, nil, nil, err end
     epoch, due = first, 0
-  elseif not epoch and layout == 'read' then
-    epoch = first
-  elseif not epoch then
-    return nil, nil, nil, nil, 'REDSEM_LAYOUT ' .. meta_key .. ' is of the layout before protocol v2:'
-      .. ' the next v2 acquisition moves it, once no client of an earlier release holds or waits on it'
   end
   return size, epoch, fence, tonumber(due) or 0, nil, coll, shrink_count(over), shrink_count(held)
 end
