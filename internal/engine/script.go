@@ -32,7 +32,8 @@ var (
 	// The semaphore's (and mutex's). A *_fast.lua helper is a fast path:
 	// it runs before the other helpers are defined and serves the common
 	// case itself, as the rest of its script would
-	// (TestFastPathsMatchSlowPaths).
+	// (TestFastPathsMatchSlowPaths); what the two write alike (a lease's
+	// record and its fence) is written once, in fast.lua.
 	Acquire = NewScript[AcquireArgs](6, "acquire.lua", with([]string{"fast.lua", "acquire_fast.lua"}, semaphore)...)
 	// A waiter's registration written with its wait (oneToken.Queue),
 	// always sent with its source.

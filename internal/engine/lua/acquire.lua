@@ -123,15 +123,14 @@ if aborted then
   return {SETTLED, 0, now}
 end
 
+-- grant leases tok, a valid free token popped, as acquire_fast.lua does
+-- (record_lease, set_fence). holders' idle flag is idle_setting's.
 local function grant(tok)
   local deadline = now_ms + ttl
-  redis.call('ZADD', leases_key, deadline, tok)
-  if deadline < due then
-    redis.call('HSET', meta_key, 'fence', fmt_int(f), 'due', deadline)
-  elseif not fenced then
-    redis.call('HSET', meta_key, 'fence', fmt_int(f))
-  end
-  redis.call('HSET', holders_key, 't:' .. tok, acq .. '|' .. fmt_int(f) .. '|' .. now_ms .. '|' .. label, 'a:' .. acq, tok)
+  -- tok is not leased (ZSCORE above), and holders and leases were read
+  -- before any write (tombstone_of, ZSCORE): recording cannot fail here.
+  record_lease(tok, deadline, acq, acq .. '|' .. fmt_int(f) .. '|' .. now_ms .. '|' .. label)
+  if deadline < due or not fenced then set_fence(fmt_int(f), deadline, due) end
   return {GRANTED, tok, f, deadline, now}
 end
 

@@ -74,13 +74,9 @@ repeat
   local tok, e, ekey
   if fresh then
     -- The fence first (at maxmemory HSET fails: OOM before any change),
-    -- with due lowered to this grant's deadline (early for nothing only
-    -- brings a sweep forward). Put back if the call fails or falls through.
-    if deadline < due then
-      redis.call('HSET', meta_key, 'fence', fs, 'due', deadline)
-    else
-      redis.call('HSET', meta_key, 'fence', fs)
-    end
+    -- with due lowered to this grant's deadline. Put back if the call fails
+    -- or falls through.
+    set_fence(fs, deadline, due)
     tok = redis.pcall('LPOP', tokens_key)
     if type(tok) == 'table' then e, ekey, tok = tok, tokens_key, false end
   else
@@ -116,34 +112,18 @@ repeat
   end
   local r
   if ok then
-    r = redis.pcall('ZADD', leases_key, 'NX', deadline, tok)
-    if type(r) == 'table' then e, ekey = r, leases_key end
+    -- With idle expiry, holders' idle flag too (a holders key lost on its
+    -- own comes back with it).
+    r, ekey = record_lease(tok, deadline, acq, acq .. '|' .. fs .. '|' .. ms .. '|' .. label, idle)
+    if ekey then e = r end
     ok = r == 1
-  end
-  if ok then
-    -- The record; with idle expiry, holders' idle flag too (a holders key
-    -- lost on its own comes back with it).
-    local rec = acq .. '|' .. fs .. '|' .. ms .. '|' .. label
-    if idle then
-      r = redis.pcall('HSET', holders_key, 't:' .. tok, rec, 'a:' .. acq, tok, 'idle', 1)
-    else
-      r = redis.pcall('HSET', holders_key, 't:' .. tok, rec, 'a:' .. acq, tok)
-    end
-    if type(r) == 'table' then
-      redis.call('ZREM', leases_key, tok)
-      e, ekey, ok = r, holders_key, false
-    end
   end
   if ok and fresh then return {GRANTED, tok, fs, deadline, now} end
   if ok then
     -- Behind a BLMOVE: off the waiters, then the fence.
     r = redis.pcall('ZREM', waits_key, 'w:' .. acq)
     if type(r) ~= 'table' then
-      if deadline < due then
-        redis.call('HSET', meta_key, 'fence', fs, 'due', deadline)
-      else
-        redis.call('HSET', meta_key, 'fence', fs)
-      end
+      set_fence(fs, deadline, due)
       return {GRANTED, tok, fs, deadline, now}
     end
     redis.call('HDEL', holders_key, 't:' .. tok, 'a:' .. acq)

@@ -39,8 +39,9 @@ local GRANTED = 1  -- granted
 local SETTLED = 2  -- settled under this id (aborted, dropped): nothing held
 local RELEASED = 3 -- an abort gave a grant back
 
--- fast.lua: for the fast paths (acquire_fast.lua, release_fast.lua), which
--- run before the other helpers are defined.
+-- fast.lua: what the fast paths (acquire_fast.lua, release_fast.lua), which
+-- run before the other helpers are defined, share with the rest of their
+-- scripts.
 
 -- fast_fail is the error reply for e, a pcall error on key.
 local function fast_fail(e, key)
@@ -48,6 +49,41 @@ local function fast_fail(e, key)
     return redis.error_reply('REDSEM_WRONGTYPE ' .. key .. ' is of the wrong type')
   end
   return redis.error_reply('TRYAGAIN redsem: ' .. e['err'])
+end
+
+-- The grant, written once: acquire_fast.lua and acquire.lua's grant both
+-- record a lease with record_lease and its fence with set_fence.
+
+-- record_lease records tok's lease for acq until deadline (ms): the leases
+-- entry (NX: never over a lease), then the record rec
+-- ("acq|fence|grantMs|label") in holders, with holders' idle flag when
+-- flag. Returns 1 recorded, 0 when tok is leased already, or a pcall error
+-- and its key, with nothing written.
+local function record_lease(tok, deadline, acq, rec, flag)
+  local r = redis.pcall('ZADD', leases_key, 'NX', deadline, tok)
+  if type(r) == 'table' then return r, leases_key end
+  if r == 0 then return 0 end
+  if flag then
+    r = redis.pcall('HSET', holders_key, 't:' .. tok, rec, 'a:' .. acq, tok, 'idle', 1)
+  else
+    r = redis.pcall('HSET', holders_key, 't:' .. tok, rec, 'a:' .. acq, tok)
+  end
+  if type(r) == 'table' then
+    redis.call('ZREM', leases_key, tok)
+    return r, holders_key
+  end
+  return 1
+end
+
+-- set_fence writes fence (a digit string) to meta, and lowers due to
+-- deadline when that is earlier (early for nothing only brings a sweep
+-- forward).
+local function set_fence(fence, deadline, due)
+  if deadline < due then
+    redis.call('HSET', meta_key, 'fence', fence, 'due', deadline)
+  else
+    redis.call('HSET', meta_key, 'fence', fence)
+  end
 end
 
 -- acquire_fast.lua: acquire.lua's common case, run before the other helpers
@@ -126,13 +162,9 @@ repeat
   local tok, e, ekey
   if fresh then
     -- The fence first (at maxmemory HSET fails: OOM before any change),
-    -- with due lowered to this grant's deadline (early for nothing only
-    -- brings a sweep forward). Put back if the call fails or falls through.
-    if deadline < due then
-      redis.call('HSET', meta_key, 'fence', fs, 'due', deadline)
-    else
-      redis.call('HSET', meta_key, 'fence', fs)
-    end
+    -- with due lowered to this grant's deadline. Put back if the call fails
+    -- or falls through.
+    set_fence(fs, deadline, due)
     tok = redis.pcall('LPOP', tokens_key)
     if type(tok) == 'table' then e, ekey, tok = tok, tokens_key, false end
   else
@@ -168,34 +200,18 @@ repeat
   end
   local r
   if ok then
-    r = redis.pcall('ZADD', leases_key, 'NX', deadline, tok)
-    if type(r) == 'table' then e, ekey = r, leases_key end
+    -- With idle expiry, holders' idle flag too (a holders key lost on its
+    -- own comes back with it).
+    r, ekey = record_lease(tok, deadline, acq, acq .. '|' .. fs .. '|' .. ms .. '|' .. label, idle)
+    if ekey then e = r end
     ok = r == 1
-  end
-  if ok then
-    -- The record; with idle expiry, holders' idle flag too (a holders key
-    -- lost on its own comes back with it).
-    local rec = acq .. '|' .. fs .. '|' .. ms .. '|' .. label
-    if idle then
-      r = redis.pcall('HSET', holders_key, 't:' .. tok, rec, 'a:' .. acq, tok, 'idle', 1)
-    else
-      r = redis.pcall('HSET', holders_key, 't:' .. tok, rec, 'a:' .. acq, tok)
-    end
-    if type(r) == 'table' then
-      redis.call('ZREM', leases_key, tok)
-      e, ekey, ok = r, holders_key, false
-    end
   end
   if ok and fresh then return {GRANTED, tok, fs, deadline, now} end
   if ok then
     -- Behind a BLMOVE: off the waiters, then the fence.
     r = redis.pcall('ZREM', waits_key, 'w:' .. acq)
     if type(r) ~= 'table' then
-      if deadline < due then
-        redis.call('HSET', meta_key, 'fence', fs, 'due', deadline)
-      else
-        redis.call('HSET', meta_key, 'fence', fs)
-      end
+      set_fence(fs, deadline, due)
       return {GRANTED, tok, fs, deadline, now}
     end
     redis.call('HDEL', holders_key, 't:' .. tok, 'a:' .. acq)
@@ -947,15 +963,14 @@ if aborted then
   return {SETTLED, 0, now}
 end
 
+-- grant leases tok, a valid free token popped, as acquire_fast.lua does
+-- (record_lease, set_fence). holders' idle flag is idle_setting's.
 local function grant(tok)
   local deadline = now_ms + ttl
-  redis.call('ZADD', leases_key, deadline, tok)
-  if deadline < due then
-    redis.call('HSET', meta_key, 'fence', fmt_int(f), 'due', deadline)
-  elseif not fenced then
-    redis.call('HSET', meta_key, 'fence', fmt_int(f))
-  end
-  redis.call('HSET', holders_key, 't:' .. tok, acq .. '|' .. fmt_int(f) .. '|' .. now_ms .. '|' .. label, 'a:' .. acq, tok)
+  -- tok is not leased (ZSCORE above), and holders and leases were read
+  -- before any write (tombstone_of, ZSCORE): recording cannot fail here.
+  record_lease(tok, deadline, acq, acq .. '|' .. fmt_int(f) .. '|' .. now_ms .. '|' .. label)
+  if deadline < due or not fenced then set_fence(fmt_int(f), deadline, due) end
   return {GRANTED, tok, f, deadline, now}
 end
 
