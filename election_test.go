@@ -146,7 +146,11 @@ func TestElection_firstComeFirstServed(t *testing.T) {
 				ch <- l
 			}()
 			won = append(won, ch)
-			require.Eventually(t, func() bool { return waiting(t, b, e) == i+1 }, 10*time.Second, time.Millisecond)
+			// Registered and blocked: a first call registers in one round
+			// trip and blocks in the next, so the next campaigner starts
+			// once Redis holds this one's BLMOVE in its queue.
+			require.Eventually(t, func() bool { return waiting(t, b, e) == i+1 && blockedClients(t, b) == i+1 },
+				10*time.Second, time.Millisecond)
 		}
 		cur := first
 		for i, v := range names {
