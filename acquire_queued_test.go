@@ -3,6 +3,7 @@ package redsem
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -111,4 +112,39 @@ func TestSemaphore_Acquire_queuedWakesForADeadHolder(t *testing.T) {
 	require.True(t, ok, "the queued waiter never got the dead holder's token")
 	assert.NotEqual(t, held.Fence(), l.Fence())
 	require.NoError(t, l.Release(ctx))
+}
+
+// A waiter's grant ends its registration: behind the BLMOVE the token it
+// holds is off waits, whether the call behind the move took the common
+// path or swept first (meta's due passed: an early due only brings a
+// sweep forward), so that status never counts a holder as waiting.
+func TestSemaphore_Acquire_grantEndsTheRegistration(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for _, sweep := range []bool{false, true} {
+			t.Run(fmt.Sprintf("sweep=%v", sweep), func(t *testing.T) {
+				ctx := ctxT(t, 30*time.Second)
+				name := fmt.Sprintf("grant-ends-registration-%v", sweep)
+				s := newSem(t, b, name, 1, WithTTL(time.Minute))
+				w := newSem(t, b, name, 1, WithTTL(time.Minute), WithWaitConnections(0))
+				held, err := s.Acquire(ctx)
+				require.NoError(t, err)
+				got := acquireAsync(ctx, w.Acquire)
+				require.Eventually(t, func() bool { return registered(t, b, s) == 1 && blockedClients(t, b) == 1 },
+					10*time.Second, time.Millisecond)
+				if sweep {
+					b.do(t, "HSET", s.k.meta, "due", 0)
+				}
+				require.NoError(t, held.Release(ctx))
+				l, ok := <-got
+				require.True(t, ok, "the waiter got no lease")
+				assert.Zero(t, registered(t, b, s), "the holder is still registered as waiting")
+				st, err := s.Status(ctx)
+				require.NoError(t, err)
+				assert.Equal(t, 0, st.Waiting)
+				assert.Len(t, st.Holders, 1)
+				require.NoError(t, l.Release(ctx))
+			})
+		}
+	})
 }

@@ -33,7 +33,7 @@ var (
 	// it runs before the other helpers are defined and serves the common
 	// case itself, as the rest of its script would
 	// (TestFastPathsMatchSlowPaths); what the two write alike (a lease's
-	// record and its fence) is written once, in fast.lua.
+	// record and its fence) is written once, before the fast path's loop.
 	Acquire = NewScript[AcquireArgs](6, "acquire.lua", with([]string{"fast.lua", "acquire_fast.lua"}, semaphore)...)
 	// A waiter's registration written with its wait (oneToken.Queue),
 	// always sent with its source.

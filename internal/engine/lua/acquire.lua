@@ -124,12 +124,20 @@ if aborted then
 end
 
 -- grant leases tok, a valid free token popped, as acquire_fast.lua does
--- (record_lease, set_fence). holders' idle flag is idle_setting's.
+-- (record_lease, set_fence), and takes a waiter off waits. holders' idle
+-- flag is idle_setting's.
 local function grant(tok)
   local deadline = now_ms + ttl
-  -- tok is not leased (ZSCORE above), and holders and leases were read
-  -- before any write (tombstone_of, ZSCORE): recording cannot fail here.
-  record_lease(tok, deadline, acq, acq .. '|' .. fmt_int(f) .. '|' .. now_ms .. '|' .. label)
+  -- Not expected to fail: tok is not leased (ZSCORE above), holders was
+  -- read by tombstone_of and leases by ZSCORE (both fail the call on a
+  -- wrong type), and Redis refuses no write at maxmemory once a script
+  -- wrote. Should it fail, the call fails with everything put back.
+  local r = record_lease(tok, deadline, acq, acq .. '|' .. fmt_int(f) .. '|' .. now_ms .. '|' .. label)
+  if r ~= 1 then
+    redis.call('LPUSH', tokens_key, tok)
+    return undo(type(r) == 'table' and r or {err = 'REDSEM_CORRUPT ' .. tok .. ' is leased already'})
+  end
+  if not fresh then redis.call('ZREM', waits_key, 'w:' .. acq) end
   if deadline < due or not fenced then set_fence(fmt_int(f), deadline, due) end
   return {GRANTED, tok, f, deadline, now}
 end
@@ -156,7 +164,6 @@ for _ = 1, 1000 do
   end
   if is_valid(tok, epoch, size) and not leased and not kept[tok] then
     if not withhold(tok, over, kept) then
-      if not fresh then redis.call('ZREM', waits_key, 'w:' .. acq) end
       return grant(tok)
     end
   else

@@ -21,6 +21,43 @@
 -- Numbers are compared as digit strings where that is exact, and written as
 -- Lua numbers: tonumber and string.format each cost about as much as an
 -- argument of the call.
+
+-- The grant, written once: this path and acquire.lua's grant both record a
+-- lease with record_lease and its fence with set_fence, defined before the
+-- loop so that the rest of the script has them too.
+
+-- record_lease records tok's lease for acq until deadline (ms): the leases
+-- entry (NX: never over a lease), then the record rec
+-- ("acq|fence|grantMs|label") in holders, with holders' idle flag when
+-- flag. Returns 1 recorded, 0 when tok is leased already, or a pcall error
+-- and its key, with nothing written.
+local function record_lease(tok, deadline, acq, rec, flag)
+  local r = redis.pcall('ZADD', leases_key, 'NX', deadline, tok)
+  if type(r) == 'table' then return r, leases_key end
+  if r == 0 then return 0 end
+  if flag then
+    r = redis.pcall('HSET', holders_key, 't:' .. tok, rec, 'a:' .. acq, tok, 'idle', 1)
+  else
+    r = redis.pcall('HSET', holders_key, 't:' .. tok, rec, 'a:' .. acq, tok)
+  end
+  if type(r) == 'table' then
+    redis.call('ZREM', leases_key, tok)
+    return r, holders_key
+  end
+  return 1
+end
+
+-- set_fence writes fence (a digit string) to meta, and lowers due to
+-- deadline when that is earlier (early for nothing only brings a sweep
+-- forward).
+local function set_fence(fence, deadline, due)
+  if deadline < due then
+    redis.call('HSET', meta_key, 'fence', fence, 'due', deadline)
+  else
+    redis.call('HSET', meta_key, 'fence', fence)
+  end
+end
+
 repeat
   local size, acq, ttl_s, label = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
   local block_s, grace_s, tomb_s, phase = ARGV[5], ARGV[6], ARGV[7], ARGV[8]

@@ -39,9 +39,8 @@ local GRANTED = 1  -- granted
 local SETTLED = 2  -- settled under this id (aborted, dropped): nothing held
 local RELEASED = 3 -- an abort gave a grant back
 
--- fast.lua: what the fast paths (acquire_fast.lua, release_fast.lua), which
--- run before the other helpers are defined, share with the rest of their
--- scripts.
+-- fast.lua: for the fast paths (acquire_fast.lua, release_fast.lua), which
+-- run before the other helpers are defined.
 
 -- fast_fail is the error reply for e, a pcall error on key.
 local function fast_fail(e, key)
@@ -51,8 +50,33 @@ local function fast_fail(e, key)
   return redis.error_reply('TRYAGAIN redsem: ' .. e['err'])
 end
 
--- The grant, written once: acquire_fast.lua and acquire.lua's grant both
--- record a lease with record_lease and its fence with set_fence.
+-- acquire_fast.lua: acquire.lua's common case, run before the other helpers
+-- are defined (defining them costs more than this path).
+-- KEYS: meta, tokens, leases, holders, waits, pend
+-- ARGV: size, acqID, ttlMs, label, blockMs, graceMs, tombMs, phase, and
+--   optionally sizeMode, idleMs
+-- Returns {1, token, fence, deadlineMs, nowUs} granted, {0, blockMs, nowUs}
+-- none free; anything else is acquire.lua's to answer. The headers are
+-- acquire.lua's (TestFastPathHeaders), and TestFastPathsMatchSlowPaths
+-- holds the two alike.
+--
+-- It serves a call when the semaphore exists with this size and idle time,
+-- nothing is due to be swept, no shrink drains and the acquisition was not
+-- aborted: a fresh call takes the head of the token list or registers as a
+-- waiter; a call behind a BLMOVE takes the token the BLMOVE moved. Anything
+-- else leaves the loop (break) with nothing changed, for acquire.lua.
+-- A pop, lease, record or registration that fails on a key of the wrong
+-- type is undone before the script fails. No migrating-slot probe: a fresh
+-- call declares its pending list, which never exists, so Redis never runs it
+-- on a migrating slot; a call behind a BLMOVE only touches a key it may have
+-- emptied when it puts the token back.
+-- Numbers are compared as digit strings where that is exact, and written as
+-- Lua numbers: tonumber and string.format each cost about as much as an
+-- argument of the call.
+
+-- The grant, written once: this path and acquire.lua's grant both record a
+-- lease with record_lease and its fence with set_fence, defined before the
+-- loop so that the rest of the script has them too.
 
 -- record_lease records tok's lease for acq until deadline (ms): the leases
 -- entry (NX: never over a lease), then the record rec
@@ -86,29 +110,6 @@ local function set_fence(fence, deadline, due)
   end
 end
 
--- acquire_fast.lua: acquire.lua's common case, run before the other helpers
--- are defined (defining them costs more than this path).
--- KEYS: meta, tokens, leases, holders, waits, pend
--- ARGV: size, acqID, ttlMs, label, blockMs, graceMs, tombMs, phase, and
---   optionally sizeMode, idleMs
--- Returns {1, token, fence, deadlineMs, nowUs} granted, {0, blockMs, nowUs}
--- none free; anything else is acquire.lua's to answer. The headers are
--- acquire.lua's (TestFastPathHeaders), and TestFastPathsMatchSlowPaths
--- holds the two alike.
---
--- It serves a call when the semaphore exists with this size and idle time,
--- nothing is due to be swept, no shrink drains and the acquisition was not
--- aborted: a fresh call takes the head of the token list or registers as a
--- waiter; a call behind a BLMOVE takes the token the BLMOVE moved. Anything
--- else leaves the loop (break) with nothing changed, for acquire.lua.
--- A pop, lease, record or registration that fails on a key of the wrong
--- type is undone before the script fails. No migrating-slot probe: a fresh
--- call declares its pending list, which never exists, so Redis never runs it
--- on a migrating slot; a call behind a BLMOVE only touches a key it may have
--- emptied when it puts the token back.
--- Numbers are compared as digit strings where that is exact, and written as
--- Lua numbers: tonumber and string.format each cost about as much as an
--- argument of the call.
 repeat
   local size, acq, ttl_s, label = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
   local block_s, grace_s, tomb_s, phase = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
@@ -964,12 +965,20 @@ if aborted then
 end
 
 -- grant leases tok, a valid free token popped, as acquire_fast.lua does
--- (record_lease, set_fence). holders' idle flag is idle_setting's.
+-- (record_lease, set_fence), and takes a waiter off waits. holders' idle
+-- flag is idle_setting's.
 local function grant(tok)
   local deadline = now_ms + ttl
-  -- tok is not leased (ZSCORE above), and holders and leases were read
-  -- before any write (tombstone_of, ZSCORE): recording cannot fail here.
-  record_lease(tok, deadline, acq, acq .. '|' .. fmt_int(f) .. '|' .. now_ms .. '|' .. label)
+  -- Not expected to fail: tok is not leased (ZSCORE above), holders was
+  -- read by tombstone_of and leases by ZSCORE (both fail the call on a
+  -- wrong type), and Redis refuses no write at maxmemory once a script
+  -- wrote. Should it fail, the call fails with everything put back.
+  local r = record_lease(tok, deadline, acq, acq .. '|' .. fmt_int(f) .. '|' .. now_ms .. '|' .. label)
+  if r ~= 1 then
+    redis.call('LPUSH', tokens_key, tok)
+    return undo(type(r) == 'table' and r or {err = 'REDSEM_CORRUPT ' .. tok .. ' is leased already'})
+  end
+  if not fresh then redis.call('ZREM', waits_key, 'w:' .. acq) end
   if deadline < due or not fenced then set_fence(fmt_int(f), deadline, due) end
   return {GRANTED, tok, f, deadline, now}
 end
@@ -996,7 +1005,6 @@ for _ = 1, 1000 do
   end
   if is_valid(tok, epoch, size) and not leased and not kept[tok] then
     if not withhold(tok, over, kept) then
-      if not fresh then redis.call('ZREM', waits_key, 'w:' .. acq) end
       return grant(tok)
     end
   else
