@@ -16,6 +16,26 @@ import (
 
 var write = flag.Bool("write", false, "write scripts/ from lua/ (go generate)")
 
+// What redsem sends is the committed file with its comment lines emptied
+// (wire): line for line the same code, so that Redis's line numbers are
+// the file's, and none of its prose.
+func TestScriptsSentWithoutComments(t *testing.T) {
+	for _, d := range declarations() {
+		b, err := os.ReadFile(filepath.Join("scripts", d.File))
+		require.NoError(t, err)
+		file, sent := strings.Split(string(b), "\n"), strings.Split(Source(d.File), "\n")
+		require.Len(t, sent, len(file), d.File)
+		for i := range file {
+			want := file[i]
+			if strings.HasPrefix(strings.TrimSpace(want), "--") {
+				want = ""
+			}
+			assert.Equal(t, want, sent[i], "%s:%d", d.File, i+1)
+		}
+		assert.Less(t, len(Source(d.File)), len(b)*3/4, "%s: sent with its comments", d.File)
+	}
+}
+
 // Every declared script is committed as Redis runs it, one readable file
 // (scripts/<file>) resolved from its parts in lua/: a reviewer reads one
 // file, and Redis's line numbers are that file's. This test fails while a

@@ -11,7 +11,9 @@ import (
 // The scripts stay small enough to read: no file in lua/ is longer than
 // maxLuaLines lines, and no block nests deeper than maxLuaDepth (every
 // function, if, for, while, repeat and do block counts, a top-level
-// do ... end too).
+// do ... end too). None has a long bracket ([[ or [=[, a long string or
+// comment), so that wire may take every line starting with "--" for a
+// comment.
 const (
 	maxLuaLines = 300
 	maxLuaDepth = 4
@@ -28,6 +30,9 @@ func TestLuaShape(t *testing.T) {
 			t.Fatal(err)
 		}
 		src := string(b)
+		if strings.Contains(src, "[[") || strings.Contains(src, "[=") {
+			t.Errorf("%s: a long bracket", f)
+		}
 		if n := strings.Count(src, "\n"); n > maxLuaLines {
 			t.Errorf("%s: %d lines, more than %d", f, n, maxLuaLines)
 		}

@@ -100,8 +100,8 @@ func NewScript[A any](keys int, file string, helpers ...string) Declared[A] {
 	helpers = append([]string{"codes.lua"}, helpers...)
 	d := Declaration{File: file, Keys: keys, Helpers: helpers, Args: reflect.TypeFor[A]()}
 	b, _ := scriptsFS.ReadFile("scripts/" + file) // none yet: TestScriptsGenerated writes it
-	d.src = string(b)
-	if h, err := argHeader(file, d.src); err == nil {
+	d.src = wire(string(b))
+	if h, err := argHeader(file, string(b)); err == nil {
 		d.required = h.Required
 	}
 	script := Lua(keys, d.src)
@@ -110,6 +110,22 @@ func NewScript[A any](keys int, file string, helpers ...string) Declared[A] {
 	declared = append(declared, d)
 	declMu.Unlock()
 	return Declared[A]{script}
+}
+
+// wire is a script's source as redsem sends it: the committed file with
+// every line that is only a comment emptied, so that an EVAL (register.lua
+// on every queued wait, any script after NOSCRIPT) carries the code and
+// not its prose, and a Lua error's line number is still the file's. The
+// scripts have no long brackets (TestLuaShape), so a line that starts with
+// "--" is a comment.
+func wire(src string) string {
+	lines := strings.Split(src, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(strings.TrimLeft(l, " \t"), "--") {
+			lines[i] = ""
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 // Declared is a script NewScript declared, called with arguments of type A.
