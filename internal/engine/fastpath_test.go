@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -83,12 +84,23 @@ func fastAndSlow(t *testing.T, file string) (real, slow string) {
 			if !ok {
 				t.Fatalf("%s has no loop (a line \"repeat\")", h)
 			}
+			// Definitions only: a statement there would run on both sides
+			// and escape the comparison.
+			for i, line := range strings.Split(before, "\n") {
+				if line != "" && line[0] != ' ' && !definition.MatchString(line) {
+					t.Fatalf("%s:%d: before the loop, only comments and local definitions: %q", h, i+1, line)
+				}
+			}
 			return before + "\n"
 		})
 	}
 	t.Fatalf("%s is not declared", file)
 	return "", ""
 }
+
+// definition is a line at the top of a fast file, before its loop, that
+// defines and runs nothing (a function's body is indented).
+var definition = regexp.MustCompile(`^(--|end$|local function [a-z_]+\(|local [a-z_]+$)`)
 
 // A diffGen writes a random state with the commands it returns and picks
 // the keys and arguments of one call, at Redis time nowMs.

@@ -36,7 +36,8 @@ func TestScriptsSentWithoutComments(t *testing.T) {
 	}
 }
 
-// Every declared script is committed as Redis runs it, one readable file
+// Every declared script is committed as Redis runs it (its comment lines
+// emptied, TestScriptsSentWithoutComments), one readable file
 // (scripts/<file>) resolved from its parts in lua/: a reviewer reads one
 // file, and Redis's line numbers are that file's. This test fails while a
 // committed file differs from its parts; with -write (go generate) it

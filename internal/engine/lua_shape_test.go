@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -19,6 +20,8 @@ const (
 	maxLuaDepth = 4
 )
 
+var longBracketOpen = regexp.MustCompile(`\[=*\[`)
+
 func TestLuaShape(t *testing.T) {
 	files, err := filepath.Glob("lua/*.lua")
 	if err != nil || len(files) == 0 {
@@ -30,7 +33,7 @@ func TestLuaShape(t *testing.T) {
 			t.Fatal(err)
 		}
 		src := string(b)
-		if strings.Contains(src, "[[") || strings.Contains(src, "[=") {
+		if longBracketOpen.MatchString(src) {
 			t.Errorf("%s: a long bracket", f)
 		}
 		if n := strings.Count(src, "\n"); n > maxLuaLines {

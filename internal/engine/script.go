@@ -84,7 +84,8 @@ func with(lists ...[]string) []string {
 
 //go:generate go test -count=1 -run ^TestScriptsGenerated$ . -args -write
 
-// scriptsFS holds every declared script as Redis runs it, one file each:
+// scriptsFS holds every declared script as Redis runs it (but for its
+// comment lines, which wire empties), one file each:
 // scripts/<file> is lua/<file>'s header, then codes.lua and its helpers,
 // then the rest of lua/<file>, resolved by go generate
 // (TestScriptsGenerated fails while one differs from its parts).
