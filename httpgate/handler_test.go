@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redsem/redsem"
+	"github.com/redsem/redsem/admin"
 	"github.com/redsem/redsem/internal/redistest"
 )
 
@@ -272,9 +273,11 @@ func TestHandlerWaitDeadline(t *testing.T) {
 func TestHandlerClientCancel(t *testing.T) {
 	srv := redistest.Start(t)
 	var g gauge
+	var sems admin.Counters
 	entered, free := make(chan struct{}, 1), make(chan struct{})
 	asked := make(chan struct{}, 2)
-	r := newReplica(t, srv, Config{Name: "api", Limit: Limit{Slots: 1}, Wait: -1},
+	r := newReplica(t, srv, Config{Name: "api", Limit: Limit{Slots: 1}, Wait: -1,
+		Options: []redsem.Option{redsem.WithObserver(&sems)}},
 		func(*http.Request) string { asked <- struct{}{}; return "k" },
 		g.handler(func(r *http.Request) {
 			if r.URL.Query().Get("hold") != "" {
@@ -300,6 +303,9 @@ func TestHandlerClientCancel(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // let it reach its wait; the test holds either way
 	cancel()
 	require.ErrorIs(t, <-errc, context.Canceled)
+	// The server hears of the client's going from its connection, a
+	// moment after the client: the slot frees once its wait has ended.
+	eventually(t, func() bool { return sems.Snapshot().Cancellations == 1 }, "the server ends the cancelled wait")
 	close(free)
 	assert.Equal(t, http.StatusOK, <-held)
 	requireFree(t, srv.Pool(t), "api:k", 1)
