@@ -89,6 +89,8 @@ func libs() []*lib {
 			prepare: leasefloor.Queued.Prepare, newClient: newLeaseFloor(leasefloor.Queued)},
 		{name: "floor:held", kind: "floor", sem: true, blocking: true, jitter: time.Millisecond, parallel: 1, in: chain,
 			prepare: leasefloor.Held.Prepare, newClient: newLeaseFloor(leasefloor.Held)},
+		{name: "floor:kept", kind: "floor", sem: true, blocking: true, jitter: time.Millisecond, parallel: 1, in: chain,
+			prepare: leasefloor.Kept.Prepare, newClient: newLeaseFloor(leasefloor.Kept)},
 		{name: "floor:noscript", kind: "floor", sem: true, blocking: true, jitter: time.Millisecond, parallel: 1, in: chain,
 			prepare: leasefloor.NoScript.Prepare, newClient: newLeaseFloor(leasefloor.NoScript)},
 		{name: "redsync:default", kind: "peer", settle: 500 * time.Millisecond, jitter: 250 * time.Millisecond, parallel: 50,

@@ -203,7 +203,7 @@ func run(n int) error {
 	if _, err := leasefloor.LoadFunctions(fconn); err != nil {
 		return err
 	}
-	for i, f := range []leasefloor.Floor{leasefloor.Lease, leasefloor.OneRecord, leasefloor.OneRecordFCall, leasefloor.Held, leasefloor.NoScript, leasefloor.Pipeline} {
+	for i, f := range []leasefloor.Floor{leasefloor.Lease, leasefloor.OneRecord, leasefloor.OneRecordFCall, leasefloor.Held, leasefloor.Kept, leasefloor.NoScript, leasefloor.Pipeline} {
 		key := fmt.Sprintf("instructions-lease-%d", i)
 		if err := f.Prepare(fconn, key, 4); err != nil {
 			return err

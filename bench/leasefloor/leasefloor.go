@@ -55,8 +55,13 @@ type call struct {
 	nkeys int
 }
 
-func evalsha(nkeys int, file string) *call {
-	return &call{sc: redis.NewScript(nkeys, lua(file)), nkeys: nkeys}
+// evalsha is the script made of files, joined in order.
+func evalsha(nkeys int, files ...string) *call {
+	var src []string
+	for _, f := range files {
+		src = append(src, lua(f))
+	}
+	return &call{sc: redis.NewScript(nkeys, strings.Join(src, "\n")), nkeys: nkeys}
 }
 
 func fcall(nkeys int, fn string) *call { return &call{fn: fn, nkeys: nkeys} }
@@ -96,6 +101,9 @@ type Floor struct {
 	// heldRelease: the wait moves the token onto held:<acq>, and the
 	// release is NoScript's (release is nil).
 	heldRelease bool
+	// recordByAcq: the release also deletes the holder's record, a:<acq>
+	// in the holders hash (Kept).
+	recordByAcq bool
 }
 
 // ttlMs is every floor's lease time; floor:pipeline's waits block as long.
@@ -136,6 +144,24 @@ var OneRecord = Floor{Name: "floor:onerecord", acquire: evalsha(2, "onerecord_ac
 // idle expiry would then be the acquirers' to settle).
 var Held = Floor{Name: "floor:held", acquire: evalsha(2, "held_record"), heldRelease: true}
 
+// Kept is Held with what redsem promises on a grant, kept so that a
+// release of commands alone stays safe (lua/kept_grant.lua): the FM-22
+// guard (a copy of a token its holder still has is dropped when popped,
+// found through t:<token>, which names the last holder and which a release
+// cannot delete, since it cannot check whose it is), the fence above the
+// last one, the record a:<acq>, meta's fields read once, the first write
+// one that Redis refuses at maxmemory, and the registration in the same
+// write as the wait, swept back if the script behind the BLMOVE never ran
+// (the holder's list and the lease are one zset member, acq, whose score the
+// grant moves from the sweep's time to the deadline). A free token is taken
+// by one script; the release is LMOVE held:<acq>, ZREM and HDEL in one
+// write. It measures what redsem's promises cost a protocol whose release
+// runs no script: the cheapest that floor:held leaves out.
+var Kept = Floor{Name: "floor:kept", heldRelease: true, recordByAcq: true,
+	first:    evalsha(2, "kept_grant", "kept_acquire"),
+	register: evalsha(2, "kept_grant", "kept_register"),
+	acquire:  evalsha(2, "kept_grant", "kept_record")}
+
 // OneRecordFCall is OneRecord with its two scripts, the same Lua bodies,
 // loaded as a Function library and called by FCALL instead of EVALSHA.
 var OneRecordFCall = Floor{Name: "floor:onerecord-fcall", Functions: true,
@@ -175,7 +201,7 @@ func LoadFunctions(conn redis.Conn) (int, error) {
 // Prepare loads f's scripts (not its functions: LoadFunctions) and makes
 // key a lock of size tokens.
 func (f Floor) Prepare(conn redis.Conn, key string, size int) error {
-	for _, c := range []*call{f.first, f.acquire, f.release} {
+	for _, c := range []*call{f.first, f.register, f.acquire, f.release} {
 		if c == nil || c.sc == nil {
 			continue
 		}
@@ -236,7 +262,7 @@ func (l *Lock) Acquire(ctx context.Context, conn redis.Conn) (func(context.Conte
 	}
 	release := func(tok, fence string) func(context.Context, redis.Conn) error {
 		if f.heldRelease {
-			return heldRelease(key, acq)
+			return heldRelease(key, acq, f.recordByAcq)
 		}
 		keys := []interface{}{key, key + ":leases"}
 		args := append(keys, tok+"|"+acq+"|"+fence, tok)
@@ -333,16 +359,20 @@ func noScriptAcquire(ctx context.Context, conn redis.Conn, key, acq string) (fun
 	if _, err := redis.Int64(rs[2], nil); err != nil { // the fence
 		return nil, err
 	}
-	return heldRelease(key, acq), nil
+	return heldRelease(key, acq, false), nil
 }
 
-// heldRelease is the release of NoScript and Held: the token moves back
-// only from the holder's list (the owner check), with a ZREM of the lease
-// in the same write.
-func heldRelease(key, acq string) func(context.Context, redis.Conn) error {
+// heldRelease is the release of NoScript, Held and Kept: the token moves
+// back only from the holder's list (the owner check), with a ZREM of the
+// lease (and with record, an HDEL of the holder's record) in the same write.
+func heldRelease(key, acq string, record bool) func(context.Context, redis.Conn) error {
 	held, leases := key+":held:"+acq, key+":leases"
+	cmds := [][]interface{}{{"LMOVE", held, key, "LEFT", "LEFT"}, {"ZREM", leases, acq}}
+	if record {
+		cmds = append(cmds, []interface{}{"HDEL", key + ":holders", "a:" + acq})
+	}
 	return func(ctx context.Context, conn redis.Conn) error {
-		rs, err := pipeline(ctx, conn, [][]interface{}{{"LMOVE", held, key, "LEFT", "LEFT"}, {"ZREM", leases, acq}})
+		rs, err := pipeline(ctx, conn, cmds)
 		if err == nil && rs[0] == nil {
 			err = errors.New(key + ": released a lease it did not hold")
 		}
