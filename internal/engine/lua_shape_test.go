@@ -14,7 +14,10 @@ import (
 // function, if, for, while, repeat and do block counts, a top-level
 // do ... end too). None has a long bracket ([[ or [=[, a long string or
 // comment), so that wire may take every line starting with "--" for a
-// comment.
+// comment. No assignment names its target after an "and" or an "or"
+// (x = f() and x): gopher-lua, which miniredis runs, gets that wrong
+// (it keeps x when f() is false), so the explorer would check a script
+// that Redis runs otherwise.
 const (
 	maxLuaLines = 300
 	maxLuaDepth = 4
@@ -39,11 +42,69 @@ func TestLuaShape(t *testing.T) {
 		if n := strings.Count(src, "\n"); n > maxLuaLines {
 			t.Errorf("%s: %d lines, more than %d", f, n, maxLuaLines)
 		}
+		for i, l := range strings.Split(src, "\n") {
+			if name := selfAfterLogic(l); name != "" {
+				t.Errorf("%s:%d: %s assigned an expression that names it after and/or", f, i+1, name)
+			}
+		}
 		depth, line, err := luaMaxDepth(src)
 		if err != nil {
 			t.Errorf("%s: %v", f, err)
 		} else if depth > maxLuaDepth {
 			t.Errorf("%s:%d: nested %d deep, more than %d", f, line, depth, maxLuaDepth)
+		}
+	}
+}
+
+var (
+	luaAssign  = regexp.MustCompile(`(?:^|[^\w.=~<>])([A-Za-z_]\w*)\s*=([^=].*)$`)
+	luaStmtEnd = regexp.MustCompile(`\b(then|do|else|end)\b`)
+	luaLogic   = regexp.MustCompile(`\b(and|or)\b`)
+	luaString  = regexp.MustCompile(`'[^']*'|"[^"]*"`)
+	luaLocal   = regexp.MustCompile(`\blocal\s+$`)
+)
+
+// selfAfterLogic returns the target of an assignment on line (comments
+// and strings aside; a local's declaration names another variable) whose
+// value names it after an "and" or an "or", or "".
+func selfAfterLogic(line string) string {
+	code, _, _ := strings.Cut(luaString.ReplaceAllString(line, "''"), "--")
+	for code != "" {
+		m := luaAssign.FindStringSubmatchIndex(code)
+		if m == nil {
+			return ""
+		}
+		name, rhs := code[m[2]:m[3]], code[m[4]:m[5]]
+		if luaLocal.MatchString(code[:m[2]]) {
+			code = code[m[4]:]
+			continue
+		}
+		if e := luaStmtEnd.FindStringIndex(rhs); e != nil {
+			rhs = rhs[:e[0]]
+		}
+		if l := luaLogic.FindStringIndex(rhs); l != nil &&
+			regexp.MustCompile(`\b`+name+`\b`).MatchString(rhs[l[1]:]) {
+			return name
+		}
+		code = code[m[4]:]
+	}
+	return ""
+}
+
+func TestLuaSelfAfterLogic(t *testing.T) {
+	for line, want := range map[string]string{
+		"all = refund(st, i, acq, w[i]) and all":                            "all",
+		"      if w[i] > 0 then all = refund(st, i, acq, w[i]) and all end": "all",
+		"str = f() and str or str":                                          "str",
+		"x = a or b and x -- x":                                             "x",
+		"busy = busy or #live == 1000":                                      "",
+		"local seal = parse_seal(msize and redis.call('HGET', k, 'seal'))":  "",
+		"if a == b and b then x = 1 end":                                    "",
+		"x = y and z -- and x":                                              "",
+		"ok = ok and n < #size":                                             "",
+	} {
+		if got := selfAfterLogic(line); got != want {
+			t.Errorf("%q: %q, want %q", line, got, want)
 		}
 	}
 }

@@ -417,11 +417,19 @@ end
 -- refund takes acq's w units of limit i out of the window (a start the
 -- client never learnt of), moving later running sums down by w; with more
 -- than 1000 later grants, the units come back when the window ends instead.
+-- So do those of a grant made before the change that put a made-up grant
+-- at the front of the log: the made-up grant was sized with them
+-- (rate_set.lua), and taking them out would let in what it stands for.
 -- Reports whether limit i holds none of acq.
 local function refund(st, i, acq, w)
   local key = log_key(i)
   local s = redis.call('ZSCORE', key, acq)
   if not s then return true end
+  if redis.call('ZRANGE', key, 0, 0)[1] == FORGOTTEN .. i then
+    local g = grant_of(acq, st.L)
+    local changed = tonumber(redis.call('HGET', meta_key, 'changed'))
+    if not g or not changed or g < changed then return false end
+  end
   local later = redis.call('ZRANGEBYSCORE', key, '(' .. s, '+inf', 'LIMIT', 0, 1001)
   if #later > 1000 then return false end
   for _, m in ipairs(later) do
