@@ -41,7 +41,9 @@ func stages(file string, full bool) []stage {
 	var pkgs []string // the packages whose tests run the file
 	switch {
 	case strings.HasPrefix(base, "rate_"):
-		pkgs = []string{"internal/engine", "rate"}
+		// The rate explorer and its regression cases live in the root
+		// package.
+		pkgs = []string{"internal/engine", "rate", "."}
 	case base == "base.lua" || base == "driver.go":
 		pkgs = []string{"internal/engine", ".", "rate"}
 	case strings.HasSuffix(base, ".lua"):
@@ -57,6 +59,8 @@ func stages(file string, full bool) []stage {
 		case p == "internal/engine" && strings.HasSuffix(base, ".lua"):
 			out = append(out, stage{name: "shape", pkg: p, run: "^TestLuaShape$", invalid: true},
 				stage{name: "engine", pkg: p, skip: "^TestLuaShape$"})
+		case p == "." && strings.HasPrefix(base, "rate_"):
+			out = append(out, stage{name: "explore", pkg: p, run: "^TestExplore_rate"})
 		case p == ".":
 			out = append(out, stage{name: "root", pkg: p, skip: "^(TestExplore|TestDocs)|" + slowTests, shards: 4},
 				stage{name: "root-slow", pkg: p, run: slowTests, shards: 10},
