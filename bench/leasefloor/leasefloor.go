@@ -146,17 +146,22 @@ var Held = Floor{Name: "floor:held", acquire: evalsha(2, "held_record"), heldRel
 
 // Kept is Held with what redsem promises on a grant, kept so that a
 // release of commands alone stays safe (lua/kept_grant.lua): the FM-22
-// guard (a copy of a token its holder still has is dropped when popped,
-// found through t:<token>, which names the last holder and which a release
-// cannot delete, since it cannot check whose it is), the fence above the
+// guard (a popped token that is not one of the size's, or a copy of a
+// token its holder still has, is dropped and the acquisition goes on; the
+// copy is found through t:<token>, which names the last holder and which a
+// release cannot delete, since it cannot check whose it is), the fence above the
 // last one, the record a:<acq>, meta's fields read once, the first write
 // one that Redis refuses at maxmemory, and the registration in the same
 // write as the wait, swept back if the script behind the BLMOVE never ran
 // (the holder's list and the lease are one zset member, acq, whose score the
 // grant moves from the sweep's time to the deadline). A free token is taken
 // by one script; the release is LMOVE held:<acq>, ZREM and HDEL in one
-// write. It measures what redsem's promises cost a protocol whose release
-// runs no script: the cheapest that floor:held leaves out.
+// transaction (heldRelease). It measures what redsem's promises cost a
+// protocol whose release runs no script: the cheapest that floor:held
+// leaves out. Two promises it cannot keep that way: at maxmemory the
+// release is refused (its token comes back at the lease's deadline), and
+// so is the record behind a BLMOVE that moved a token (it comes back when
+// the registration is swept), where redsem's scripts free memory first.
 var Kept = Floor{Name: "floor:kept", heldRelease: true, recordByAcq: true,
 	first:    evalsha(2, "kept_grant", "kept_acquire"),
 	register: evalsha(2, "kept_grant", "kept_register"),
@@ -215,6 +220,11 @@ func (f Floor) Prepare(conn redis.Conn, key string, size int) error {
 	}
 	if _, err := conn.Do("DEL", key, key+":leases", key+":holders", key+":fence", key+":waits"); err != nil {
 		return err
+	}
+	if f.recordByAcq { // Kept's meta fields: its grant checks tokens against the size
+		if _, err := conn.Do("HSET", key+":holders", "size", size, "gen", 1); err != nil {
+			return err
+		}
 	}
 	_, err := conn.Do("RPUSH", args...)
 	return err
@@ -364,16 +374,28 @@ func noScriptAcquire(ctx context.Context, conn redis.Conn, key, acq string) (fun
 
 // heldRelease is the release of NoScript, Held and Kept: the token moves
 // back only from the holder's list (the owner check), with a ZREM of the
-// lease (and with record, an HDEL of the holder's record) in the same write.
+// lease in the same write. With record (Kept) it also deletes the holder's
+// record, and the three run as one transaction (MULTI/EXEC): at maxmemory
+// Redis refuses the LMOVE, and a release that went on without it would
+// leave the token on the holder's list with no lease for a sweep to find;
+// refused whole, the lease stays and its token comes back at its deadline.
 func heldRelease(key, acq string, record bool) func(context.Context, redis.Conn) error {
 	held, leases := key+":held:"+acq, key+":leases"
 	cmds := [][]interface{}{{"LMOVE", held, key, "LEFT", "LEFT"}, {"ZREM", leases, acq}}
 	if record {
-		cmds = append(cmds, []interface{}{"HDEL", key + ":holders", "a:" + acq})
+		cmds = append([][]interface{}{{"MULTI"}}, append(cmds, []interface{}{"HDEL", key + ":holders", "a:" + acq}, []interface{}{"EXEC"})...)
 	}
 	return func(ctx context.Context, conn redis.Conn) error {
 		rs, err := pipeline(ctx, conn, cmds)
-		if err == nil && rs[0] == nil {
+		moved := func() bool { return rs[0] != nil }
+		if err == nil && record {
+			ex, xerr := redis.Values(rs[len(rs)-1], nil)
+			if xerr != nil || len(ex) == 0 {
+				return fmt.Errorf("%s: the release's transaction: %v", key, xerr)
+			}
+			moved = func() bool { return ex[0] != nil }
+		}
+		if err == nil && !moved() {
 			err = errors.New(key + ": released a lease it did not hold")
 		}
 		return err

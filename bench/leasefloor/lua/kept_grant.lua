@@ -29,16 +29,18 @@ end
 
 -- grant records the lease of tok, on held already: meta read once (size,
 -- epoch, fence, due, the acquisition's tombstone and the token's last
--- holder; read, not checked), the guard, the fence (TIME's µs, above the
--- last), the record and the deadline. Returns {token, fence}.
+-- holder), the guard, the fence (TIME's µs, above the last), the record
+-- and the deadline. Returns {token, fence}, or nil when tok was dropped:
+-- not one of the size's tokens (forged, or of another epoch: the floor's
+-- tokens are 1..size), or a copy of a token its last holder still has.
 local function grant(tok)
   local ms, us = now()
   local m = redis.call('HMGET', meta, 'size', 'gen', 'fence', 'due', 'x:' .. acq, 't:' .. tok)
-  local prev = m[6]
-  if prev and prev ~= acq and redis.call('LINDEX', base .. ':held:' .. prev, 0) == tok then
-    -- A copy of a token its holder still has: dropped.
+  local slot, size, prev = tonumber(tok), tonumber(m[1]), m[6]
+  if not (slot and size and slot >= 1 and slot <= size and slot % 1 == 0)
+    or (prev and prev ~= acq and redis.call('LINDEX', base .. ':held:' .. prev, 0) == tok) then
     redis.call('LREM', held, 1, tok)
-    return redis.error_reply('floor:kept: dropped a copy of a leased token')
+    return nil
   end
   local fence = us
   if m[3] and tonumber(m[3]) >= tonumber(us) then fence = string.format('%.0f', tonumber(m[3]) + 1) end
