@@ -863,10 +863,6 @@ var rateRegressions = []struct {
 	// Allow included, stalled for 700ms.
 	{11832, 0, []string{"c2.1 exec", "c3.1 exec", "c3.1 exec", "c1.1 exec", "c1.1 exec", "c1.1 exec", "time +749.99ms",
 		"c1.1 exec", "c2.1 exec", "c2.1 exec", "c1 context ends", "c2.1 exec", "time +199.971ms", "c1.2 exec", "time +49.959ms"}},
-	// Commands (10µs of the world's time each) ran after a waiter set its
-	// local timer, so the clock passed the timer's time with nothing to
-	// fire it, and the explorer's next event skipped it: the waiter was
-	// never woken (the explorer's bug, not the gate's; idle expiry on).
 	// Per lengthened (2 per 200ms -> 1 per 3s) just after an old start
 	// left the 200ms window, while a waiter's 2-unit start, granted before
 	// the change, waited to be collected: the made-up grant for the
@@ -877,6 +873,10 @@ var rateRegressions = []struct {
 	{433715, 0, []string{"c0.1 exec", "c0.1 reply read", "c1.1 exec", "c1.1 reply read", "time +199.981ms", "c3.1 exec", "c3.1 reply read",
 		"c0.1 exec", "time +1µs", "time +199.989ms", "c0.1 reply read", "c3.1 exec", "c1.1 exec", "c1.1 reply read", "c3.1 reply read",
 		"c1.2 exec", "c0.1 exec", "c3.2 exec", "time +249.97ms", "c1.1 exec"}},
+	// Commands (10µs of the world's time each) ran after a waiter set its
+	// local timer, so the clock passed the timer's time with nothing to
+	// fire it, and the explorer's next event skipped it: the waiter was
+	// never woken (the explorer's bug, not the gate's; idle expiry on).
 	{141990, 100 * time.Millisecond, []string{"c2.1 exec", "c0.1 exec", "c0.1 exec", "c1.1 exec", "time +199.961ms", "time +9µs", "c3.1 exec", "c3.1 exec", "time +199.98ms", "c0.1 exec", "c2.1 exec", "c0.1 exec", "c1.1 exec", "c1.1 exec", "time +199.96ms", "c1.1 exec", "c1.1 exec", "server restarts without its data", "server restarts with its data, scripts lost"}},
 }
 

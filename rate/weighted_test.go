@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/internal/redistest"
 )
 
@@ -372,6 +373,41 @@ func TestSetRateLongerPerCountsForgottenGrants(t *testing.T) {
 		for _, v := range redistest.CheckWindows(grants, rates) {
 			t.Errorf("window over the rate in force: %s", v)
 		}
+	})
+}
+
+// A start granted before per lengthened, which its waiter gives back
+// unused, keeps its units in the window while the made-up grant stands for
+// what the gate forgot (it was sized with them): taken out, they would let
+// a new start share the new window with a start the gate forgot.
+func TestSetRateLongerPerGivenBackStartKeepsItsUnits(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 20*time.Second)
+		g := newGate(t, b, "givenback", 2, 200*time.Millisecond)
+		_, err := g.Allow(ctx) // the start the change will have forgotten
+		require.NoError(t, err)
+		conn, err := b.pool.GetContext(ctx)
+		require.NoError(t, err)
+		defer conn.Close()
+		acq := "00112233445566778899aabbccddeeff"
+		r, err := parseRateReply(engine.RunScript(ctx, conn, g.q.takeCall(acq, (10*time.Second).Microseconds(), "fresh", []int{2})))
+		require.NoError(t, err)
+		require.EqualValues(t, engine.CodeWaiting, r.Code, "2 units wait behind the first start")
+		// Once the first start has left its window, the next script grants
+		// the waiter its 2 units (it has not collected them), and Allow
+		// finds the window full.
+		time.Sleep(250 * time.Millisecond)
+		_, err = g.Allow(ctx)
+		require.ErrorIs(t, err, ErrRateLimited)
+		// Per grows: the first start is forgotten, and the waiter's 2 units
+		// already fill the new n of 1, so the made-up grant takes none.
+		require.NoError(t, g.SetRate(ctx, 1, time.Minute))
+		_, err = parseRateReply(engine.RunScript(ctx, conn, engine.RateAbort.With(g.q.k.args(acq),
+			engine.RateAbortArgs{AcqID: acq, Mode: "release", TombUs: g.q.tomb().Microseconds()})))
+		require.NoError(t, err)
+		_, err = g.Allow(ctx)
+		require.ErrorIs(t, err, ErrRateLimited, "the first start is within the new minute")
 	})
 }
 

@@ -14,10 +14,10 @@ import (
 // function, if, for, while, repeat and do block counts, a top-level
 // do ... end too). None has a long bracket ([[ or [=[, a long string or
 // comment), so that wire may take every line starting with "--" for a
-// comment. No assignment names its target after an "and" or an "or"
-// (x = f() and x): gopher-lua, which miniredis runs, gets that wrong
-// (it keeps x when f() is false), so the explorer would check a script
-// that Redis runs otherwise.
+// comment. No assignment puts an "and" right after a call or an index
+// (x = f() and y): gopher-lua, which miniredis runs, gets that wrong (it
+// keeps x's old value when f() is false or nil), so the explorer would
+// check a script that Redis runs otherwise.
 const (
 	maxLuaLines = 300
 	maxLuaDepth = 4
@@ -43,8 +43,8 @@ func TestLuaShape(t *testing.T) {
 			t.Errorf("%s: %d lines, more than %d", f, n, maxLuaLines)
 		}
 		for i, l := range strings.Split(src, "\n") {
-			if name := selfAfterLogic(l); name != "" {
-				t.Errorf("%s:%d: %s assigned an expression that names it after and/or", f, i+1, name)
+			if name := andAfterCall(l); name != "" {
+				t.Errorf("%s:%d: %s assigned a call's or an index's value followed by and (gopher-lua gets it wrong)", f, i+1, name)
 			}
 		}
 		depth, line, err := luaMaxDepth(src)
@@ -57,53 +57,79 @@ func TestLuaShape(t *testing.T) {
 }
 
 var (
-	luaAssign  = regexp.MustCompile(`(?:^|[^\w.=~<>])([A-Za-z_]\w*)\s*=([^=].*)$`)
-	luaStmtEnd = regexp.MustCompile(`\b(then|do|else|end)\b`)
-	luaLogic   = regexp.MustCompile(`\b(and|or)\b`)
-	luaString  = regexp.MustCompile(`'[^']*'|"[^"]*"`)
-	luaLocal   = regexp.MustCompile(`\blocal\s+$`)
+	luaAssign   = regexp.MustCompile(`(?:^|[^\w.=~<>:])([A-Za-z_]\w*)\s*=([^=].*)$`)
+	luaStmtEnd  = regexp.MustCompile(`\b(then|do|else|elseif|end)\b`)
+	luaOperand  = regexp.MustCompile(`\b(and|or)\b`)
+	luaString   = regexp.MustCompile(`'[^']*'|"[^"]*"`)
+	luaLocal    = regexp.MustCompile(`\blocal\s+(\w+\s*,\s*)*$`)
+	luaBareName = regexp.MustCompile(`^[A-Za-z_]\w*$`)
+	luaCompare  = regexp.MustCompile(`==|~=|<|>|^not\b`)
 )
 
-// selfAfterLogic returns the target of an assignment on line (comments
-// and strings aside; a local's declaration names another variable) whose
-// value names it after an "and" or an "or", or "".
-func selfAfterLogic(line string) string {
+// andAfterCall returns the target of an assignment on line (comments and
+// strings aside; a local's declaration and a table's field are not
+// assignments) whose value has an "and" right after a call or an index
+// (x = f() and y, x = t.k and y): gopher-lua keeps x's old value there
+// when the left side is false or nil. A comparison, a "not" or a plain
+// name before the "and" is safe. It reads one line: a statement split
+// over lines goes unchecked.
+func andAfterCall(line string) string {
 	code, _, _ := strings.Cut(luaString.ReplaceAllString(line, "''"), "--")
-	for code != "" {
-		m := luaAssign.FindStringSubmatchIndex(code)
+	for off := 0; off < len(code); {
+		m := luaAssign.FindStringSubmatchIndex(code[off:])
 		if m == nil {
 			return ""
 		}
-		name, rhs := code[m[2]:m[3]], code[m[4]:m[5]]
-		if luaLocal.MatchString(code[:m[2]]) {
-			code = code[m[4]:]
+		name, rhs := code[off+m[2]:off+m[3]], code[off+m[4]:off+m[5]]
+		before := code[:off+m[2]]
+		off += m[4]
+		if luaLocal.MatchString(before) || strings.Count(before, "{") > strings.Count(before, "}") {
 			continue
 		}
 		if e := luaStmtEnd.FindStringIndex(rhs); e != nil {
 			rhs = rhs[:e[0]]
 		}
-		if l := luaLogic.FindStringIndex(rhs); l != nil &&
-			regexp.MustCompile(`\b`+name+`\b`).MatchString(rhs[l[1]:]) {
+		rhs, _, _ = strings.Cut(rhs, ";")
+		from := 0
+		for _, op := range luaOperand.FindAllStringSubmatchIndex(rhs, -1) {
+			left := strings.TrimSpace(rhs[from:op[0]])
+			from = op[1]
+			if rhs[op[2]:op[3]] != "and" || luaBareName.MatchString(left) || luaCompare.MatchString(left) {
+				continue
+			}
 			return name
 		}
-		code = code[m[4]:]
 	}
 	return ""
 }
 
-func TestLuaSelfAfterLogic(t *testing.T) {
+func TestLuaAndAfterCall(t *testing.T) {
 	for line, want := range map[string]string{
 		"all = refund(st, i, acq, w[i]) and all":                            "all",
 		"      if w[i] > 0 then all = refund(st, i, acq, w[i]) and all end": "all",
 		"str = f() and str or str":                                          "str",
-		"x = a or b and x -- x":                                             "x",
+		"x = f() and y":                                                     "x",
+		"x = t.k and y":                                                     "x",
+		"x = y and f() and y":                                               "x",
+		"x = (f()) and y":                                                   "x",
+		"a, b = f() and y, 1":                                               "b",
+		"x = y; z = f() and x":                                              "z",
+		"elseif c then x = f() and y end":                                   "x",
 		"busy = busy or #live == 1000":                                      "",
-		"local seal = parse_seal(msize and redis.call('HGET', k, 'seal'))":  "",
-		"if a == b and b then x = 1 end":                                    "",
-		"x = y and z -- and x":                                              "",
-		"ok = ok and n < #size":                                             "",
+		"x = f() or x":                                                      "",
+		"x = y and x":                                                       "",
+		"x = a == b and x":                                                  "",
+		"ok = n < #size and ok":                                             "",
+		"x = not f() and y":                                                 "",
+		"local seal = parse_seal(msize and redis.call('HGET', k, 'seal'))": "",
+		"local all = f() and all":        "",
+		"local a, b = f() and b":         "",
+		"local t = {a = f() and a}":      "",
+		"if a == b and b then x = 1 end": "",
+		"x = y and z -- and f() and x":   "",
+		"s = 'f() and x' .. y":           "",
 	} {
-		if got := selfAfterLogic(line); got != want {
+		if got := andAfterCall(line); got != want {
 			t.Errorf("%q: %q, want %q", line, got, want)
 		}
 	}

@@ -409,9 +409,9 @@ end
 -- refund takes acq's w units of limit i out of the window (a start the
 -- client never learnt of), moving later running sums down by w; with more
 -- than 1000 later grants, the units come back when the window ends instead.
--- So do those of a grant made before the change that put a made-up grant
--- at the front of the log: the made-up grant was sized with them
--- (rate_set.lua), and taking them out would let in what it stands for.
+-- So do those of a grant made before the last change while a made-up
+-- grant is at the front of the log: it was sized with them (rate_set.lua),
+-- and taking them out would let in what it stands for.
 -- Reports whether limit i holds none of acq.
 local function refund(st, i, acq, w)
   local key = log_key(i)
