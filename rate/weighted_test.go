@@ -384,7 +384,9 @@ func TestSetRateLongerPerGivenBackStartKeepsItsUnits(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 20*time.Second)
-		g := newGate(t, b, "givenback", 2, 200*time.Millisecond)
+		// A long grace: a loaded machine's pause must not let the waiter
+		// below count as dead before it is served.
+		g := newGate(t, b, "givenback", 2, 200*time.Millisecond, WithGrace(time.Minute))
 		_, err := g.Allow(ctx) // the start the change will have forgotten
 		require.NoError(t, err)
 		conn, err := b.pool.GetContext(ctx)
