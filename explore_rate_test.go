@@ -28,7 +28,8 @@ package redsem
 //     its BLPOP's timeout), unless time passed while its last wake-up was
 //     on its way (a command or a reply of it waited meanwhile), or a
 //     SetRate or a give-back moved its turn while it slept on its local
-//     timer, where no doorbell reaches it (it oversleeps less than 250ms).
+//     timer, where no doorbell reaches it, or while the reply that set
+//     that timer was on its way (it oversleeps less than 250ms).
 //  6. A Wait or Allow that returned a start was recorded by Redis as that
 //     start (its grant time, its client, its units), and Redis still holds
 //     it while it is in its window. A start leaves the window before its
@@ -477,9 +478,13 @@ func (r *run) rateAfter(cl *vclient, e *rateExec, label string) {
 	}
 
 	// A SetRate or a start given back may move the head's turn earlier: a
-	// client asleep on its local timer then cannot be rung (5).
+	// client asleep on its local timer then cannot be rung (5), nor one
+	// whose reply, on its way, will set that timer by the turn before.
 	if e.script == "rate_set.lua" || e.script == "rate_abort.lua" && e.mode == "release" {
 		for id, ctx := range rr.opCtx {
+			if !r.rateQuiet(id) {
+				rr.late[id] = true
+			}
 			for _, sw := range r.w.waits {
 				if !sw.woken && sw.ctx == ctx {
 					rr.late[id] = true
@@ -873,6 +878,13 @@ var rateRegressions = []struct {
 	{433715, 0, []string{"c0.1 exec", "c0.1 reply read", "c1.1 exec", "c1.1 reply read", "time +199.981ms", "c3.1 exec", "c3.1 reply read",
 		"c0.1 exec", "time +1µs", "time +199.989ms", "c0.1 reply read", "c3.1 exec", "c1.1 exec", "c1.1 reply read", "c3.1 reply read",
 		"c1.2 exec", "c0.1 exec", "c3.2 exec", "time +249.97ms", "c1.1 exec"}},
+	// The head's reply, timed before a SetRate that brought its turn
+	// closer, was on its way when the change ran: it slept on its local
+	// timer by the old turn, where no doorbell reaches it (the explorer's
+	// bug: invariant 5 excused a head already asleep, not one about to
+	// be; idle expiry on).
+	{1277436910, 100 * time.Millisecond, []string{"c2.1 exec", "c1.1 exec", "c2.1 reply read", "c0.1 exec", "c3.1 exec", "c3.1 reply read",
+		"c3.1 exec", "c3.1 reply read", "c2.1 exec", "c0.1 reply read", "c1.1 reply read", "time +99.94ms"}},
 	// Commands (10µs of the world's time each) ran after a waiter set its
 	// local timer, so the clock passed the timer's time with nothing to
 	// fire it, and the explorer's next event skipped it: the waiter was
