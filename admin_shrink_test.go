@@ -170,6 +170,52 @@ func TestHandle_Resize_shrinkWithholdsACollectorsPendingToken(t *testing.T) {
 	})
 }
 
+// A shrink that retires the token a release just handed to a weighted
+// waiter (on its pending list, its script not run yet), to a size below
+// what the waiter asks: the script fails (k above the size) and undoes the
+// move, but the retired token is dropped, not put back among the free ones.
+func TestHandle_Resize_shrinkDropsARetiredPendingTokenOfAFailedScript(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 20*time.Second)
+		s := newSem(t, b, "shrink-toomany", 3, WithTTL(time.Minute), WithAdoptSize())
+		held := takeAll(t, ctx, s)
+		require.Len(t, held, 3)
+
+		acq := engine.NewAcqID()
+		r, err := parseAcquireNReply(engine.RunScript(ctx, b.pool.Get(), s.acquireNCall(acq, 2, 5000, "fresh")))
+		require.NoError(t, err)
+		require.Equal(t, int64(0), r.Code)
+		tok, conn := moveToWaiter(t, b, s, acq, held[3])
+		delete(held, 3)
+		require.NoError(t, s.Resize(ctx, 1))
+		rejected := func() int {
+			n, _ := redis.Int(b.do(t, "HGET", s.k.meta, "rejected"), nil)
+			return n
+		}
+		before := rejected()
+
+		_, err = parseAcquireNReply(engine.RunScript(ctx, conn, s.acquireNCall(acq, 2, 5000, "wait")))
+		require.Error(t, err, "2 permits of a semaphore of 1")
+		assert.Equal(t, before+1, rejected(), "the dropped token counts as rejected")
+		free, err := redis.Strings(b.do(t, "LRANGE", s.k.tokens, 0, -1), nil)
+		require.NoError(t, err)
+		assert.NotContains(t, free, tok, "the retired token went back to the list")
+		assert.Zero(t, b.llen(t, s.k.pend(acq)))
+
+		_, err = s.abortN(context.Background(), acq, 2, "release")
+		require.NoError(t, err)
+		for _, l := range held {
+			require.NoError(t, l.Release(ctx))
+		}
+		inv, err := s.Check(ctx)
+		require.NoError(t, err)
+		assert.True(t, inv.Healthy(), "%+v", inv)
+		assert.Len(t, inv.Free, 1)
+		assert.Empty(t, inv.Strangers, "%+v", inv)
+	})
+}
+
 // While a shrink drains, a released token is not routed to a weighted
 // collector (which would make it one more holder above the new size): it is
 // withheld like any other. (Guards the route in release.lua.)

@@ -739,14 +739,26 @@ end
 -- BLMOVE (tokens -> pend), undone first: the token goes back to the head of
 -- the token list, where it was. Left in the pending list, it would wait for
 -- a sweep that finds the list through its registration in waits, which a
--- stranger's key may have taken.
+-- stranger's key may have taken. A token a shrink retired while it was on
+-- its way (the shrink sees no pending list) is dropped instead, as
+-- give_back drops it.
 local function unmoved(moved, e)
   local toks = moved and redis.pcall('LRANGE', pend_key, 0, 99)
   if type(toks) == 'table' and #toks > 0 and #toks < 100 then
-    local back = {}
-    for i = #toks, 1, -1 do back[#back + 1] = toks[i] end
-    if type(redis.pcall('LPUSH', tokens_key, unpack(back))) == 'number' then
+    local m = redis.pcall('HMGET', meta_key, 'gen', 'size')
+    local epoch = not m['err'] and m[1]
+    local size = epoch and tonumber(m[2])
+    local back, retired = {}, 0
+    for i = #toks, 1, -1 do
+      if size and is_retired(toks[i], epoch, size) then
+        retired = retired + 1
+      else
+        back[#back + 1] = toks[i]
+      end
+    end
+    if #back == 0 or type(redis.pcall('LPUSH', tokens_key, unpack(back))) == 'number' then
       redis.call('DEL', pend_key)
+      if retired > 0 then redis.pcall('HINCRBY', meta_key, 'rejected', retired) end
       -- A list the move had emptied comes back without the idle expiry
       -- the other keys still have.
       local exp = redis.pcall('HGET', meta_key, 'exp')
