@@ -216,6 +216,34 @@ func TestHandle_Resize_shrinkDropsARetiredPendingTokenOfAFailedScript(t *testing
 	})
 }
 
+// The same with a plain waiter of a client that does not adopt the stored
+// size: after the shrink its script fails (the sizes differ), and the
+// retired token it undoes is dropped too.
+func TestHandle_Resize_shrinkDropsARetiredPendingTokenOfAMismatchedSize(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 20*time.Second)
+		s := newSem(t, b, "shrink-mismatch", 3, WithTTL(time.Minute))
+		held := takeAll(t, ctx, s)
+		require.Len(t, held, 3)
+		_, reg, err := s.acquire(ctx, engine.ModeRegister, nil)
+		require.NoError(t, err)
+		require.NotNil(t, reg)
+		tok, conn := moveToWaiter(t, b, s, reg.Acq, held[3])
+		delete(held, 3)
+		require.NoError(t, s.Resize(ctx, 1))
+
+		_, err = parseAcquireReply(engine.RunScript(ctx, conn, s.acquireCall(reg.Acq, time.Second, "wait")))
+		require.Error(t, err, "the client's size 3 against the stored 1")
+		free, err := redis.Strings(b.do(t, "LRANGE", s.k.tokens, 0, -1), nil)
+		require.NoError(t, err)
+		assert.NotContains(t, free, tok, "the retired token went back to the list")
+		inv, err := s.Check(ctx)
+		require.NoError(t, err)
+		assert.Empty(t, inv.Strangers, "%+v", inv)
+	})
+}
+
 // While a shrink drains, a released token is not routed to a weighted
 // collector (which would make it one more holder above the new size): it is
 // withheld like any other. (Guards the route in release.lua.)

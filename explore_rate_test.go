@@ -55,6 +55,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
+
 	"github.com/redsem/redsem/internal/engine"
 	"github.com/redsem/redsem/rate"
 	"github.com/stretchr/testify/require"
@@ -118,11 +120,13 @@ type rateRun struct {
 	asked  map[string][]int      // acquisition -> the units its script asked for
 	// By client: the acquisition its last first script began, its current
 	// operation's context, whether its last Allow's script found room and
-	// nobody queued (4), whether its wake-up may be late (5).
+	// nobody queued (4), whether its wake-up may be late (5), whether its
+	// last rate_take.lua reply sends it to sleep on its local timer (5).
 	current map[int]string
 	opCtx   map[int]context.Context
 	room    map[int]bool
 	late    map[int]bool
+	local   map[int]bool
 	lastNow time.Time // the clock at the last exec or check
 	loss    bool      // data loss seen
 }
@@ -142,7 +146,7 @@ type rateGrant struct {
 func (r *run) newRate(env *exploreEnv) error {
 	rr := &rateRun{k: newRateKeys(exploreName), grants: map[string]*rateGrant{}, owner: map[string]int{},
 		asked: map[string][]int{}, current: map[int]string{}, opCtx: map[int]context.Context{},
-		room: map[int]bool{}, late: map[int]bool{}, lastNow: r.w.now}
+		room: map[int]bool{}, late: map[int]bool{}, local: map[int]bool{}, lastNow: r.w.now}
 	ls := r.sc.rate
 	opts := []rate.Option{rate.WithGrace(r.sc.grace), rate.WithIdleExpiry(r.sc.idle)}
 	for i := range r.clients {
@@ -435,7 +439,7 @@ func (r *run) rateBefore(cl *vclient, cmd simCmd) *rateExec {
 
 // rateAfter checks invariants 1, 2, 3 and 6 at the command e ran (w.mu
 // held).
-func (r *run) rateAfter(cl *vclient, e *rateExec, label string) {
+func (r *run) rateAfter(cl *vclient, e *rateExec, label string, reply interface{}) {
 	rr := r.rate
 	if rr == nil {
 		return
@@ -444,6 +448,11 @@ func (r *run) rateAfter(cl *vclient, e *rateExec, label string) {
 	r.rateSeeLoss()
 	if e.script == "rate_take.lua" {
 		rr.late[cl.id] = false
+		// {0, waitUs, nowUs, head}: the head sleeps its last 250ms
+		// (rate's localWake) on a local timer, which no doorbell reaches.
+		vals, err := redis.Int64s(reply, nil)
+		rr.local[cl.id] = err == nil && len(vals) == 4 && vals[0] == engine.CodeWaiting && vals[3] == 1 &&
+			vals[1] <= (250*time.Millisecond).Microseconds()
 	}
 	before, after, T := e.before, r.rateView(), e.atUs
 	who := func(acq string) string {
@@ -482,7 +491,7 @@ func (r *run) rateAfter(cl *vclient, e *rateExec, label string) {
 	// whose reply, on its way, will set that timer by the turn before.
 	if e.script == "rate_set.lua" || e.script == "rate_abort.lua" && e.mode == "release" {
 		for id, ctx := range rr.opCtx {
-			if !r.rateQuiet(id) {
+			if rr.local[id] && !r.rateQuiet(id) {
 				rr.late[id] = true
 			}
 			for _, sw := range r.w.waits {

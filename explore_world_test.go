@@ -802,7 +802,11 @@ func (r *run) exec(c *simConn) {
 	v1 := r.view()
 	r.chk.grants(r, label, v0, v1)
 	r.chk.revived(r, label, at, v0, v1)
-	r.rateAfter(cl, rb, label)
+	var reply interface{}
+	if n := len(c.replies); n > 0 {
+		reply = c.replies[n-1].v
+	}
+	r.rateAfter(cl, rb, label, reply)
 	r.electionAfter(cl, cmd, sent)
 	w.mu.Unlock()
 	r.note(c.name() + " " + label)

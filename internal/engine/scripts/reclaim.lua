@@ -537,7 +537,7 @@ local function unmoved(moved, e)
   if type(toks) == 'table' and #toks > 0 and #toks < 100 then
     local m = redis.pcall('HMGET', meta_key, 'gen', 'size')
     local epoch = not m['err'] and m[1]
-    local size = epoch and tonumber(m[2])
+    local size = epoch and int_arg(m[2], 1, 100000) -- a corrupt size drops nothing
     local back, retired = {}, 0
     for i = #toks, 1, -1 do
       if size and is_retired(toks[i], epoch, size) then
