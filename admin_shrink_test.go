@@ -38,6 +38,19 @@ func moveToWaiter(t *testing.T, b *backend, s *Semaphore, acq string, freed *Lea
 	return tok, conn
 }
 
+// waitingCollector starts a weighted acquisition of k that finds too few
+// tokens and waits for them in the token queue (as the collector), and
+// returns its id; its BLMOVE is the caller's (moveToWaiter).
+func waitingCollector(t *testing.T, b *backend, s *Semaphore, k int) string {
+	t.Helper()
+	acq := engine.NewAcqID()
+	r, err := parseAcquireNReply(engine.RunScript(ctxT(t, 10*time.Second), b.pool.Get(), s.acquireNCall(acq, k, 5000, "fresh")))
+	require.NoError(t, err)
+	require.Equal(t, int64(0), r.Code)
+	require.Equal(t, int64(modeMove), r.Mode, "the collector waits in the token queue")
+	return acq
+}
+
 // blockedClients is INFO clients' blocked_clients (miniredis: 1, as it
 // does not report it; the BLMOVE is written before and miniredis serves in
 // order).
@@ -132,16 +145,12 @@ func TestHandle_Resize_shrinkWithholdsACollectorsPendingToken(t *testing.T) {
 		held := takeAll(t, ctx, s)
 		require.Len(t, held, 4)
 
-		acq := engine.NewAcqID()
-		r, err := parseAcquireNReply(engine.RunScript(ctx, b.pool.Get(), s.acquireNCall(acq, 2, 5000, "fresh")))
-		require.NoError(t, err)
-		require.Equal(t, int64(0), r.Code)
-		require.Equal(t, int64(modeMove), r.Mode, "the collector waits in the token queue")
+		acq := waitingCollector(t, b, s, 2)
 		_, conn := moveToWaiter(t, b, s, acq, held[1])
 		delete(held, 1)
 		require.NoError(t, s.Resize(ctx, 2))
 
-		r, err = parseAcquireNReply(engine.RunScript(ctx, conn, s.acquireNCall(acq, 2, 5000, "wait")))
+		r, err := parseAcquireNReply(engine.RunScript(ctx, conn, s.acquireNCall(acq, 2, 5000, "wait")))
 		require.NoError(t, err)
 		assert.NotEqual(t, int64(1), r.Code)
 		st, err := s.Status(ctx)
@@ -182,10 +191,7 @@ func TestHandle_Resize_shrinkDropsARetiredPendingTokenOfAFailedScript(t *testing
 		held := takeAll(t, ctx, s)
 		require.Len(t, held, 3)
 
-		acq := engine.NewAcqID()
-		r, err := parseAcquireNReply(engine.RunScript(ctx, b.pool.Get(), s.acquireNCall(acq, 2, 5000, "fresh")))
-		require.NoError(t, err)
-		require.Equal(t, int64(0), r.Code)
+		acq := waitingCollector(t, b, s, 2)
 		tok, conn := moveToWaiter(t, b, s, acq, held[3])
 		delete(held, 3)
 		require.NoError(t, s.Resize(ctx, 1))
@@ -195,7 +201,7 @@ func TestHandle_Resize_shrinkDropsARetiredPendingTokenOfAFailedScript(t *testing
 		}
 		before := rejected()
 
-		_, err = parseAcquireNReply(engine.RunScript(ctx, conn, s.acquireNCall(acq, 2, 5000, "wait")))
+		_, err := parseAcquireNReply(engine.RunScript(ctx, conn, s.acquireNCall(acq, 2, 5000, "wait")))
 		require.Error(t, err, "2 permits of a semaphore of 1")
 		assert.Equal(t, before+1, rejected(), "the dropped token counts as rejected")
 		free, err := redis.Strings(b.do(t, "LRANGE", s.k.tokens, 0, -1), nil)
