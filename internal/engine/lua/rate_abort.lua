@@ -36,7 +36,7 @@ if st then
     released = true
     local all = true
     for i = 1, st.L do
-      if w[i] > 0 and not refund(st, i, acq, w[i]) then all = false end
+      if w[i] > 0 and not refund(st, i, acq, w[i], g) then all = false end
     end
     -- A grant still logged keeps its record until its window ends.
     if all then redis.call('HDEL', holders_key, 'g:' .. acq) end

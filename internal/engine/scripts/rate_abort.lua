@@ -412,13 +412,12 @@ end
 -- So do those of a grant made before the last change while a made-up
 -- grant is at the front of the log: it was sized with them (rate_set.lua),
 -- and taking them out would let in what it stands for.
--- Reports whether limit i holds none of acq.
-local function refund(st, i, acq, w)
+-- g is the grant's time. Reports whether limit i holds none of acq.
+local function refund(st, i, acq, w, g)
   local key = log_key(i)
   local s = redis.call('ZSCORE', key, acq)
   if not s then return true end
   if redis.call('ZRANGE', key, 0, 0)[1] == FORGOTTEN .. i then
-    local g = grant_of(acq, st.L)
     local changed = tonumber(redis.call('HGET', meta_key, 'changed'))
     if not g or not changed or g < changed then return false end
   end
@@ -621,7 +620,7 @@ if st then
     released = true
     local all = true
     for i = 1, st.L do
-      if w[i] > 0 and not refund(st, i, acq, w[i]) then all = false end
+      if w[i] > 0 and not refund(st, i, acq, w[i], g) then all = false end
     end
     -- A grant still logged keeps its record until its window ends.
     if all then redis.call('HDEL', holders_key, 'g:' .. acq) end

@@ -420,13 +420,12 @@ end
 -- So do those of a grant made before the last change while a made-up
 -- grant is at the front of the log: it was sized with them (rate_set.lua),
 -- and taking them out would let in what it stands for.
--- Reports whether limit i holds none of acq.
-local function refund(st, i, acq, w)
+-- g is the grant's time. Reports whether limit i holds none of acq.
+local function refund(st, i, acq, w, g)
   local key = log_key(i)
   local s = redis.call('ZSCORE', key, acq)
   if not s then return true end
   if redis.call('ZRANGE', key, 0, 0)[1] == FORGOTTEN .. i then
-    local g = grant_of(acq, st.L)
     local changed = tonumber(redis.call('HGET', meta_key, 'changed'))
     if not g or not changed or g < changed then return false end
   end

@@ -539,7 +539,7 @@ end
 local function unmoved(moved, e)
   local toks = moved and redis.pcall('LRANGE', pend_key, 0, 99)
   if type(toks) == 'table' and #toks > 0 and #toks < 100 then
-    local m = redis.pcall('HMGET', meta_key, 'gen', 'size')
+    local m = redis.pcall('HMGET', meta_key, 'gen', 'size', 'exp')
     local epoch = not m['err'] and m[1]
     local size = epoch and int_arg(m[2], 1, 100000) -- a corrupt size drops nothing
     local back, retired = {}, 0
@@ -555,7 +555,7 @@ local function unmoved(moved, e)
       if retired > 0 then redis.pcall('HINCRBY', meta_key, 'rejected', retired) end
       -- A list the move had emptied comes back without the idle expiry
       -- the other keys still have.
-      local exp = redis.pcall('HGET', meta_key, 'exp')
+      local exp = not m['err'] and m[3]
       if type(exp) == 'string' then redis.pcall('PEXPIREAT', tokens_key, exp) end
     end
   end
